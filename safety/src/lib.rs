@@ -1,0 +1,1 @@
+//! Safety suite (in progress).

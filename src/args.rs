@@ -1,0 +1,273 @@
+//! Argument parsing for the commands: pure functions over the raw argument
+//! bytes, so every bad input is tested without Redis.
+
+use crate::error::CommandError;
+use crate::lock::{MAX_OWNER_LEN, MAX_TOKEN};
+
+/// `REDLOCK.ACQUIRE key owner ttl-ms [FLOOR n]`
+#[derive(Debug, PartialEq, Eq)]
+pub struct Acquire<'a> {
+    /// The owner id.
+    pub owner: &'a [u8],
+    /// Lease length in milliseconds.
+    pub ttl: u64,
+    /// Lowest token to hand out (0 when not given).
+    pub floor: u64,
+}
+
+/// `REDLOCK.RELEASE key owner`
+#[derive(Debug, PartialEq, Eq)]
+pub struct Release<'a> {
+    /// The owner id.
+    pub owner: &'a [u8],
+}
+
+/// `REDLOCK.EXTEND key owner ttl-ms`
+#[derive(Debug, PartialEq, Eq)]
+pub struct Extend<'a> {
+    /// The owner id.
+    pub owner: &'a [u8],
+    /// New lease length in milliseconds.
+    pub ttl: u64,
+}
+
+/// `REDLOCK.FENCE key owner [token]`
+#[derive(Debug, PartialEq, Eq)]
+pub struct Fence<'a> {
+    /// The owner id.
+    pub owner: &'a [u8],
+    /// Raise the counter to at least this.
+    pub token: Option<u64>,
+}
+
+/// `REDLOCK.APPLY key counter expiry-unix-ms [owner]` (internal)
+#[derive(Debug, PartialEq, Eq)]
+pub struct Apply<'a> {
+    /// The resulting counter.
+    pub counter: u64,
+    /// Absolute wall-clock end of the lease, 0 when free.
+    pub expiry: u64,
+    /// The holder, empty when free.
+    pub owner: &'a [u8],
+}
+
+/// Parses ACQUIRE's arguments (`args[0]` is the command name, `args[1]` the key).
+pub fn acquire<'a>(args: &[&'a [u8]], max_ttl: i64) -> Result<Acquire<'a>, CommandError> {
+    const NAME: &str = "redlock.acquire";
+    if args.len() != 4 && args.len() != 6 {
+        if args.len() == 5 && args[4].eq_ignore_ascii_case(b"FLOOR") {
+            return Err(CommandError::Syntax {
+                expected: "a value after FLOOR",
+                position: 5,
+            });
+        }
+        return Err(CommandError::WrongArity(NAME));
+    }
+    let owner = owner(args[2])?;
+    let ttl = ttl(args[3], max_ttl)?;
+    let floor = match args.get(4..6) {
+        Some([keyword, value]) => {
+            if !keyword.eq_ignore_ascii_case(b"FLOOR") {
+                return Err(CommandError::Syntax {
+                    expected: "FLOOR",
+                    position: 4,
+                });
+            }
+            token_value("FLOOR", value)?
+        }
+        _ => 0,
+    };
+    Ok(Acquire { owner, ttl, floor })
+}
+
+/// Parses RELEASE's arguments.
+pub fn release<'a>(args: &[&'a [u8]]) -> Result<Release<'a>, CommandError> {
+    match args {
+        [_, _, o] => Ok(Release { owner: owner(o)? }),
+        _ => Err(CommandError::WrongArity("redlock.release")),
+    }
+}
+
+/// Parses EXTEND's arguments.
+pub fn extend<'a>(args: &[&'a [u8]], max_ttl: i64) -> Result<Extend<'a>, CommandError> {
+    match args {
+        [_, _, o, t] => Ok(Extend {
+            owner: owner(o)?,
+            ttl: ttl(t, max_ttl)?,
+        }),
+        _ => Err(CommandError::WrongArity("redlock.extend")),
+    }
+}
+
+/// Parses FENCE's arguments.
+pub fn fence<'a>(args: &[&'a [u8]]) -> Result<Fence<'a>, CommandError> {
+    match args {
+        [_, _, o] => Ok(Fence {
+            owner: owner(o)?,
+            token: None,
+        }),
+        [_, _, o, t] => Ok(Fence {
+            owner: owner(o)?,
+            token: Some(token_value("token", t)?),
+        }),
+        _ => Err(CommandError::WrongArity("redlock.fence")),
+    }
+}
+
+/// Checks INSPECT's arity.
+pub fn inspect(args: &[&[u8]]) -> Result<(), CommandError> {
+    match args {
+        [_, _] => Ok(()),
+        _ => Err(CommandError::WrongArity("redlock.inspect")),
+    }
+}
+
+/// Parses APPLY's arguments.
+pub fn apply<'a>(args: &[&'a [u8]]) -> Result<Apply<'a>, CommandError> {
+    let (counter, expiry, owner_bytes): (&[u8], &[u8], &[u8]) = match args {
+        [_, _, c, e] => (c, e, b""),
+        [_, _, c, e, o] => (c, e, owner(o)?),
+        _ => return Err(CommandError::WrongArity("redlock.apply")),
+    };
+    Ok(Apply {
+        counter: token_value("counter", counter)?,
+        expiry: bounded("expiry", expiry, 0, i64::MAX)? as u64,
+        owner: owner_bytes,
+    })
+}
+
+fn owner(bytes: &[u8]) -> Result<&[u8], CommandError> {
+    if bytes.is_empty() || bytes.len() > MAX_OWNER_LEN {
+        return Err(CommandError::OwnerLength(bytes.len()));
+    }
+    Ok(bytes)
+}
+
+fn ttl(bytes: &[u8], max_ttl: i64) -> Result<u64, CommandError> {
+    match integer("ttl-ms", bytes)? {
+        Some(ttl) if ttl > max_ttl => Err(CommandError::TtlAboveMax { ttl, max: max_ttl }),
+        Some(ttl) if ttl >= 1 => Ok(ttl as u64),
+        _ => Err(CommandError::OutOfRange {
+            name: "ttl-ms",
+            min: 1,
+            max: max_ttl,
+        }),
+    }
+}
+
+fn token_value(name: &'static str, bytes: &[u8]) -> Result<u64, CommandError> {
+    Ok(bounded(name, bytes, 0, MAX_TOKEN as i64)? as u64)
+}
+
+/// A decimal integer in `min..=max`.
+fn bounded(name: &'static str, bytes: &[u8], min: i64, max: i64) -> Result<i64, CommandError> {
+    match integer(name, bytes)? {
+        Some(value) if (min..=max).contains(&value) => Ok(value),
+        _ => Err(CommandError::OutOfRange { name, min, max }),
+    }
+}
+
+/// A decimal integer: digits only with an optional leading `-`, as Redis
+/// itself reads integers. `Ok(None)` when it does not fit in an i64.
+fn integer(name: &'static str, bytes: &[u8]) -> Result<Option<i64>, CommandError> {
+    let digits = bytes.strip_prefix(b"-").unwrap_or(bytes);
+    if digits.is_empty() || !digits.iter().all(u8::is_ascii_digit) {
+        return Err(CommandError::NotAnInteger(name));
+    }
+    let text = std::str::from_utf8(bytes).map_err(|_| CommandError::NotAnInteger(name))?;
+    Ok(text.parse().ok())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MAX: i64 = 60_000;
+
+    fn acq(args: &[&str]) -> Result<Acquire<'static>, CommandError> {
+        let owned: Vec<&'static [u8]> = args
+            .iter()
+            .map(|a| &*Box::leak(a.as_bytes().to_vec().into_boxed_slice()))
+            .collect();
+        acquire(&owned, MAX)
+    }
+
+    #[test]
+    fn acquire_accepts_valid_forms() {
+        assert_eq!(
+            acq(&["redlock.acquire", "k", "me", "100"]),
+            Ok(Acquire {
+                owner: b"me",
+                ttl: 100,
+                floor: 0
+            })
+        );
+        assert_eq!(
+            acq(&["redlock.acquire", "k", "me", "100", "floor", "9223372036854775807"])
+                .map(|a| a.floor),
+            Ok(9_223_372_036_854_775_807)
+        );
+    }
+
+    #[test]
+    fn acquire_rejects_bad_input_with_named_errors() {
+        let cases: &[(&[&str], &str)] = &[
+            (&["a", "k", "me"], "wrong number of arguments"),
+            (&["a", "k", "me", "1", "FLOOR", "1", "x"], "wrong number of arguments"),
+            (&["a", "k", "me", "1", "FLOOR"], "a value after FLOOR"),
+            (&["a", "k", "me", "1", "CEIL", "5"], "expected FLOOR"),
+            (&["a", "k", "me", "abc"], "invalid ttl-ms: not an integer"),
+            (&["a", "k", "me", "+5"], "invalid ttl-ms: not an integer"),
+            (&["a", "k", "me", "1.5"], "invalid ttl-ms: not an integer"),
+            (&["a", "k", "me", "0"], "invalid ttl-ms: must be between 1 and 60000"),
+            (&["a", "k", "me", "-5"], "invalid ttl-ms: must be between 1"),
+            (&["a", "k", "me", "60001"], "above redlock.max-ttl-ms (60000)"),
+            (&["a", "k", "me", "99999999999999999999"], "invalid ttl-ms: must be between"),
+            (&["a", "k", "", "5"], "invalid owner: must be 1 to 256 bytes, got 0"),
+            (&["a", "k", "me", "5", "FLOOR", "9223372036854775808"], "invalid FLOOR: must be between 0 and 9223372036854775807"),
+            (&["a", "k", "me", "5", "FLOOR", "-1"], "invalid FLOOR"),
+            (&["a", "k", "me", "5", "FLOOR", "x"], "invalid FLOOR: not an integer"),
+        ];
+        for (args, expected) in cases {
+            let err = acq(args).expect_err("must be refused").to_string();
+            assert!(err.starts_with("ERR "), "{err}");
+            assert!(err.contains(expected), "{args:?}: {err}");
+        }
+        let long = "x".repeat(257);
+        let err = acq(&["a", "k", &long, "5"]).unwrap_err().to_string();
+        assert!(err.contains("got 257 bytes"), "{err}");
+        assert!(acq(&["a", "k", &"x".repeat(256), "5"]).is_ok());
+    }
+
+    #[test]
+    fn other_commands_check_arity_and_values() {
+        assert!(release(&[b"r", b"k"]).is_err());
+        assert!(release(&[b"r", b"k", b"o", b"x"]).is_err());
+        assert_eq!(release(&[b"r", b"k", b"o"]).unwrap().owner, b"o");
+        assert!(extend(&[b"e", b"k", b"o", b"0"], MAX).is_err());
+        assert_eq!(extend(&[b"e", b"k", b"o", b"10"], MAX).unwrap().ttl, 10);
+        assert_eq!(fence(&[b"f", b"k", b"o"]).unwrap().token, None);
+        assert_eq!(fence(&[b"f", b"k", b"o", b"0"]).unwrap().token, Some(0));
+        assert!(fence(&[b"f", b"k", b"o", b"-1"]).is_err());
+        assert!(fence(&[b"f", b"k", b"o", b"1", b"2"]).is_err());
+        assert!(inspect(&[b"i", b"k", b"x"]).is_err());
+        assert!(inspect(&[b"i", b"k"]).is_ok());
+    }
+
+    #[test]
+    fn apply_parses_free_and_held_states() {
+        assert_eq!(
+            apply(&[b"a", b"k", b"5", b"0"]),
+            Ok(Apply {
+                counter: 5,
+                expiry: 0,
+                owner: b""
+            })
+        );
+        assert_eq!(
+            apply(&[b"a", b"k", b"5", b"1700000000000", b"me"]).unwrap().owner,
+            b"me"
+        );
+        assert!(apply(&[b"a", b"k", b"x", b"0"]).is_err());
+    }
+}

@@ -1,0 +1,115 @@
+//! The node's two clocks and the conversion between them.
+//!
+//! Leases run on the monotonic clock, so a jump of the wall clock neither
+//! shortens nor lengthens one. Persisted and replicated state carries the
+//! absolute wall-clock expiry instead (a monotonic reading means nothing to
+//! another process), converted on the way out and back in:
+//!
+//! ```text
+//! save:  expiry_wall = wall_now + (deadline_mono - mono_now)
+//! load:  deadline_mono = mono_now + (expiry_wall - wall_now)
+//! ```
+//!
+//! Within one process the round trip is exact up to the 1 ms resolution: the
+//! wall clock may jump between save and load of the same process (`DEBUG
+//! RELOAD`), but the same jump is in both readings and cancels out. Across a
+//! restart or between master and replica, the lease keeps its wall-clock end,
+//! as good as the two clocks agree.
+
+use std::sync::OnceLock;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use crate::lock::MonoMillis;
+
+/// Wall-clock time in milliseconds since the Unix epoch.
+pub type WallMillis = u64;
+
+static MONO_EPOCH: OnceLock<Instant> = OnceLock::new();
+
+/// Milliseconds on the monotonic clock since the module was first asked.
+pub fn mono_now() -> MonoMillis {
+    let epoch = *MONO_EPOCH.get_or_init(Instant::now);
+    // Starts at 1 so that 0 never reads as a live deadline.
+    epoch.elapsed().as_millis() as u64 + 1
+}
+
+/// Milliseconds since the Unix epoch on the node's wall clock (plus the
+/// test-only offset in builds with the `test-hooks` feature).
+pub fn wall_now() -> WallMillis {
+    let real = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0);
+    apply_offset(real)
+}
+
+#[cfg(feature = "test-hooks")]
+static WALL_OFFSET_MS: std::sync::atomic::AtomicI64 = std::sync::atomic::AtomicI64::new(0);
+
+/// Moves the wall clock seen by the module (test builds only).
+#[cfg(feature = "test-hooks")]
+pub fn set_wall_offset(offset_ms: i64) {
+    WALL_OFFSET_MS.store(offset_ms, std::sync::atomic::Ordering::Relaxed);
+}
+
+#[cfg(feature = "test-hooks")]
+fn apply_offset(real: WallMillis) -> WallMillis {
+    let offset = WALL_OFFSET_MS.load(std::sync::atomic::Ordering::Relaxed);
+    real.saturating_add_signed(offset)
+}
+
+#[cfg(not(feature = "test-hooks"))]
+fn apply_offset(real: WallMillis) -> WallMillis {
+    real
+}
+
+/// Wall-clock expiry of a monotonic deadline; 0 when it has passed.
+pub fn to_wall(deadline: MonoMillis, mono: MonoMillis, wall: WallMillis) -> WallMillis {
+    if deadline <= mono {
+        return 0;
+    }
+    wall.saturating_add(deadline - mono)
+}
+
+/// Monotonic deadline of a wall-clock expiry; `None` when it has passed.
+pub fn to_mono(expiry: WallMillis, mono: MonoMillis, wall: WallMillis) -> Option<MonoMillis> {
+    if expiry <= wall {
+        return None;
+    }
+    Some(mono.saturating_add(expiry - wall))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trip_in_one_process_survives_a_wall_jump() {
+        let (mono, wall) = (5_000, 1_700_000_000_000);
+        let deadline = mono + 30_000;
+        let jumped = wall + 3_600_000;
+        let expiry = to_wall(deadline, mono, jumped);
+        assert_eq!(to_mono(expiry, mono, jumped), Some(deadline));
+    }
+
+    #[test]
+    fn passed_deadlines_are_not_revived() {
+        assert_eq!(to_wall(10, 10, 1_000), 0);
+        assert_eq!(to_mono(1_000, 10, 1_000), None);
+        assert_eq!(to_mono(0, 10, 1_000), None);
+    }
+
+    #[test]
+    fn load_time_rebases_on_the_loading_clock() {
+        // Saved at wall 1000 with 500 ms left; loaded 200 ms later in a
+        // process whose monotonic clock reads 7: 300 ms are left.
+        let expiry = to_wall(600, 100, 1_000);
+        assert_eq!(expiry, 1_500);
+        assert_eq!(to_mono(expiry, 7, 1_200), Some(307));
+    }
+
+    #[test]
+    fn monotonic_clock_never_reads_zero() {
+        assert!(mono_now() >= 1);
+    }
+}

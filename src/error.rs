@@ -1,0 +1,70 @@
+//! Every way a command can be refused, with the exact error reply it becomes.
+//!
+//! The `Display` text is the whole Redis error reply: its first word is the
+//! error code (`ERR`, `WRONGTYPE`, `GRACE`). Replies are written from this type
+//! in one place, [`crate::ffi`].
+
+use thiserror::Error;
+
+/// A refused command. Nothing was changed.
+#[derive(Debug, Error, Clone, PartialEq, Eq)]
+pub enum CommandError {
+    /// Too few or too many arguments.
+    #[error("ERR wrong number of arguments for '{0}' command")]
+    WrongArity(&'static str),
+    /// An argument that must be an integer is not one.
+    #[error("ERR invalid {0}: not an integer")]
+    NotAnInteger(&'static str),
+    /// An integer outside its range.
+    #[error("ERR invalid {name}: must be between {min} and {max}")]
+    OutOfRange {
+        /// The argument's name.
+        name: &'static str,
+        /// Smallest accepted value.
+        min: i64,
+        /// Largest accepted value.
+        max: i64,
+    },
+    /// A TTL above the configured maximum.
+    #[error("ERR invalid ttl-ms: {ttl} is above redlock.max-ttl-ms ({max})")]
+    TtlAboveMax {
+        /// The TTL asked for.
+        ttl: i64,
+        /// The configured maximum.
+        max: i64,
+    },
+    /// An owner id that is empty or longer than 256 bytes.
+    #[error("ERR invalid owner: must be 1 to 256 bytes, got {0} bytes")]
+    OwnerLength(usize),
+    /// An option keyword that is not known here.
+    #[error("ERR syntax error: expected {expected} at argument {position}")]
+    Syntax {
+        /// What was expected there.
+        expected: &'static str,
+        /// 1-based position after the command name.
+        position: usize,
+    },
+    /// The key holds a value of another type.
+    #[error("WRONGTYPE Operation against a key holding the wrong kind of value")]
+    WrongType,
+    /// The counter would pass i64::MAX.
+    #[error("ERR fencing counter exhausted for this key (it reached 9223372036854775807)")]
+    CounterExhausted,
+    /// The restart guard refuses new locks for a while after the module loads.
+    #[error("GRACE node restarted {elapsed_ms} ms ago: new locks are refused for {remaining_ms} more ms (redlock.restart-grace-ms)")]
+    Grace {
+        /// Milliseconds since the module loaded.
+        elapsed_ms: u64,
+        /// Milliseconds until ACQUIRE is accepted.
+        remaining_ms: u64,
+    },
+    /// A user called the internal replication command.
+    #[error("ERR REDLOCK.APPLY is internal: it only runs from a master's replication stream or while loading the AOF")]
+    InternalOnly,
+    /// A test hook was called with an unknown subcommand.
+    #[error("ERR unknown test hook: {0}")]
+    UnknownHook(String),
+    /// A bug caught at the handler boundary.
+    #[error("ERR redlock internal error in {0}: the command was aborted; please report it")]
+    Internal(&'static str),
+}

@@ -1,0 +1,227 @@
+//! The boundary with Redis: command registration, the panic guard, argument
+//! decoding, reply writing and effect replication.
+
+use std::ffi::CStr;
+use std::os::raw::{c_char, c_int, c_longlong};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+use redis_module::{raw, Context};
+use smallvec::SmallVec;
+
+use crate::error::CommandError;
+use crate::lock::Inspection;
+
+/// What a command answers.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Reply {
+    /// An integer.
+    Integer(u64),
+    /// A RESP nil.
+    Nil,
+    /// `OK`.
+    Ok,
+    /// INSPECT's map (a flat array for RESP2 clients).
+    Inspect(Inspection),
+}
+
+/// One command invocation: the context, the argument bytes and the raw key name.
+pub struct Call<'a> {
+    /// The command's context.
+    pub ctx: Context,
+    /// Every argument, the command name first.
+    pub args: SmallVec<[&'a [u8]; 8]>,
+    argv: *mut *mut raw::RedisModuleString,
+}
+
+impl Call<'_> {
+    /// The raw key name (the first argument after the command name).
+    pub fn key(&self) -> Option<*mut raw::RedisModuleString> {
+        if self.args.len() < 2 || self.argv.is_null() {
+            return None;
+        }
+        // SAFETY: argv has at least args.len() entries.
+        Some(unsafe { *self.argv.add(1) })
+    }
+
+    /// The raw context pointer.
+    pub fn raw(&self) -> *mut raw::RedisModuleCtx {
+        self.ctx.ctx
+    }
+}
+
+/// A command handler.
+pub type Handler = fn(&Call) -> Result<Reply, CommandError>;
+
+/// Runs `handler` for one invocation: a panic becomes an `ERR` reply instead
+/// of taking the server down, and every error is written by [`write_reply`].
+pub fn dispatch(
+    ctx: *mut raw::RedisModuleCtx,
+    argv: *mut *mut raw::RedisModuleString,
+    argc: c_int,
+    name: &'static str,
+    handler: Handler,
+) -> c_int {
+    let outcome = catch_unwind(AssertUnwindSafe(|| {
+        let call = Call {
+            ctx: Context::new(ctx),
+            args: decode_args(argv, argc),
+            argv,
+        };
+        handler(&call)
+    }));
+    let reply = outcome.unwrap_or(Err(CommandError::Internal(name)));
+    write_reply(ctx, reply);
+    raw::REDISMODULE_OK as c_int
+}
+
+fn decode_args<'a>(
+    argv: *mut *mut raw::RedisModuleString,
+    argc: c_int,
+) -> SmallVec<[&'a [u8]; 8]> {
+    let mut args = SmallVec::new();
+    if argv.is_null() || argc <= 0 {
+        return args;
+    }
+    let Some(ptr_len) = (unsafe { raw::RedisModule_StringPtrLen }) else {
+        return args;
+    };
+    for i in 0..argc as usize {
+        let mut len = 0usize;
+        // SAFETY: Redis passes argc valid strings that outlive the call.
+        let bytes = unsafe {
+            let p = ptr_len(*argv.add(i), &mut len);
+            if p.is_null() {
+                &[][..]
+            } else {
+                std::slice::from_raw_parts(p.cast::<u8>(), len)
+            }
+        };
+        args.push(bytes);
+    }
+    args
+}
+
+fn write_reply(ctx: *mut raw::RedisModuleCtx, reply: Result<Reply, CommandError>) {
+    match reply {
+        Ok(Reply::Integer(n)) => {
+            raw::reply_with_long_long(ctx, n as c_longlong);
+        }
+        Ok(Reply::Nil) => {
+            raw::reply_with_null(ctx);
+        }
+        Ok(Reply::Ok) => {
+            raw::reply_with_simple_string(ctx, c"OK".as_ptr());
+        }
+        Ok(Reply::Inspect(i)) => {
+            // A map for RESP3 clients; Redis flattens it to an array for RESP2.
+            raw::reply_with_map(ctx, 3);
+            reply_field(ctx, c"held", i64::from(i.held));
+            reply_field(
+                ctx,
+                c"pttl",
+                i.pttl.map_or(-1, |ms| ms.min(i64::MAX as u64) as i64),
+            );
+            reply_field(ctx, c"token", i.token as i64);
+        }
+        Err(error) => {
+            let text = error.to_string().replace(['\r', '\n', '\0'], " ");
+            let text = std::ffi::CString::new(text).unwrap_or_default();
+            raw::reply_with_error(ctx, text.as_ptr());
+        }
+    }
+}
+
+fn reply_field(ctx: *mut raw::RedisModuleCtx, name: &CStr, value: i64) {
+    raw::reply_with_string_buffer(ctx, name.as_ptr(), name.to_bytes().len());
+    raw::reply_with_long_long(ctx, value);
+}
+
+/// Carries the resulting state of a key to replicas and the AOF as
+/// `REDLOCK.APPLY key counter expiry [owner]`.
+pub fn replicate_apply(call: &Call, counter: u64, expiry: u64, owner: &[u8]) {
+    let (Some(key), Some(replicate)) = (call.key(), unsafe { raw::RedisModule_Replicate }) else {
+        return;
+    };
+    let cmd: *const c_char = c"REDLOCK.APPLY".as_ptr();
+    // SAFETY: the format string matches the arguments that follow it.
+    unsafe {
+        if owner.is_empty() {
+            replicate(
+                call.raw(),
+                cmd,
+                c"sll".as_ptr(),
+                key,
+                counter as c_longlong,
+                expiry as c_longlong,
+            );
+        } else {
+            replicate(
+                call.raw(),
+                cmd,
+                c"sllb".as_ptr(),
+                key,
+                counter as c_longlong,
+                expiry as c_longlong,
+                owner.as_ptr(),
+                owner.len(),
+            );
+        }
+    }
+}
+
+/// Replicates the current command as it was received.
+pub fn replicate_verbatim(call: &Call) {
+    raw::replicate_verbatim(call.raw());
+}
+
+/// Declares an `extern "C"` command entry point that runs a handler through
+/// [`dispatch`].
+#[macro_export]
+macro_rules! command_entry {
+    ($entry:ident, $name:literal, $handler:path) => {
+        extern "C" fn $entry(
+            ctx: *mut redis_module::raw::RedisModuleCtx,
+            argv: *mut *mut redis_module::raw::RedisModuleString,
+            argc: std::os::raw::c_int,
+        ) -> std::os::raw::c_int {
+            $crate::ffi::dispatch(ctx, argv, argc, $name, $handler)
+        }
+    };
+}
+
+/// The signature Redis calls a command with.
+pub type CommandFn = extern "C" fn(
+    *mut raw::RedisModuleCtx,
+    *mut *mut raw::RedisModuleString,
+    c_int,
+) -> c_int;
+
+/// Registers one command with the key position `(first, last, step)`.
+pub fn register(
+    ctx: &Context,
+    name: &CStr,
+    entry: CommandFn,
+    flags: &CStr,
+    keys: (c_int, c_int, c_int),
+) -> Result<(), String> {
+    let Some(create) = (unsafe { raw::RedisModule_CreateCommand }) else {
+        return Err("RedisModule_CreateCommand is not available".into());
+    };
+    // SAFETY: called from OnLoad with a valid context; the strings are static.
+    let status = unsafe {
+        create(
+            ctx.ctx,
+            name.as_ptr(),
+            Some(entry),
+            flags.as_ptr(),
+            keys.0,
+            keys.1,
+            keys.2,
+        )
+    };
+    if status == raw::REDISMODULE_OK as c_int {
+        Ok(())
+    } else {
+        Err(format!("could not register {}", name.to_string_lossy()))
+    }
+}

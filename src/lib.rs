@@ -1,0 +1,104 @@
+//! redlock: a Redis module with atomic lock commands and per-key fencing
+//! tokens. See the README for the protocol.
+//!
+//! Layout: [`lock`] is the pure state machine (time passed in), [`args`]
+//! parses arguments, [`commands`] runs the handlers, [`datatype`] holds the
+//! `redlockfn` type callbacks, [`config`] the configuration, restart guard
+//! and `INFO`, [`ffi`] the boundary with Redis.
+
+pub mod args;
+pub mod clock;
+pub mod commands;
+pub mod config;
+pub mod datatype;
+pub mod error;
+pub mod ffi;
+pub mod lock;
+pub mod store;
+
+use redis_module::configuration::ConfigurationFlags;
+use redis_module::{redis_module, Context, ModuleOptions, RedisString, Status};
+
+use crate::config::{
+    GRACE_FOLLOWS_MAX_TTL, MAX_TTL_DEFAULT, MAX_TTL_LIMIT, MAX_TTL_MS, RESTART_GRACE_MS,
+};
+use crate::datatype::LOCK_TYPE;
+
+command_entry!(acquire_entry, "REDLOCK.ACQUIRE", commands::acquire);
+command_entry!(release_entry, "REDLOCK.RELEASE", commands::release);
+command_entry!(extend_entry, "REDLOCK.EXTEND", commands::extend);
+command_entry!(fence_entry, "REDLOCK.FENCE", commands::fence);
+command_entry!(inspect_entry, "REDLOCK.INSPECT", commands::inspect);
+command_entry!(apply_entry, "REDLOCK.APPLY", commands::apply);
+#[cfg(feature = "test-hooks")]
+command_entry!(test_hook_entry, "REDLOCK.TESTHOOK", commands::test_hook);
+
+fn init(ctx: &Context, _args: &[RedisString]) -> Status {
+    ctx.set_module_options(ModuleOptions::HANDLE_IO_ERRORS);
+    let one_key = (1, 1, 1);
+    let table: &[(&std::ffi::CStr, ffi::CommandFn, &std::ffi::CStr)] = &[
+        (c"REDLOCK.ACQUIRE", acquire_entry, c"write deny-oom fast"),
+        (c"REDLOCK.RELEASE", release_entry, c"write fast"),
+        (c"REDLOCK.EXTEND", extend_entry, c"write fast"),
+        (c"REDLOCK.FENCE", fence_entry, c"write fast"),
+        (c"REDLOCK.INSPECT", inspect_entry, c"readonly fast"),
+        (c"REDLOCK.APPLY", apply_entry, c"write fast"),
+    ];
+    for (name, entry, flags) in table {
+        if let Err(e) = ffi::register(ctx, name, *entry, flags, one_key) {
+            ctx.log_warning(&format!("redlock: {e}"));
+            return Status::Err;
+        }
+    }
+    #[cfg(feature = "test-hooks")]
+    if let Err(e) = ffi::register(
+        ctx,
+        c"REDLOCK.TESTHOOK",
+        test_hook_entry,
+        c"write",
+        (0, 0, 0),
+    ) {
+        ctx.log_warning(&format!("redlock: {e}"));
+        return Status::Err;
+    }
+    clock::mono_now();
+    config::mark_loaded();
+    redis_module::raw::register_info_function(ctx.ctx, Some(config::info));
+    config::subscribe_config_events(ctx);
+    config::check_eviction_policy(ctx);
+    ctx.log_notice(&format!(
+        "redlock: loaded (max-ttl-ms {}, restart grace {} ms)",
+        config::max_ttl(),
+        config::grace_window()
+    ));
+    Status::Ok
+}
+
+#[cfg(not(test))]
+type ModuleAllocator = redis_module::alloc::RedisAlloc;
+#[cfg(not(test))]
+const MODULE_ALLOCATOR: ModuleAllocator = redis_module::alloc::RedisAlloc;
+// The Redis allocator aborts outside Redis: unit tests use the system one.
+#[cfg(test)]
+type ModuleAllocator = std::alloc::System;
+#[cfg(test)]
+const MODULE_ALLOCATOR: ModuleAllocator = std::alloc::System;
+
+redis_module! {
+    name: "redlock",
+    version: 1,
+    allocator: (ModuleAllocator, MODULE_ALLOCATOR),
+    data_types: [LOCK_TYPE],
+    init: init,
+    commands: [],
+    configurations: [
+        i64: [
+            ["max-ttl-ms", &MAX_TTL_MS, MAX_TTL_DEFAULT, 1, MAX_TTL_LIMIT, ConfigurationFlags::DEFAULT, None],
+            ["restart-grace-ms", &RESTART_GRACE_MS, GRACE_FOLLOWS_MAX_TTL, -1, MAX_TTL_LIMIT, ConfigurationFlags::DEFAULT, None],
+        ],
+        string: [],
+        bool: [],
+        enum: [],
+        module_args_as_configuration: true,
+    ]
+}

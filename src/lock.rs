@@ -1,0 +1,424 @@
+//! The lock state machine, independent of Redis.
+//!
+//! Every operation takes the current time as a number of milliseconds on a
+//! monotonic clock (`now`). A lease is a deadline on that clock. The caller
+//! (the command layer) owns the clock; tests drive it by hand.
+//!
+//! Invariants kept by every method:
+//! - `counter` never decreases, and grows by at least 1 at every free → held
+//!   transition, so every grant carries a token no other grant of this key had;
+//! - at most one owner holds the lock at any instant;
+//! - a refused operation (error or no-op reply) leaves the state untouched.
+
+use smallvec::SmallVec;
+
+/// Largest token the counter may reach (tokens are RESP integers).
+pub const MAX_TOKEN: u64 = i64::MAX as u64;
+
+/// Longest accepted owner id, in bytes.
+pub const MAX_OWNER_LEN: usize = 256;
+
+/// Owner id bytes. Ids up to 40 bytes (a hyphenated UUID is 36) live inline,
+/// without a second allocation.
+pub type Owner = SmallVec<[u8; 40]>;
+
+/// A point in time, in milliseconds on the node's monotonic clock.
+pub type MonoMillis = u64;
+
+/// The state of one lock name: the fencing counter and the current lease.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct LockState {
+    counter: u64,
+    /// Empty when nobody holds or held the lease since the last release.
+    owner: Owner,
+    /// Monotonic deadline of the lease; meaningful only when `owner` is set.
+    deadline: MonoMillis,
+}
+
+/// What an ACQUIRE did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Acquired {
+    /// The lock was free: a new token was issued.
+    Granted {
+        /// The new token.
+        token: u64,
+        /// The lock was taken over from a lease that had run out unreleased.
+        took_over_expired: bool,
+    },
+    /// The caller already held the lock: the lease was renewed, same token.
+    Renewed {
+        /// The current token.
+        token: u64,
+    },
+    /// Another owner holds a live lease.
+    Busy,
+}
+
+/// A refused lock operation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LockError {
+    /// The counter would pass [`MAX_TOKEN`].
+    CounterExhausted,
+}
+
+/// What INSPECT shows: never the owner.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Inspection {
+    /// A live lease exists.
+    pub held: bool,
+    /// Milliseconds left on the lease, `None` when not held.
+    pub pttl: Option<u64>,
+    /// The fencing counter.
+    pub token: u64,
+}
+
+impl LockState {
+    /// Rebuilds a state from its parts (loading, replication). An empty owner
+    /// means free; `deadline` is ignored then.
+    pub fn from_parts(counter: u64, owner: &[u8], deadline: MonoMillis) -> Self {
+        if owner.is_empty() {
+            return Self {
+                counter,
+                owner: Owner::new(),
+                deadline: 0,
+            };
+        }
+        Self {
+            counter,
+            owner: Owner::from_slice(owner),
+            deadline,
+        }
+    }
+
+    /// The fencing counter: the highest token issued or fenced in.
+    pub fn counter(&self) -> u64 {
+        self.counter
+    }
+
+    /// The holder, when a lease is live at `now`.
+    pub fn holder(&self, now: MonoMillis) -> Option<&[u8]> {
+        self.is_held(now).then_some(self.owner.as_slice())
+    }
+
+    /// The lease deadline, when a lease is live at `now`.
+    pub fn live_deadline(&self, now: MonoMillis) -> Option<MonoMillis> {
+        self.is_held(now).then_some(self.deadline)
+    }
+
+    /// A live lease exists at `now`.
+    pub fn is_held(&self, now: MonoMillis) -> bool {
+        !self.owner.is_empty() && now < self.deadline
+    }
+
+    fn is_held_by(&self, owner: &[u8], now: MonoMillis) -> bool {
+        self.is_held(now) && self.owner.as_slice() == owner
+    }
+
+    /// Bytes this state owns on the heap, beyond `size_of::<LockState>()`.
+    pub fn heap_size(&self) -> usize {
+        if self.owner.spilled() {
+            self.owner.capacity()
+        } else {
+            0
+        }
+    }
+
+    /// ACQUIRE: take a free lock with a new token `max(counter + 1, floor)`,
+    /// renew the caller's own live lease (same token, `counter = max(counter, floor)`),
+    /// or report [`Acquired::Busy`].
+    pub fn acquire(
+        &mut self,
+        owner: &[u8],
+        ttl: u64,
+        floor: u64,
+        now: MonoMillis,
+    ) -> Result<Acquired, LockError> {
+        let deadline = now.saturating_add(ttl);
+        if self.is_held_by(owner, now) {
+            self.counter = self.counter.max(floor.min(MAX_TOKEN));
+            self.deadline = deadline;
+            return Ok(Acquired::Renewed {
+                token: self.counter,
+            });
+        }
+        if self.is_held(now) {
+            return Ok(Acquired::Busy);
+        }
+        if self.counter >= MAX_TOKEN {
+            return Err(LockError::CounterExhausted);
+        }
+        let took_over_expired = !self.owner.is_empty();
+        self.counter = (self.counter + 1).max(floor.min(MAX_TOKEN));
+        self.owner = Owner::from_slice(owner);
+        self.deadline = deadline;
+        Ok(Acquired::Granted {
+            token: self.counter,
+            took_over_expired,
+        })
+    }
+
+    /// RELEASE: free the lock when `owner` holds the live lease. The counter stays.
+    pub fn release(&mut self, owner: &[u8], now: MonoMillis) -> bool {
+        if !self.is_held_by(owner, now) {
+            return false;
+        }
+        self.owner = Owner::new();
+        self.deadline = 0;
+        true
+    }
+
+    /// EXTEND: the holder's lease becomes `ttl` from `now`. An expired lease
+    /// is never revived.
+    pub fn extend(&mut self, owner: &[u8], ttl: u64, now: MonoMillis) -> bool {
+        if !self.is_held_by(owner, now) {
+            return false;
+        }
+        self.deadline = now.saturating_add(ttl);
+        true
+    }
+
+    /// FENCE: while `owner` holds the live lease, raise the counter to `token`
+    /// (never lower it) and return the counter; `None` for anyone else.
+    pub fn fence(&mut self, owner: &[u8], token: Option<u64>, now: MonoMillis) -> Option<u64> {
+        if !self.is_held_by(owner, now) {
+            return None;
+        }
+        if let Some(token) = token {
+            self.counter = self.counter.max(token.min(MAX_TOKEN));
+        }
+        Some(self.counter)
+    }
+
+    /// INSPECT: held, time left and counter; never the owner.
+    pub fn inspect(&self, now: MonoMillis) -> Inspection {
+        let held = self.is_held(now);
+        Inspection {
+            held,
+            pttl: held.then(|| self.deadline - now),
+            token: self.counter,
+        }
+    }
+
+    /// The same lock with an expired lease dropped: what gets persisted.
+    pub fn settled(&self, now: MonoMillis) -> Self {
+        if self.is_held(now) {
+            self.clone()
+        } else {
+            Self::from_parts(self.counter, &[], 0)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn granted(token: u64) -> Result<Acquired, LockError> {
+        Ok(Acquired::Granted {
+            token,
+            took_over_expired: false,
+        })
+    }
+
+    #[test]
+    fn tokens_increase_across_holders() {
+        let mut s = LockState::default();
+        assert_eq!(s.acquire(b"a", 100, 0, 0), granted(1));
+        assert!(s.release(b"a", 10));
+        assert_eq!(s.acquire(b"b", 100, 0, 20), granted(2));
+        assert_eq!(s.counter(), 2);
+    }
+
+    #[test]
+    fn same_owner_reacquire_renews_without_new_token() {
+        let mut s = LockState::default();
+        assert_eq!(s.acquire(b"a", 100, 0, 0), granted(1));
+        assert_eq!(
+            s.acquire(b"a", 500, 0, 50),
+            Ok(Acquired::Renewed { token: 1 })
+        );
+        assert_eq!(s.inspect(60).pttl, Some(490));
+        assert_eq!(
+            s.acquire(b"a", 500, 7, 60),
+            Ok(Acquired::Renewed { token: 7 })
+        );
+    }
+
+    #[test]
+    fn floor_lifts_the_counter_and_next_grant_follows() {
+        let mut s = LockState::default();
+        assert_eq!(s.acquire(b"a", 100, 1000, 0), granted(1000));
+        assert!(s.release(b"a", 1));
+        assert_eq!(s.acquire(b"b", 100, 0, 2), granted(1001));
+        assert!(s.release(b"b", 3));
+        assert_eq!(s.acquire(b"c", 100, 5, 4), granted(1002));
+    }
+
+    #[test]
+    fn busy_while_another_owner_holds() {
+        let mut s = LockState::default();
+        assert_eq!(s.acquire(b"a", 100, 0, 0), granted(1));
+        let before = s.clone();
+        assert_eq!(s.acquire(b"b", 100, 0, 99), Ok(Acquired::Busy));
+        assert_eq!(s, before);
+        assert_eq!(
+            s.acquire(b"b", 100, 0, 100),
+            Ok(Acquired::Granted {
+                token: 2,
+                took_over_expired: true
+            })
+        );
+    }
+
+    #[test]
+    fn extend_keeps_and_never_revives() {
+        let mut s = LockState::default();
+        s.acquire(b"a", 100, 0, 0).unwrap();
+        assert!(s.extend(b"a", 100, 90));
+        assert!(s.is_held(150));
+        assert!(!s.extend(b"b", 100, 150));
+        assert!(!s.extend(b"a", 100, 190));
+        assert!(!s.is_held(190));
+        assert!(!s.release(b"a", 191));
+    }
+
+    #[test]
+    fn fence_only_for_holder_and_never_lowers() {
+        let mut s = LockState::default();
+        assert_eq!(s.fence(b"a", Some(10), 0), None);
+        s.acquire(b"a", 100, 0, 0).unwrap();
+        assert_eq!(s.fence(b"b", Some(10), 1), None);
+        assert_eq!(s.fence(b"a", Some(10), 1), Some(10));
+        assert_eq!(s.fence(b"a", Some(3), 1), Some(10));
+        assert_eq!(s.fence(b"a", None, 1), Some(10));
+        assert_eq!(s.fence(b"a", Some(11), 100), None);
+        assert_eq!(s.counter(), 10);
+    }
+
+    #[test]
+    fn counter_exhaustion_is_an_error_not_a_wrap() {
+        let mut s = LockState::default();
+        assert_eq!(s.acquire(b"a", 10, MAX_TOKEN, 0), granted(MAX_TOKEN));
+        assert!(s.release(b"a", 1));
+        let before = s.clone();
+        assert_eq!(
+            s.acquire(b"b", 10, 0, 2),
+            Err(LockError::CounterExhausted)
+        );
+        assert_eq!(s, before);
+    }
+
+    #[test]
+    fn inspect_reports_time_left() {
+        let mut s = LockState::default();
+        assert_eq!(
+            s.inspect(0),
+            Inspection {
+                held: false,
+                pttl: None,
+                token: 0
+            }
+        );
+        s.acquire(b"a", 100, 0, 10).unwrap();
+        assert_eq!(
+            s.inspect(40),
+            Inspection {
+                held: true,
+                pttl: Some(70),
+                token: 1
+            }
+        );
+        assert!(!s.inspect(110).held);
+    }
+
+    #[test]
+    fn settled_drops_expired_leases_only() {
+        let mut s = LockState::default();
+        s.acquire(b"a", 100, 0, 0).unwrap();
+        assert_eq!(s.settled(50), s);
+        assert_eq!(s.settled(100), LockState::from_parts(1, b"", 0));
+    }
+
+    #[derive(Clone, Debug)]
+    enum Op {
+        Acquire { owner: u8, ttl: u64, floor: u64 },
+        Release { owner: u8 },
+        Extend { owner: u8, ttl: u64 },
+        Fence { owner: u8, token: Option<u64> },
+        Advance { ms: u64 },
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        let owner = 0u8..4;
+        prop_oneof![
+            (owner.clone(), 1u64..200, prop_oneof![Just(0u64), 0u64..50])
+                .prop_map(|(owner, ttl, floor)| Op::Acquire { owner, ttl, floor }),
+            owner.clone().prop_map(|owner| Op::Release { owner }),
+            (owner.clone(), 1u64..200).prop_map(|(owner, ttl)| Op::Extend { owner, ttl }),
+            (owner, proptest::option::of(0u64..60))
+                .prop_map(|(owner, token)| Op::Fence { owner, token }),
+            (0u64..150).prop_map(|ms| Op::Advance { ms }),
+        ]
+    }
+
+    proptest! {
+        /// Random operations and clock advances: the counter never decreases,
+        /// every free → held transition issues a token above every earlier one,
+        /// and two owners never hold at once.
+        #[test]
+        fn counter_strictly_increases_and_holds_are_exclusive(ops in proptest::collection::vec(op(), 1..200)) {
+            let mut s = LockState::default();
+            let mut now: MonoMillis = 0;
+            let mut issued: Vec<u64> = Vec::new();
+            for op in ops {
+                let counter_before = s.counter();
+                let holder_before = s.holder(now).map(<[u8]>::to_vec);
+                match op {
+                    Op::Acquire { owner, ttl, floor } => {
+                        match s.acquire(&[owner], ttl, floor, now) {
+                            Ok(Acquired::Granted { token, .. }) => {
+                                prop_assert!(holder_before.is_none(), "granted while held");
+                                prop_assert!(issued.iter().all(|&t| t < token));
+                                prop_assert!(token > counter_before);
+                                issued.push(token);
+                            }
+                            Ok(Acquired::Renewed { token }) => {
+                                prop_assert_eq!(holder_before.as_deref(), Some(&[owner][..]));
+                                prop_assert!(token >= counter_before);
+                            }
+                            Ok(Acquired::Busy) => {
+                                prop_assert!(holder_before.is_some());
+                                prop_assert_ne!(holder_before.as_deref(), Some(&[owner][..]));
+                            }
+                            Err(e) => prop_assert!(false, "unexpected {:?}", e),
+                        }
+                    }
+                    Op::Release { owner } => {
+                        let released = s.release(&[owner], now);
+                        prop_assert_eq!(released, holder_before.as_deref() == Some(&[owner][..]));
+                        prop_assert!(!s.is_held(now) || !released);
+                    }
+                    Op::Extend { owner, ttl } => {
+                        let extended = s.extend(&[owner], ttl, now);
+                        prop_assert_eq!(extended, holder_before.as_deref() == Some(&[owner][..]));
+                        if !extended {
+                            prop_assert_eq!(s.holder(now).map(<[u8]>::to_vec), holder_before.clone());
+                        }
+                    }
+                    Op::Fence { owner, token } => {
+                        let reply = s.fence(&[owner], token, now);
+                        prop_assert_eq!(reply.is_some(), holder_before.as_deref() == Some(&[owner][..]));
+                    }
+                    Op::Advance { ms } => now += ms,
+                }
+                prop_assert!(s.counter() >= counter_before, "counter went down");
+                // Exclusivity: at any instant the state names at most one live holder,
+                // and a live holder only changes through a release or expiry.
+                if let (Some(before), Some(after)) = (holder_before.as_deref(), s.holder(now)) {
+                    prop_assert_eq!(before, after, "holder replaced while its lease was live");
+                }
+            }
+        }
+    }
+}

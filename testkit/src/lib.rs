@@ -1,0 +1,326 @@
+//! Test support for redlock: start real `redis-server` processes with the
+//! module loaded, on free loopback ports chosen at run time, and stop them by
+//! their own pid. Used by the module's, the client's and the safety tests.
+//!
+//! ```no_run
+//! use redlock_testkit::Node;
+//! let node = Node::builder().config("appendonly", "yes").start();
+//! let mut con = node.connection();
+//! let token: i64 = redis::cmd("REDLOCK.ACQUIRE").arg("k").arg("me").arg(1000)
+//!     .query(&mut con).unwrap();
+//! assert_eq!(token, 1);
+//! ```
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// How long a node may take to answer PING after it was started.
+pub const START_DEADLINE: Duration = Duration::from_secs(15);
+
+/// The workspace's top folder.
+pub fn workspace_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| PathBuf::from("."))
+}
+
+/// The module library the tests load: `REDLOCK_MODULE` when set, otherwise
+/// the test build (`--features test-hooks`) in `target/debug`.
+pub fn module_path() -> PathBuf {
+    if let Some(p) = std::env::var_os("REDLOCK_MODULE") {
+        return PathBuf::from(p);
+    }
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| workspace_dir().join("target"));
+    let path = target.join("debug").join("libredlock.so");
+    assert!(
+        path.exists(),
+        "{} is missing: build it with `cargo build -p redlock-module --features test-hooks` (make test does)",
+        path.display()
+    );
+    path
+}
+
+/// A port nobody listens on right now.
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("no free loopback port")
+}
+
+/// How to start a node.
+#[derive(Clone, Debug)]
+pub struct NodeBuilder {
+    module: Option<PathBuf>,
+    module_args: Vec<String>,
+    configs: Vec<(String, String)>,
+}
+
+impl NodeBuilder {
+    /// Adds a `--name value` server option (after the module is loaded, so
+    /// `redlock.*` configs work too).
+    pub fn config(mut self, name: &str, value: &str) -> Self {
+        self.configs.push((name.to_string(), value.to_string()));
+        self
+    }
+
+    /// Adds arguments to the `loadmodule` line.
+    pub fn module_arg(mut self, arg: &str) -> Self {
+        self.module_args.push(arg.to_string());
+        self
+    }
+
+    /// Starts a plain Redis without the module.
+    pub fn without_module(mut self) -> Self {
+        self.module = None;
+        self
+    }
+
+    /// Loads another module file.
+    pub fn module(mut self, path: PathBuf) -> Self {
+        self.module = Some(path);
+        self
+    }
+
+    /// Starts the node and waits until it answers PING.
+    pub fn start(self) -> Node {
+        let mut last_error = String::new();
+        for _ in 0..5 {
+            let dir = tempfile::Builder::new()
+                .prefix("redlock-node-")
+                .tempdir()
+                .expect("temp dir");
+            let mut node = Node {
+                port: free_port(),
+                dir,
+                child: None,
+                spec: self.clone(),
+            };
+            match node.spawn() {
+                Ok(()) => return node,
+                Err(e) => last_error = e,
+            }
+        }
+        panic!("could not start redis-server: {last_error}");
+    }
+}
+
+/// A running `redis-server` in its own temporary folder.
+pub struct Node {
+    port: u16,
+    dir: tempfile::TempDir,
+    child: Option<Child>,
+    spec: NodeBuilder,
+}
+
+impl Node {
+    /// A builder with the module, `--enable-debug-command yes`, no RDB
+    /// snapshots and the restart guard off (tests of the guard turn it on).
+    pub fn builder() -> NodeBuilder {
+        NodeBuilder {
+            module: Some(module_path()),
+            module_args: Vec::new(),
+            configs: vec![
+                ("enable-debug-command".into(), "yes".into()),
+                ("save".into(), "".into()),
+                ("redlock.restart-grace-ms".into(), "0".into()),
+            ],
+        }
+    }
+
+    /// Starts a node with the defaults of [`Node::builder`].
+    pub fn start() -> Node {
+        Self::builder().start()
+    }
+
+    fn spawn(&mut self) -> Result<(), String> {
+        let mut cmd = Command::new("redis-server");
+        cmd.current_dir(self.dir.path())
+            .arg("--port")
+            .arg(self.port.to_string())
+            .arg("--bind")
+            .arg("127.0.0.1")
+            .arg("--dir")
+            .arg(self.dir.path())
+            .arg("--logfile")
+            .arg(self.dir.path().join("redis.log"))
+            .arg("--daemonize")
+            .arg("no");
+        if let Some(module) = &self.spec.module {
+            cmd.arg("--loadmodule").arg(module);
+            cmd.args(&self.spec.module_args);
+        }
+        for (name, value) in &self.spec.configs {
+            cmd.arg(format!("--{name}")).arg(value);
+        }
+        cmd.stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        let child = cmd.spawn().map_err(|e| format!("redis-server: {e}"))?;
+        self.child = Some(child);
+        let deadline = Instant::now() + START_DEADLINE;
+        loop {
+            if let Some(Ok(Some(status))) = self.child.as_mut().map(|c| c.try_wait()) {
+                self.child = None;
+                return Err(format!("exited with {status}: {}", self.log_tail()));
+            }
+            if self.try_ping() {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                return Err(format!("no PING reply within {START_DEADLINE:?}"));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn try_ping(&self) -> bool {
+        let Ok(client) = redis::Client::open(self.url()) else {
+            return false;
+        };
+        let Ok(mut con) = client.get_connection_with_timeout(Duration::from_millis(200)) else {
+            return false;
+        };
+        // A loading server answers -LOADING; wait for a real PONG.
+        redis::cmd("PING").query::<String>(&mut con).is_ok()
+    }
+
+    /// The node's port.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// `redis://127.0.0.1:PORT`.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// The node's data folder.
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// The server's pid, while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    /// A new synchronous connection.
+    pub fn connection(&self) -> redis::Connection {
+        redis::Client::open(self.url())
+            .and_then(|c| c.get_connection_with_timeout(Duration::from_secs(5)))
+            .unwrap_or_else(|e| panic!("connect to {}: {e}", self.url()))
+    }
+
+    /// The end of the server log (for failure messages).
+    pub fn log_tail(&self) -> String {
+        let log = std::fs::read_to_string(self.dir.path().join("redis.log")).unwrap_or_default();
+        let lines: Vec<&str> = log.lines().collect();
+        lines[lines.len().saturating_sub(15)..].join("\n")
+    }
+
+    /// Stops the server with `SHUTDOWN NOSAVE` (falls back to SIGKILL).
+    pub fn stop(&mut self) {
+        let Some(mut child) = self.child.take() else {
+            return;
+        };
+        if let Ok(client) = redis::Client::open(self.url()) {
+            if let Ok(mut con) = client.get_connection_with_timeout(Duration::from_millis(500)) {
+                let _: redis::RedisResult<()> = redis::cmd("SHUTDOWN").arg("NOSAVE").query(&mut con);
+            }
+        }
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+
+    /// Kills the server with SIGKILL: no shutdown, no final save.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts the server again on the same port, folder and options.
+    pub fn restart(&mut self) {
+        if self.child.is_some() {
+            self.stop();
+        }
+        if let Err(e) = self.spawn() {
+            panic!("restart on port {}: {e}", self.port);
+        }
+    }
+
+    /// Like [`Node::restart`] with some options replaced or added.
+    pub fn restart_with(&mut self, configs: &[(&str, &str)]) {
+        for (name, value) in configs {
+            self.spec.configs.retain(|(n, _)| n != name);
+            self.spec.configs.push((name.to_string(), value.to_string()));
+        }
+        self.restart();
+    }
+
+    /// Freezes the process (SIGSTOP).
+    pub fn pause(&self) {
+        self.signal(libc::SIGSTOP);
+    }
+
+    /// Thaws the process (SIGCONT).
+    pub fn resume(&self) {
+        self.signal(libc::SIGCONT);
+    }
+
+    fn signal(&self, sig: libc::c_int) {
+        if let Some(pid) = self.pid() {
+            // SAFETY: plain kill(2) on our own child's pid.
+            unsafe {
+                libc::kill(pid as libc::pid_t, sig);
+            }
+        }
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            self.signal_pid(child.id(), libc::SIGCONT);
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+impl Node {
+    fn signal_pid(&self, pid: u32, sig: libc::c_int) {
+        // SAFETY: plain kill(2) on our own child's pid.
+        unsafe {
+            libc::kill(pid as libc::pid_t, sig);
+        }
+    }
+}
+
+/// Several nodes started in parallel.
+pub fn start_nodes(n: usize, builder: &NodeBuilder) -> Vec<Node> {
+    let handles: Vec<_> = (0..n)
+        .map(|_| {
+            let b = builder.clone();
+            std::thread::spawn(move || b.start())
+        })
+        .collect();
+    handles
+        .into_iter()
+        .map(|h| h.join().expect("node start thread"))
+        .collect()
+}
