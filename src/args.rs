@@ -203,8 +203,15 @@ mod tests {
             })
         );
         assert_eq!(
-            acq(&["redlock.acquire", "k", "me", "100", "floor", "9223372036854775807"])
-                .map(|a| a.floor),
+            acq(&[
+                "redlock.acquire",
+                "k",
+                "me",
+                "100",
+                "floor",
+                "9223372036854775807"
+            ])
+            .map(|a| a.floor),
             Ok(9_223_372_036_854_775_807)
         );
     }
@@ -213,20 +220,41 @@ mod tests {
     fn acquire_rejects_bad_input_with_named_errors() {
         let cases: &[(&[&str], &str)] = &[
             (&["a", "k", "me"], "wrong number of arguments"),
-            (&["a", "k", "me", "1", "FLOOR", "1", "x"], "wrong number of arguments"),
+            (
+                &["a", "k", "me", "1", "FLOOR", "1", "x"],
+                "wrong number of arguments",
+            ),
             (&["a", "k", "me", "1", "FLOOR"], "a value after FLOOR"),
             (&["a", "k", "me", "1", "CEIL", "5"], "expected FLOOR"),
             (&["a", "k", "me", "abc"], "invalid ttl-ms: not an integer"),
             (&["a", "k", "me", "+5"], "invalid ttl-ms: not an integer"),
             (&["a", "k", "me", "1.5"], "invalid ttl-ms: not an integer"),
-            (&["a", "k", "me", "0"], "invalid ttl-ms: must be between 1 and 60000"),
+            (
+                &["a", "k", "me", "0"],
+                "invalid ttl-ms: must be between 1 and 60000",
+            ),
             (&["a", "k", "me", "-5"], "invalid ttl-ms: must be between 1"),
-            (&["a", "k", "me", "60001"], "above redlock.max-ttl-ms (60000)"),
-            (&["a", "k", "me", "99999999999999999999"], "invalid ttl-ms: must be between"),
-            (&["a", "k", "", "5"], "invalid owner: must be 1 to 256 bytes, got 0"),
-            (&["a", "k", "me", "5", "FLOOR", "9223372036854775808"], "invalid FLOOR: must be between 0 and 9223372036854775807"),
+            (
+                &["a", "k", "me", "60001"],
+                "above redlock.max-ttl-ms (60000)",
+            ),
+            (
+                &["a", "k", "me", "99999999999999999999"],
+                "invalid ttl-ms: must be between",
+            ),
+            (
+                &["a", "k", "", "5"],
+                "invalid owner: must be 1 to 256 bytes, got 0",
+            ),
+            (
+                &["a", "k", "me", "5", "FLOOR", "9223372036854775808"],
+                "invalid FLOOR: must be between 0 and 9223372036854775807",
+            ),
             (&["a", "k", "me", "5", "FLOOR", "-1"], "invalid FLOOR"),
-            (&["a", "k", "me", "5", "FLOOR", "x"], "invalid FLOOR: not an integer"),
+            (
+                &["a", "k", "me", "5", "FLOOR", "x"],
+                "invalid FLOOR: not an integer",
+            ),
         ];
         for (args, expected) in cases {
             let err = acq(args).expect_err("must be refused").to_string();
@@ -265,7 +293,9 @@ mod tests {
             })
         );
         assert_eq!(
-            apply(&[b"a", b"k", b"5", b"1700000000000", b"me"]).unwrap().owner,
+            apply(&[b"a", b"k", b"5", b"1700000000000", b"me"])
+                .unwrap()
+                .owner,
             b"me"
         );
         assert!(apply(&[b"a", b"k", b"x", b"0"]).is_err());

@@ -145,7 +145,8 @@ pub fn apply(call: &Call) -> Result<Reply, CommandError> {
     Ok(Reply::Ok)
 }
 
-/// `REDLOCK.TESTHOOK WALLCLOCK-OFFSET ms | PANIC` (test builds only).
+/// `REDLOCK.TESTHOOK WALLCLOCK-OFFSET ms | SKIP-REPLICATION 0|1 | PANIC`
+/// (test builds only).
 #[cfg(feature = "test-hooks")]
 pub fn test_hook(call: &Call) -> Result<Reply, CommandError> {
     match call.args.get(1..).unwrap_or_default() {
@@ -155,6 +156,15 @@ pub fn test_hook(call: &Call) -> Result<Reply, CommandError> {
                 .parse()
                 .map_err(|_| CommandError::NotAnInteger("offset"))?;
             crate::clock::set_wall_offset(offset);
+            Ok(Reply::Ok)
+        }
+        [sub, flag] if sub.eq_ignore_ascii_case(b"SKIP-REPLICATION") => {
+            let on = match &flag[..] {
+                b"1" => true,
+                b"0" => false,
+                _ => return Err(CommandError::NotAnInteger("SKIP-REPLICATION flag (0 or 1)")),
+            };
+            ffi::SKIP_REPLICATION.store(on, std::sync::atomic::Ordering::Relaxed);
             Ok(Reply::Ok)
         }
         [sub] if sub.eq_ignore_ascii_case(b"PANIC") => {

@@ -64,6 +64,101 @@ pub mod stats {
     }
 }
 
+/// One numeric module config: name (without the `redlock.` prefix), value,
+/// default and range.
+struct NumericConfig {
+    name: &'static str,
+    value: &'static AtomicI64,
+    default: i64,
+    min: i64,
+    max: i64,
+}
+
+const CONFIGS: [NumericConfig; 2] = [
+    NumericConfig {
+        name: "max-ttl-ms",
+        value: &MAX_TTL_MS,
+        default: MAX_TTL_DEFAULT,
+        min: 1,
+        max: MAX_TTL_LIMIT,
+    },
+    NumericConfig {
+        name: "restart-grace-ms",
+        value: &RESTART_GRACE_MS,
+        default: GRACE_FOLLOWS_MAX_TTL,
+        min: GRACE_FOLLOWS_MAX_TTL,
+        max: MAX_TTL_LIMIT,
+    },
+];
+
+/// Reads `loadmodule` arguments (`max-ttl-ms 30000 restart-grace-ms 0`)
+/// into per-config defaults, refusing unknown names and bad values.
+pub fn parse_module_args(args: &[&[u8]]) -> Result<[i64; 2], String> {
+    let mut defaults = CONFIGS.map(|c| c.default);
+    let mut pairs = args.chunks(2);
+    for pair in &mut pairs {
+        let [name, value] = pair else {
+            return Err(format!(
+                "module argument '{}' has no value",
+                String::from_utf8_lossy(pair.first().copied().unwrap_or_default())
+            ));
+        };
+        let name = String::from_utf8_lossy(name);
+        let bare = name.strip_prefix("redlock.").unwrap_or(&name);
+        let Some(i) = CONFIGS
+            .iter()
+            .position(|c| c.name.eq_ignore_ascii_case(bare))
+        else {
+            return Err(format!(
+                "unknown module argument '{name}' (known: max-ttl-ms, restart-grace-ms)"
+            ));
+        };
+        let c = &CONFIGS[i];
+        let parsed = std::str::from_utf8(value)
+            .ok()
+            .and_then(|v| v.parse::<i64>().ok())
+            .filter(|v| (c.min..=c.max).contains(v));
+        let Some(v) = parsed else {
+            return Err(format!(
+                "module argument {} must be an integer between {} and {}, got '{}'",
+                c.name,
+                c.min,
+                c.max,
+                String::from_utf8_lossy(value)
+            ));
+        };
+        defaults[i] = v;
+    }
+    Ok(defaults)
+}
+
+/// Registers the module configs with the `loadmodule` arguments as their
+/// defaults, then lets Redis apply `redlock.*` lines from redis.conf and the
+/// command line, which take precedence. `CONFIG SET` range-checks them.
+pub fn register_configs(ctx: &Context, args: &[&[u8]]) -> Result<(), String> {
+    let defaults = parse_module_args(args)?;
+    for (c, default) in CONFIGS.iter().zip(defaults) {
+        c.value.store(default, Relaxed);
+        redis_module::configuration::register_i64_configuration(
+            ctx,
+            c.name,
+            c.value,
+            default,
+            c.min,
+            c.max,
+            redis_module::configuration::ConfigurationFlags::DEFAULT,
+            None,
+        );
+    }
+    // SAFETY: called from OnLoad with a valid context.
+    let loaded = unsafe { raw::RedisModule_LoadConfigs.map(|load| load(ctx.ctx)) };
+    match loaded {
+        Some(status) if status == raw::REDISMODULE_OK as c_int => Ok(()),
+        Some(_) => Err("a redlock.* config line has an invalid value".into()),
+        None => Err("this Redis has no module config API (Redis 7.0 or newer is required)".into()),
+    }
+}
+
 /// The current `redlock.max-ttl-ms`.
 pub fn max_ttl() -> i64 {
     MAX_TTL_MS.load(Relaxed)
@@ -83,10 +178,7 @@ pub fn grace_window() -> u64 {
     if configured >= 0 {
         return configured as u64;
     }
-    LOADED
-        .get()
-        .map_or(MAX_TTL_DEFAULT, |l| l.max_ttl)
-        .max(0) as u64
+    LOADED.get().map_or(MAX_TTL_DEFAULT, |l| l.max_ttl).max(0) as u64
 }
 
 /// `(elapsed, remaining)` ms when `now` is inside the grace window.
@@ -143,7 +235,7 @@ pub fn check_eviction_policy(ctx: &Context) {
     let was = EVICTION_WARNING.swap(risky, Relaxed);
     if risky && !was {
         ctx.log_warning(&format!(
-            "redlock: maxmemory-policy is {policy}: Redis may evict lock keys and lose their \
+            "maxmemory-policy is {policy}: Redis may evict lock keys and lose their \
              fencing counters; use noeviction or a volatile-* policy (lock keys have no TTL)"
         ));
     }
@@ -220,5 +312,40 @@ fn write_info(ctx: *mut raw::RedisModuleInfoCtx) {
             RESTART_GRACE_MS.load(Relaxed),
         );
         add_u64(ctx, c"grace_window_ms".as_ptr(), grace_window());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn module_args_set_defaults() {
+        assert_eq!(parse_module_args(&[]), Ok([60_000, -1]));
+        assert_eq!(
+            parse_module_args(&[b"max-ttl-ms", b"30000", b"restart-grace-ms", b"0"]),
+            Ok([30_000, 0])
+        );
+        assert_eq!(
+            parse_module_args(&[b"redlock.max-ttl-ms", b"5"]),
+            Ok([5, -1])
+        );
+    }
+
+    #[test]
+    fn module_args_refuse_bad_input_by_name() {
+        let err = parse_module_args(&[b"max-ttl-ms", b"0"]).unwrap_err();
+        assert!(
+            err.contains("max-ttl-ms must be an integer between 1 and 86400000, got '0'"),
+            "{err}"
+        );
+        let err = parse_module_args(&[b"max-ttl-ms", b"abc"]).unwrap_err();
+        assert!(err.contains("got 'abc'"), "{err}");
+        let err = parse_module_args(&[b"restart-grace-ms", b"-2"]).unwrap_err();
+        assert!(err.contains("restart-grace-ms"), "{err}");
+        let err = parse_module_args(&[b"max-ttl"]).unwrap_err();
+        assert!(err.contains("has no value"), "{err}");
+        let err = parse_module_args(&[b"ttl", b"5"]).unwrap_err();
+        assert!(err.contains("unknown module argument 'ttl'"), "{err}");
     }
 }

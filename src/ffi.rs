@@ -74,10 +74,7 @@ pub fn dispatch(
     raw::REDISMODULE_OK as c_int
 }
 
-fn decode_args<'a>(
-    argv: *mut *mut raw::RedisModuleString,
-    argc: c_int,
-) -> SmallVec<[&'a [u8]; 8]> {
+fn decode_args<'a>(argv: *mut *mut raw::RedisModuleString, argc: c_int) -> SmallVec<[&'a [u8]; 8]> {
     let mut args = SmallVec::new();
     if argv.is_null() || argc <= 0 {
         return args;
@@ -139,6 +136,10 @@ fn reply_field(ctx: *mut raw::RedisModuleCtx, name: &CStr, value: i64) {
 /// Carries the resulting state of a key to replicas and the AOF as
 /// `REDLOCK.APPLY key counter expiry [owner]`.
 pub fn replicate_apply(call: &Call, counter: u64, expiry: u64, owner: &[u8]) {
+    #[cfg(feature = "test-hooks")]
+    if SKIP_REPLICATION.load(std::sync::atomic::Ordering::Relaxed) {
+        return;
+    }
     let (Some(key), Some(replicate)) = (call.key(), unsafe { raw::RedisModule_Replicate }) else {
         return;
     };
@@ -169,6 +170,12 @@ pub fn replicate_apply(call: &Call, counter: u64, expiry: u64, owner: &[u8]) {
     }
 }
 
+/// Test builds only: when set, effects are not sent to replicas and the AOF
+/// (a deliberately broken variant for the safety suite's mutation checks).
+#[cfg(feature = "test-hooks")]
+pub static SKIP_REPLICATION: std::sync::atomic::AtomicBool =
+    std::sync::atomic::AtomicBool::new(false);
+
 /// Replicates the current command as it was received.
 pub fn replicate_verbatim(call: &Call) {
     raw::replicate_verbatim(call.raw());
@@ -190,11 +197,8 @@ macro_rules! command_entry {
 }
 
 /// The signature Redis calls a command with.
-pub type CommandFn = extern "C" fn(
-    *mut raw::RedisModuleCtx,
-    *mut *mut raw::RedisModuleString,
-    c_int,
-) -> c_int;
+pub type CommandFn =
+    extern "C" fn(*mut raw::RedisModuleCtx, *mut *mut raw::RedisModuleString, c_int) -> c_int;
 
 /// Registers one command with the key position `(first, last, step)`.
 pub fn register(

@@ -16,12 +16,8 @@ pub mod ffi;
 pub mod lock;
 pub mod store;
 
-use redis_module::configuration::ConfigurationFlags;
 use redis_module::{redis_module, Context, ModuleOptions, RedisString, Status};
 
-use crate::config::{
-    GRACE_FOLLOWS_MAX_TTL, MAX_TTL_DEFAULT, MAX_TTL_LIMIT, MAX_TTL_MS, RESTART_GRACE_MS,
-};
 use crate::datatype::LOCK_TYPE;
 
 command_entry!(acquire_entry, "REDLOCK.ACQUIRE", commands::acquire);
@@ -33,8 +29,13 @@ command_entry!(apply_entry, "REDLOCK.APPLY", commands::apply);
 #[cfg(feature = "test-hooks")]
 command_entry!(test_hook_entry, "REDLOCK.TESTHOOK", commands::test_hook);
 
-fn init(ctx: &Context, _args: &[RedisString]) -> Status {
+fn init(ctx: &Context, args: &[RedisString]) -> Status {
     ctx.set_module_options(ModuleOptions::HANDLE_IO_ERRORS);
+    let arg_bytes: Vec<&[u8]> = args.iter().map(RedisString::as_slice).collect();
+    if let Err(e) = config::register_configs(ctx, &arg_bytes) {
+        ctx.log_warning(&e);
+        return Status::Err;
+    }
     let one_key = (1, 1, 1);
     let table: &[(&std::ffi::CStr, ffi::CommandFn, &std::ffi::CStr)] = &[
         (c"REDLOCK.ACQUIRE", acquire_entry, c"write deny-oom fast"),
@@ -46,7 +47,7 @@ fn init(ctx: &Context, _args: &[RedisString]) -> Status {
     ];
     for (name, entry, flags) in table {
         if let Err(e) = ffi::register(ctx, name, *entry, flags, one_key) {
-            ctx.log_warning(&format!("redlock: {e}"));
+            ctx.log_warning(&e);
             return Status::Err;
         }
     }
@@ -58,7 +59,7 @@ fn init(ctx: &Context, _args: &[RedisString]) -> Status {
         c"write",
         (0, 0, 0),
     ) {
-        ctx.log_warning(&format!("redlock: {e}"));
+        ctx.log_warning(&e);
         return Status::Err;
     }
     clock::mono_now();
@@ -67,7 +68,7 @@ fn init(ctx: &Context, _args: &[RedisString]) -> Status {
     config::subscribe_config_events(ctx);
     config::check_eviction_policy(ctx);
     ctx.log_notice(&format!(
-        "redlock: loaded (max-ttl-ms {}, restart grace {} ms)",
+        "loaded (max-ttl-ms {}, restart grace {} ms)",
         config::max_ttl(),
         config::grace_window()
     ));
@@ -91,14 +92,4 @@ redis_module! {
     data_types: [LOCK_TYPE],
     init: init,
     commands: [],
-    configurations: [
-        i64: [
-            ["max-ttl-ms", &MAX_TTL_MS, MAX_TTL_DEFAULT, 1, MAX_TTL_LIMIT, ConfigurationFlags::DEFAULT, None],
-            ["restart-grace-ms", &RESTART_GRACE_MS, GRACE_FOLLOWS_MAX_TTL, -1, MAX_TTL_LIMIT, ConfigurationFlags::DEFAULT, None],
-        ],
-        string: [],
-        bool: [],
-        enum: [],
-        module_args_as_configuration: true,
-    ]
 }

@@ -302,10 +302,7 @@ mod tests {
         assert_eq!(s.acquire(b"a", 10, MAX_TOKEN, 0), granted(MAX_TOKEN));
         assert!(s.release(b"a", 1));
         let before = s.clone();
-        assert_eq!(
-            s.acquire(b"b", 10, 0, 2),
-            Err(LockError::CounterExhausted)
-        );
+        assert_eq!(s.acquire(b"b", 10, 0, 2), Err(LockError::CounterExhausted));
         assert_eq!(s, before);
     }
 

@@ -48,7 +48,8 @@ impl LockKey {
             if key_type != raw::REDISMODULE_KEYTYPE_MODULE as c_int {
                 return Err(CommandError::WrongType);
             }
-            let found = raw::RedisModule_ModuleTypeGetType.map_or(std::ptr::null_mut(), |f| f(self.key));
+            let found =
+                raw::RedisModule_ModuleTypeGetType.map_or(std::ptr::null_mut(), |f| f(self.key));
             if found != *LOCK_TYPE.raw_type.borrow() {
                 return Err(CommandError::WrongType);
             }

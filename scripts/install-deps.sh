@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Installs the system packages the build and the tests need, when missing:
+# redis-server (Redis 7.0+) and libclang (for redis-module's bindgen).
+set -euo pipefail
+
+missing=()
+command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
+command -v redis-benchmark >/dev/null 2>&1 || missing+=(redis-tools)
+if ! ldconfig -p 2>/dev/null | grep -q 'libclang\(-[0-9.]*\)\?\.so'; then
+  missing+=(libclang-dev)
+fi
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+echo "installing: ${missing[*]}"
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then
+  command -v sudo >/dev/null 2>&1 || { echo "need root or sudo to install ${missing[*]}" >&2; exit 1; }
+  SUDO=sudo
+fi
+$SUDO apt-get update -qq
+DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null

@@ -1,0 +1,145 @@
+//! Helpers shared by the module's integration tests.
+#![allow(dead_code)]
+
+use std::time::{Duration, Instant};
+
+pub use redlock_testkit::Node;
+
+/// `REDLOCK.ACQUIRE key owner ttl` → token or nil.
+pub fn acquire(con: &mut redis::Connection, key: &str, owner: &str, ttl: u64) -> Option<i64> {
+    redis::cmd("REDLOCK.ACQUIRE")
+        .arg(key)
+        .arg(owner)
+        .arg(ttl)
+        .query(con)
+        .unwrap_or_else(|e| panic!("ACQUIRE {key} {owner} {ttl}: {e}"))
+}
+
+/// `REDLOCK.ACQUIRE key owner ttl FLOOR n`.
+pub fn acquire_floor(
+    con: &mut redis::Connection,
+    key: &str,
+    owner: &str,
+    ttl: u64,
+    floor: i64,
+) -> Option<i64> {
+    redis::cmd("REDLOCK.ACQUIRE")
+        .arg(key)
+        .arg(owner)
+        .arg(ttl)
+        .arg("FLOOR")
+        .arg(floor)
+        .query(con)
+        .unwrap()
+}
+
+/// `REDLOCK.RELEASE key owner` → 1 or 0.
+pub fn release(con: &mut redis::Connection, key: &str, owner: &str) -> i64 {
+    redis::cmd("REDLOCK.RELEASE")
+        .arg(key)
+        .arg(owner)
+        .query(con)
+        .unwrap()
+}
+
+/// `REDLOCK.EXTEND key owner ttl` → 1 or 0.
+pub fn extend(con: &mut redis::Connection, key: &str, owner: &str, ttl: u64) -> i64 {
+    redis::cmd("REDLOCK.EXTEND")
+        .arg(key)
+        .arg(owner)
+        .arg(ttl)
+        .query(con)
+        .unwrap()
+}
+
+/// `REDLOCK.FENCE key owner [token]`.
+pub fn fence(
+    con: &mut redis::Connection,
+    key: &str,
+    owner: &str,
+    token: Option<i64>,
+) -> Option<i64> {
+    let mut cmd = redis::cmd("REDLOCK.FENCE");
+    cmd.arg(key).arg(owner);
+    if let Some(t) = token {
+        cmd.arg(t);
+    }
+    cmd.query(con).unwrap()
+}
+
+/// What INSPECT shows.
+#[derive(Debug, PartialEq, Eq, Clone, Copy)]
+pub struct View {
+    pub held: bool,
+    pub pttl: i64,
+    pub token: i64,
+}
+
+/// `REDLOCK.INSPECT key`, parsed; `None` for a missing key.
+pub fn inspect(con: &mut redis::Connection, key: &str) -> Option<View> {
+    let reply: Option<Vec<redis::Value>> =
+        redis::cmd("REDLOCK.INSPECT").arg(key).query(con).unwrap();
+    let fields = reply?;
+    assert_eq!(fields.len(), 6, "INSPECT reply {fields:?}");
+    let name = |v: &redis::Value| -> String { redis::from_redis_value(v).unwrap() };
+    let int = |v: &redis::Value| -> i64 { redis::from_redis_value(v).unwrap() };
+    assert_eq!(name(&fields[0]), "held");
+    assert_eq!(name(&fields[2]), "pttl");
+    assert_eq!(name(&fields[4]), "token");
+    Some(View {
+        held: int(&fields[1]) == 1,
+        pttl: int(&fields[3]),
+        token: int(&fields[5]),
+    })
+}
+
+/// `DEBUG DIGEST`.
+pub fn digest(con: &mut redis::Connection) -> String {
+    redis::cmd("DEBUG").arg("DIGEST").query(con).unwrap()
+}
+
+/// One field of `INFO section`.
+pub fn info_field(con: &mut redis::Connection, section: &str, field: &str) -> Option<String> {
+    let info: String = redis::cmd("INFO").arg(section).query(con).unwrap();
+    info.lines().find_map(|l| {
+        l.strip_prefix(&format!("{field}:"))
+            .map(|v| v.trim().to_string())
+    })
+}
+
+/// Polls `check` until it holds or `timeout` passes.
+pub fn wait_until(timeout: Duration, what: &str, mut check: impl FnMut() -> bool) {
+    let deadline = Instant::now() + timeout;
+    while !check() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Waits for a background AOF rewrite or save to finish.
+pub fn wait_for_no_child(con: &mut redis::Connection) {
+    wait_until(Duration::from_secs(20), "background rewrite", || {
+        info_field(con, "persistence", "aof_rewrite_in_progress").as_deref() == Some("0")
+            && info_field(con, "persistence", "rdb_bgsave_in_progress").as_deref() == Some("0")
+            && info_field(con, "persistence", "aof_rewrite_scheduled").as_deref() == Some("0")
+    });
+}
+
+/// The error text of a command expected to fail.
+pub fn error_of(con: &mut redis::Connection, args: &[&[u8]]) -> String {
+    let mut cmd = redis::cmd(std::str::from_utf8(args[0]).unwrap());
+    for a in &args[1..] {
+        cmd.arg(*a);
+    }
+    match cmd.query::<redis::Value>(con) {
+        Ok(v) => panic!(
+            "{:?} succeeded with {v:?}",
+            String::from_utf8_lossy(args[0])
+        ),
+        Err(e) => {
+            let code = e.code().unwrap_or("").to_string();
+            let detail = e.detail().unwrap_or("").to_string();
+            format!("{code} {detail}").trim().to_string()
+        }
+    }
+}
