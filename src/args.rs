@@ -257,13 +257,15 @@ mod tests {
             ),
         ];
         for (args, expected) in cases {
-            let err = acq(args).expect_err("must be refused").to_string();
+            let err = acq(args).err().map(|e| e.to_string()).unwrap_or_default();
             assert!(err.starts_with("ERR "), "{err}");
             assert!(err.contains(expected), "{args:?}: {err}");
         }
         let long = "x".repeat(257);
-        let err = acq(&["a", "k", &long, "5"]).unwrap_err().to_string();
-        assert!(err.contains("got 257 bytes"), "{err}");
+        assert_eq!(
+            acq(&["a", "k", &long, "5"]),
+            Err(CommandError::OwnerLength(257))
+        );
         assert!(acq(&["a", "k", &"x".repeat(256), "5"]).is_ok());
     }
 
@@ -271,11 +273,29 @@ mod tests {
     fn other_commands_check_arity_and_values() {
         assert!(release(&[b"r", b"k"]).is_err());
         assert!(release(&[b"r", b"k", b"o", b"x"]).is_err());
-        assert_eq!(release(&[b"r", b"k", b"o"]).unwrap().owner, b"o");
+        assert_eq!(release(&[b"r", b"k", b"o"]), Ok(Release { owner: b"o" }));
         assert!(extend(&[b"e", b"k", b"o", b"0"], MAX).is_err());
-        assert_eq!(extend(&[b"e", b"k", b"o", b"10"], MAX).unwrap().ttl, 10);
-        assert_eq!(fence(&[b"f", b"k", b"o"]).unwrap().token, None);
-        assert_eq!(fence(&[b"f", b"k", b"o", b"0"]).unwrap().token, Some(0));
+        assert_eq!(
+            extend(&[b"e", b"k", b"o", b"10"], MAX),
+            Ok(Extend {
+                owner: b"o",
+                ttl: 10
+            })
+        );
+        assert_eq!(
+            fence(&[b"f", b"k", b"o"]),
+            Ok(Fence {
+                owner: b"o",
+                token: None
+            })
+        );
+        assert_eq!(
+            fence(&[b"f", b"k", b"o", b"0"]),
+            Ok(Fence {
+                owner: b"o",
+                token: Some(0)
+            })
+        );
         assert!(fence(&[b"f", b"k", b"o", b"-1"]).is_err());
         assert!(fence(&[b"f", b"k", b"o", b"1", b"2"]).is_err());
         assert!(inspect(&[b"i", b"k", b"x"]).is_err());
@@ -293,10 +313,12 @@ mod tests {
             })
         );
         assert_eq!(
-            apply(&[b"a", b"k", b"5", b"1700000000000", b"me"])
-                .unwrap()
-                .owner,
-            b"me"
+            apply(&[b"a", b"k", b"5", b"1700000000000", b"me"]),
+            Ok(Apply {
+                counter: 5,
+                expiry: 1_700_000_000_000,
+                owner: b"me"
+            })
         );
         assert!(apply(&[b"a", b"k", b"x", b"0"]).is_err());
     }

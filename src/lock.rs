@@ -274,7 +274,7 @@ mod tests {
     #[test]
     fn extend_keeps_and_never_revives() {
         let mut s = LockState::default();
-        s.acquire(b"a", 100, 0, 0).unwrap();
+        assert_eq!(s.acquire(b"a", 100, 0, 0), granted(1));
         assert!(s.extend(b"a", 100, 90));
         assert!(s.is_held(150));
         assert!(!s.extend(b"b", 100, 150));
@@ -287,7 +287,7 @@ mod tests {
     fn fence_only_for_holder_and_never_lowers() {
         let mut s = LockState::default();
         assert_eq!(s.fence(b"a", Some(10), 0), None);
-        s.acquire(b"a", 100, 0, 0).unwrap();
+        assert_eq!(s.acquire(b"a", 100, 0, 0), granted(1));
         assert_eq!(s.fence(b"b", Some(10), 1), None);
         assert_eq!(s.fence(b"a", Some(10), 1), Some(10));
         assert_eq!(s.fence(b"a", Some(3), 1), Some(10));
@@ -317,7 +317,7 @@ mod tests {
                 token: 0
             }
         );
-        s.acquire(b"a", 100, 0, 10).unwrap();
+        assert_eq!(s.acquire(b"a", 100, 0, 10), granted(1));
         assert_eq!(
             s.inspect(40),
             Inspection {
@@ -332,7 +332,7 @@ mod tests {
     #[test]
     fn settled_drops_expired_leases_only() {
         let mut s = LockState::default();
-        s.acquire(b"a", 100, 0, 0).unwrap();
+        assert_eq!(s.acquire(b"a", 100, 0, 0), granted(1));
         assert_eq!(s.settled(50), s);
         assert_eq!(s.settled(100), LockState::from_parts(1, b"", 0));
     }
