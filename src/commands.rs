@@ -1,122 +1,146 @@
 //! The command handlers: parse, run the lock logic, store, replicate, reply.
 //!
-//! Each mutating handler reads the key, applies the operation to a copy, and
-//! opens the key for writing only when the copy differs. The effect, never
-//! the command, goes to replicas and the AOF as `REDLOCK.APPLY` with the
-//! absolute wall-clock expiry: replaying `ACQUIRE key owner ttl` later would
-//! run against another clock and could grant a lock that was never granted.
+//! A mutating handler opens its key once, runs the state machine on the
+//! stored value (a refused operation leaves it untouched), and only when the
+//! lock changed signals the modification (the module runs with implicit
+//! signalling off, so a refused call does not disturb `WATCH`ers), raises a
+//! keyspace event and replicates the effect.
+//!
+//! The effect, never the command, goes to replicas and the AOF as
+//! `REDLOCK.APPLY` with the absolute wall-clock expiry: replaying
+//! `ACQUIRE key owner ttl` later would run against another clock and could
+//! grant a lock that was never granted.
+
+use std::ffi::CStr;
 
 use redis_module::ContextFlags;
 
 use crate::args;
-use crate::clock::mono_now;
+use crate::clock::{mono_now, wall_now};
 use crate::config::{self, stats};
-use crate::datatype::{persist, restore};
+use crate::datatype::{persist_at, restore};
 use crate::error::CommandError;
 use crate::ffi::{self, Call, Reply};
-use crate::lock::{Acquired, LockError, LockState};
+use crate::lock::{Acquired, LockError, LockState, MonoMillis};
 use crate::store::LockKey;
 
 fn key_of(call: &Call) -> Result<*mut redis_module::raw::RedisModuleString, CommandError> {
     call.key().ok_or(CommandError::WrongArity("redlock"))
 }
 
-/// Reads the current state of the lock (default: never used).
-fn load(call: &Call) -> Result<LockState, CommandError> {
-    let key = LockKey::read(call.raw(), key_of(call)?);
-    Ok(key.get()?.cloned().unwrap_or_default())
-}
-
-/// Writes `state` and replicates it.
-fn store(call: &Call, state: LockState) -> Result<(), CommandError> {
-    let mut key = LockKey::write(call.raw(), key_of(call)?);
-    key.put(state)?;
-    if let Some(stored) = key.get()? {
-        let p = persist(stored);
-        ffi::replicate_apply(call, p.counter, p.expiry, p.owner);
+/// Runs `op` on the lock at the call's key (a never-used lock when the key
+/// is missing). `op` returns its result and whether it changed the lock;
+/// a change is stored, signalled, announced as `event` and replicated.
+fn update<R>(
+    call: &Call,
+    event: &CStr,
+    op: impl FnOnce(&mut LockState, MonoMillis) -> Result<(R, bool), CommandError>,
+) -> Result<R, CommandError> {
+    let name = key_of(call)?;
+    let mut key = LockKey::write(call.raw(), name);
+    let now = mono_now();
+    let result = match key.get_mut()? {
+        Some(state) => op(state, now)?,
+        None => {
+            let mut fresh = LockState::default();
+            let (result, changed) = op(&mut fresh, now)?;
+            if changed {
+                key.put(fresh)?;
+            }
+            (result, changed)
+        }
+    };
+    let (result, changed) = result;
+    if changed {
+        if let Some(stored) = key.get()? {
+            let p = persist_at(stored, now, wall_now());
+            ffi::replicate_apply(call, p.counter, p.expiry, p.owner);
+        }
+        ffi::signal_modified(call, name, event);
     }
-    Ok(())
+    Ok(result)
 }
 
 /// `REDLOCK.ACQUIRE key owner ttl-ms [FLOOR n]`
 pub fn acquire(call: &Call) -> Result<Reply, CommandError> {
     let a = args::acquire(&call.args, config::max_ttl())?;
-    let now = mono_now();
-    config::check_grace(&call.ctx, now)?;
-    let mut state = load(call)?;
-    let outcome = state
-        .acquire(a.owner, a.ttl, a.floor, now)
-        .map_err(|LockError::CounterExhausted| CommandError::CounterExhausted)?;
-    match outcome {
+    config::check_grace(&call.ctx, mono_now())?;
+    let outcome = update(call, c"redlock.acquire", |state, now| {
+        let outcome = state
+            .acquire(a.owner, a.ttl, a.floor, now)
+            .map_err(|LockError::CounterExhausted| CommandError::CounterExhausted)?;
+        Ok((outcome, outcome != Acquired::Busy))
+    })?;
+    Ok(match outcome {
         Acquired::Granted {
             token,
             took_over_expired,
         } => {
-            store(call, state)?;
             stats::bump(&stats::GRANTED);
             if took_over_expired {
                 stats::bump(&stats::EXPIRED);
             }
-            Ok(Reply::Integer(token))
+            Reply::Integer(token)
         }
         Acquired::Renewed { token } => {
-            store(call, state)?;
             stats::bump(&stats::RENEWED);
-            Ok(Reply::Integer(token))
+            Reply::Integer(token)
         }
         Acquired::Busy => {
             stats::bump(&stats::BUSY);
-            Ok(Reply::Nil)
+            Reply::Nil
         }
-    }
+    })
 }
 
 /// `REDLOCK.RELEASE key owner`
 pub fn release(call: &Call) -> Result<Reply, CommandError> {
     let a = args::release(&call.args)?;
-    let mut state = load(call)?;
-    if state.release(a.owner, mono_now()) {
-        store(call, state)?;
-        stats::bump(&stats::RELEASED);
-        Ok(Reply::Integer(1))
+    let released = update(call, c"redlock.release", |state, now| {
+        let released = state.release(a.owner, now);
+        Ok((released, released))
+    })?;
+    stats::bump(if released {
+        &stats::RELEASED
     } else {
-        stats::bump(&stats::RELEASE_MISSED);
-        Ok(Reply::Integer(0))
-    }
+        &stats::RELEASE_MISSED
+    });
+    Ok(Reply::Integer(u64::from(released)))
 }
 
 /// `REDLOCK.EXTEND key owner ttl-ms`
 pub fn extend(call: &Call) -> Result<Reply, CommandError> {
     let a = args::extend(&call.args, config::max_ttl())?;
-    let mut state = load(call)?;
-    if state.extend(a.owner, a.ttl, mono_now()) {
-        store(call, state)?;
-        stats::bump(&stats::EXTENDED);
-        Ok(Reply::Integer(1))
+    let extended = update(call, c"redlock.extend", |state, now| {
+        let extended = state.extend(a.owner, a.ttl, now);
+        Ok((extended, extended))
+    })?;
+    stats::bump(if extended {
+        &stats::EXTENDED
     } else {
-        stats::bump(&stats::EXTEND_MISSED);
-        Ok(Reply::Integer(0))
-    }
+        &stats::EXTEND_MISSED
+    });
+    Ok(Reply::Integer(u64::from(extended)))
 }
 
 /// `REDLOCK.FENCE key owner [token]`
 pub fn fence(call: &Call) -> Result<Reply, CommandError> {
     let a = args::fence(&call.args)?;
-    let mut state = load(call)?;
-    let before = state.counter();
-    match state.fence(a.owner, a.token, mono_now()) {
+    let counter = update(call, c"redlock.fence", |state, now| {
+        let before = state.counter();
+        let counter = state.fence(a.owner, a.token, now);
+        Ok((counter, counter.is_some_and(|c| c != before)))
+    })?;
+    Ok(match counter {
         Some(counter) => {
-            if counter != before {
-                store(call, state)?;
-            }
             stats::bump(&stats::FENCED);
-            Ok(Reply::Integer(counter))
+            Reply::Integer(counter)
         }
         None => {
             stats::bump(&stats::FENCE_MISSED);
-            Ok(Reply::Nil)
+            Reply::Nil
         }
-    }
+    })
 }
 
 /// `REDLOCK.INSPECT key`
@@ -138,8 +162,10 @@ pub fn apply(call: &Call) -> Result<Reply, CommandError> {
     }
     let a = args::apply(&call.args)?;
     let state = restore(a.counter, a.expiry, a.owner);
-    let mut key = LockKey::write(call.raw(), key_of(call)?);
+    let name = key_of(call)?;
+    let mut key = LockKey::write(call.raw(), name);
     key.put(state)?;
+    ffi::signal_modified(call, name, c"redlock.apply");
     // A replica feeds its own AOF with what it applied.
     ffi::replicate_verbatim(call);
     Ok(Reply::Ok)

@@ -12,8 +12,8 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use redis_module::native_types::RedisType;
 use redis_module::raw;
 
-use crate::clock::{mono_now, to_mono, to_wall, wall_now};
-use crate::lock::{LockState, MAX_OWNER_LEN, MAX_TOKEN};
+use crate::clock::{mono_now, to_mono, to_wall, wall_now, WallMillis};
+use crate::lock::{LockState, MonoMillis, MAX_OWNER_LEN, MAX_TOKEN};
 
 /// The encoding version written by this build.
 pub const ENCODING_VERSION: i32 = 1;
@@ -59,7 +59,11 @@ pub struct Persisted<'a> {
 
 /// Converts a live state to its persisted form at the current time.
 pub fn persist(state: &LockState) -> Persisted<'_> {
-    let (mono, wall) = (mono_now(), wall_now());
+    persist_at(state, mono_now(), wall_now())
+}
+
+/// Converts a state to its persisted form at the given clock readings.
+pub fn persist_at(state: &LockState, mono: MonoMillis, wall: WallMillis) -> Persisted<'_> {
     match (state.holder(mono), state.live_deadline(mono)) {
         (Some(owner), Some(deadline)) => Persisted {
             counter: state.counter(),

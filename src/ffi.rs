@@ -176,6 +176,25 @@ pub fn replicate_apply(call: &Call, counter: u64, expiry: u64, owner: &[u8]) {
 pub static SKIP_REPLICATION: std::sync::atomic::AtomicBool =
     std::sync::atomic::AtomicBool::new(false);
 
+/// Signals a changed key (for `WATCH` and client-side caching) and raises
+/// the keyspace event `event` (class `d`, module events).
+pub fn signal_modified(call: &Call, name: *mut raw::RedisModuleString, event: &CStr) {
+    // SAFETY: ctx and name belong to the command invocation in progress.
+    unsafe {
+        if let Some(signal) = raw::RedisModule_SignalModifiedKey {
+            signal(call.raw(), name);
+        }
+        if let Some(notify) = raw::RedisModule_NotifyKeyspaceEvent {
+            notify(
+                call.raw(),
+                raw::NotifyEvent::MODULE.bits(),
+                event.as_ptr(),
+                name,
+            );
+        }
+    }
+}
+
 /// Replicates the current command as it was received.
 pub fn replicate_verbatim(call: &Call) {
     raw::replicate_verbatim(call.raw());

@@ -30,7 +30,9 @@ command_entry!(apply_entry, "REDLOCK.APPLY", commands::apply);
 command_entry!(test_hook_entry, "REDLOCK.TESTHOOK", commands::test_hook);
 
 fn init(ctx: &Context, args: &[RedisString]) -> Status {
-    ctx.set_module_options(ModuleOptions::HANDLE_IO_ERRORS);
+    ctx.set_module_options(
+        ModuleOptions::HANDLE_IO_ERRORS | ModuleOptions::NO_IMPLICIT_SIGNAL_MODIFIED,
+    );
     let arg_bytes: Vec<&[u8]> = args.iter().map(RedisString::as_slice).collect();
     if let Err(e) = config::register_configs(ctx, &arg_bytes) {
         ctx.log_warning(&e);

@@ -19,8 +19,9 @@ impl LockKey {
         Self::open(ctx, name, raw::REDISMODULE_READ)
     }
 
-    /// Opens a key for writing. Only done when the call changes the lock,
-    /// because closing a write-opened key touches `WATCH`ers.
+    /// Opens a key for reading and writing. The module disables implicit
+    /// modification signals, so opening alone does not touch `WATCH`ers:
+    /// the caller signals when it changed the lock.
     pub fn write(ctx: *mut raw::RedisModuleCtx, name: *mut raw::RedisModuleString) -> Self {
         Self::open(ctx, name, raw::REDISMODULE_READ | raw::REDISMODULE_WRITE)
     }
@@ -65,6 +66,14 @@ impl LockKey {
     pub fn get(&self) -> Result<Option<&LockState>, CommandError> {
         // SAFETY: the value lives as long as the key stays open and unchanged.
         Ok(self.value_ptr()?.map(|p| unsafe { &*p }))
+    }
+
+    /// The lock stored here, for in-place changes (key opened with
+    /// [`LockKey::write`]).
+    pub fn get_mut(&mut self) -> Result<Option<&mut LockState>, CommandError> {
+        // SAFETY: the key is open for writing and the command runs on
+        // Redis's main thread: nothing else touches the value meanwhile.
+        Ok(self.value_ptr()?.map(|p| unsafe { &mut *p }))
     }
 
     /// Stores `state` (key opened with [`LockKey::write`]).

@@ -623,3 +623,46 @@ fn release_build_registers_no_test_hooks() {
         ]
     );
 }
+
+#[test]
+fn changes_raise_keyspace_events_and_refusals_do_not() {
+    let node = Node::start();
+    let mut con = node.connection();
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("notify-keyspace-events")
+        .arg("Kd")
+        .query(&mut con)
+        .unwrap();
+    let mut sub_con = node.connection();
+    let mut pubsub = sub_con.as_pubsub();
+    pubsub.psubscribe("__keyspace@0__:k").unwrap();
+    pubsub
+        .set_read_timeout(Some(Duration::from_secs(2)))
+        .unwrap();
+    acquire(&mut con, "k", "a", 10_000);
+    acquire(&mut con, "k", "b", 10_000); // busy: no event
+    extend(&mut con, "k", "b", 10_000); // refused: no event
+    extend(&mut con, "k", "a", 10_000);
+    fence(&mut con, "k", "a", Some(1)); // no change: no event
+    fence(&mut con, "k", "a", Some(5));
+    release(&mut con, "k", "a");
+    let mut events = Vec::new();
+    for _ in 0..4 {
+        let msg = pubsub.get_message().unwrap();
+        events.push(msg.get_payload::<String>().unwrap());
+    }
+    assert_eq!(
+        events,
+        [
+            "redlock.acquire",
+            "redlock.extend",
+            "redlock.fence",
+            "redlock.release"
+        ]
+    );
+    pubsub
+        .set_read_timeout(Some(Duration::from_millis(200)))
+        .unwrap();
+    assert!(pubsub.get_message().is_err(), "an unexpected extra event");
+}
