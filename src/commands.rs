@@ -36,8 +36,7 @@ fn update<R>(
     event: &CStr,
     op: impl FnOnce(&mut LockState, MonoMillis) -> Result<(R, bool), CommandError>,
 ) -> Result<R, CommandError> {
-    let name = key_of(call)?;
-    let mut key = LockKey::write(call.raw(), name);
+    let mut key = LockKey::write(call.raw(), key_of(call)?);
     let now = mono_now();
     let result = match key.get_mut()? {
         Some(state) => op(state, now)?,
@@ -56,7 +55,7 @@ fn update<R>(
             let p = persist_at(stored, now, wall_now());
             ffi::replicate_apply(call, p.counter, p.expiry, p.owner);
         }
-        ffi::signal_modified(call, name, event);
+        ffi::signal_modified(call, event);
     }
     Ok(result)
 }
@@ -162,10 +161,9 @@ pub fn apply(call: &Call) -> Result<Reply, CommandError> {
     }
     let a = args::apply(&call.args)?;
     let state = restore(a.counter, a.expiry, a.owner);
-    let name = key_of(call)?;
-    let mut key = LockKey::write(call.raw(), name);
+    let mut key = LockKey::write(call.raw(), key_of(call)?);
     key.put(state)?;
-    ffi::signal_modified(call, name, c"redlock.apply");
+    ffi::signal_modified(call, c"redlock.apply");
     // A replica feeds its own AOF with what it applied.
     ffi::replicate_verbatim(call);
     Ok(Reply::Ok)

@@ -178,7 +178,10 @@ pub static SKIP_REPLICATION: std::sync::atomic::AtomicBool =
 
 /// Signals a changed key (for `WATCH` and client-side caching) and raises
 /// the keyspace event `event` (class `d`, module events).
-pub fn signal_modified(call: &Call, name: *mut raw::RedisModuleString, event: &CStr) {
+pub fn signal_modified(call: &Call, event: &CStr) {
+    let Some(name) = call.key() else {
+        return;
+    };
     // SAFETY: ctx and name belong to the command invocation in progress.
     unsafe {
         if let Some(signal) = raw::RedisModule_SignalModifiedKey {
