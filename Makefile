@@ -30,5 +30,9 @@ lint:
 demo: build
 	$(CARGO) run --release -q -p redlock-client --example demo
 
+## bench: the benchmark table (five local nodes; about two minutes). ARGS=--smoke for a quick check
+bench: deps
+	./scripts/bench.sh $(ARGS)
+
 clean:
 	$(CARGO) clean

@@ -1,1 +1,17 @@
-//! Benchmarks (in progress).
+//! Benchmarks for redlock: the quorum client against a hand-written Redlock
+//! and a PING floor, the module's commands against `SET NX PX` + `EVALSHA`,
+//! memory per lock name, and acquisition with one slow node.
+//!
+//! The `redlock-bench` binary starts its own nodes and prints one table; the
+//! pieces here are the workloads it runs.
+
+pub mod alloc_count;
+pub mod cpu;
+pub mod floor;
+pub mod handwritten;
+pub mod memory;
+pub mod owner;
+pub mod resp;
+pub mod server;
+pub mod stats;
+pub mod workload;
