@@ -11,6 +11,8 @@
 //! assert_eq!(token, 1);
 //! ```
 
+pub mod proxy;
+
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -78,6 +80,7 @@ impl NodeBuilder {
     /// Starts a plain Redis without the module.
     pub fn without_module(mut self) -> Self {
         self.module = None;
+        self.configs.retain(|(name, _)| !name.starts_with("redlock."));
         self
     }
 

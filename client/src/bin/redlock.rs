@@ -1,0 +1,539 @@
+//! `redlock`: take, release, inspect and run under fenced Redlock locks from
+//! the shell. See `redlock --help`.
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand};
+use redlock_client::{Error, NodeState, Redlock, RetryPolicy};
+use serde_json::json;
+
+/// Success.
+const EXIT_OK: u8 = 0;
+/// Any error not listed below (no quorum, restart guard, module missing, …).
+const EXIT_ERROR: u8 = 1;
+/// Bad usage or argument (also clap's own code).
+const EXIT_USAGE: u8 = 2;
+/// The lock is held by another owner.
+const EXIT_BUSY: u8 = 3;
+/// `run`: the lock was lost while the command ran; the command was terminated.
+const EXIT_LOST: u8 = 4;
+/// `release`: the owner did not hold the lock (lease over or already released).
+const EXIT_NOT_HELD: u8 = 5;
+
+const AFTER_HELP: &str = "\
+Exit codes:
+  0    success (run: the command exited 0)
+  1    error: no quorum, restart guard, module not loaded, … (the message says what to do)
+  2    bad usage or argument
+  3    busy: the lock is held by another owner
+  4    run: the lock was lost while the command ran; the command was terminated
+  5    release: that owner did not hold the lock (lease over or already released)
+  N    run: the command's own exit status (128+SIG when killed by a signal;
+       126/127 when it could not be started)
+
+Durations: 500ms, 30s, 2m, 1h (decimals allowed: 1.5s).
+
+Examples:
+  export REDLOCK_NODES=redis://10.0.0.1:6379,redis://10.0.0.2:6379,redis://10.0.0.3:6379
+  redlock acquire reports --ttl 30s
+  redlock release reports --owner 5c0e9f5e-1d7a-4b8e-9a56-3f1f0f6c2d11
+  redlock inspect reports
+  redlock run nightly-backup --ttl 30s -- ./backup.sh --full   # token in $REDLOCK_TOKEN";
+
+/// Fenced distributed locks over a Redlock quorum of Redis masters running
+/// the redlock module.
+#[derive(Parser, Debug)]
+#[command(name = "redlock", version, after_help = AFTER_HELP)]
+struct Cli {
+    /// Node URLs, comma-separated: redis://host:port, rediss://host:port (TLS),
+    /// redis://user:password@host:port (ACL). Usually 5 independent masters.
+    #[arg(
+        long,
+        env = "REDLOCK_NODES",
+        hide_env_values = true,
+        value_delimiter = ',',
+        global = true
+    )]
+    nodes: Vec<String>,
+
+    /// Print results as JSON on stdout (and errors as JSON on stderr).
+    #[arg(long, global = true)]
+    json: bool,
+
+    /// Longest wait for one node's reply.
+    #[arg(long, default_value = "200ms", value_parser = parse_duration, global = true)]
+    node_timeout: Duration,
+
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Take a lock and keep it until its TTL runs out.
+    ///
+    /// Prints the fencing token and the owner id; the owner id is needed to
+    /// release the lock early with `redlock release`.
+    Acquire {
+        /// The lock's name.
+        key: String,
+        /// Lease length.
+        #[arg(long, default_value = "30s", value_parser = parse_duration)]
+        ttl: Duration,
+        /// Keep trying for about this long while the lock is busy (default:
+        /// fail at once with exit code 3).
+        #[arg(long, default_value = "0s", value_parser = parse_duration)]
+        wait: Duration,
+    },
+    /// Release a lock taken with `acquire`.
+    Release {
+        /// The lock's name.
+        key: String,
+        /// The owner id printed by `acquire`.
+        #[arg(long)]
+        owner: String,
+    },
+    /// Show each node's view of a lock: held, time left, counter.
+    Inspect {
+        /// The lock's name.
+        key: String,
+    },
+    /// Run a command while holding the lock, like flock(1) for a fleet.
+    ///
+    /// The lock is extended while the command runs; the token is passed in
+    /// REDLOCK_TOKEN (and the key in REDLOCK_KEY); if the lock is lost, the
+    /// command gets SIGTERM, then SIGKILL after --kill-after, and redlock
+    /// exits with code 4; otherwise redlock exits with the command's status.
+    /// The lock is released when the command exits. SIGTERM, SIGINT and
+    /// SIGHUP sent to redlock are passed on to the command.
+    Run {
+        /// The lock's name.
+        key: String,
+        /// Lease length; the lock is extended about every ttl/3.
+        #[arg(long, default_value = "30s", value_parser = parse_duration)]
+        ttl: Duration,
+        /// Keep trying for about this long while the lock is busy.
+        #[arg(long, default_value = "0s", value_parser = parse_duration)]
+        wait: Duration,
+        /// When the lock is lost: time between SIGTERM and SIGKILL.
+        #[arg(long, default_value = "10s", value_parser = parse_duration)]
+        kill_after: Duration,
+        /// The command and its arguments, after `--`.
+        #[arg(last = true, required = true, value_name = "CMD")]
+        command: Vec<String>,
+    },
+}
+
+/// Parses `500ms`, `30s`, `1.5s`, `2m`, `1h`.
+fn parse_duration(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    let split = text
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .ok_or_else(|| format!("{text:?} has no unit: write e.g. 500ms, 30s, 2m or 1h"))?;
+    let (number, unit) = text.split_at(split);
+    let value: f64 = number
+        .parse()
+        .map_err(|_| format!("{text:?} is not a duration: write e.g. 500ms, 30s, 2m or 1h"))?;
+    let scale = match unit {
+        "ms" => 0.001,
+        "s" => 1.0,
+        "m" => 60.0,
+        "h" => 3600.0,
+        _ => {
+            return Err(format!(
+                "unknown unit {unit:?} in {text:?}: use ms, s, m or h"
+            ))
+        }
+    };
+    Duration::try_from_secs_f64(value * scale).map_err(|e| format!("{text:?}: {e}"))
+}
+
+/// How the output is written.
+#[derive(Clone, Copy)]
+struct Out {
+    json: bool,
+}
+
+impl Out {
+    /// One error line on stderr; returns the exit code for it.
+    fn error(self, error: &Error) -> u8 {
+        let (kind, code) = match error {
+            Error::Busy { .. } => ("busy", EXIT_BUSY),
+            Error::NoQuorum { .. } => ("no_quorum", EXIT_ERROR),
+            Error::ModuleNotLoaded { .. } => ("module_not_loaded", EXIT_ERROR),
+            Error::RestartGuard { .. } => ("restart_guard", EXIT_ERROR),
+            Error::ExpiredBeforeUse { .. } => ("expired_before_use", EXIT_ERROR),
+            Error::Lost { .. } => ("lost", EXIT_LOST),
+            Error::InvalidArgument(_) => ("invalid_argument", EXIT_USAGE),
+            _ => ("error", EXIT_ERROR),
+        };
+        self.fail(kind, &error.to_string(), code)
+    }
+
+    fn fail(self, kind: &str, message: &str, code: u8) -> u8 {
+        if self.json {
+            eprintln!("{}", json!({ "error": kind, "message": message }));
+        } else {
+            eprintln!("redlock: {message}");
+        }
+        code
+    }
+}
+
+fn attempts_for(wait: Duration) -> RetryPolicy {
+    let policy = RetryPolicy::default();
+    let per_try = policy.base_delay + policy.jitter / 2;
+    let extra = (wait.as_secs_f64() / per_try.as_secs_f64()).ceil() as u32;
+    RetryPolicy {
+        attempts: 1 + extra,
+        ..policy
+    }
+}
+
+async fn connect(cli: &Cli, wait: Duration) -> Result<Redlock, Error> {
+    Redlock::builder(cli.nodes.iter().filter(|n| !n.trim().is_empty()).cloned())
+        .node_timeout(cli.node_timeout)
+        .retry(attempts_for(wait))
+        .build()
+        .await
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let out = Out { json: cli.json };
+    if cli.nodes.iter().all(|n| n.trim().is_empty()) {
+        return ExitCode::from(out.fail(
+            "invalid_argument",
+            "no nodes: pass --nodes redis://host:port,… or set REDLOCK_NODES",
+            EXIT_USAGE,
+        ));
+    }
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            return ExitCode::from(out.fail(
+                "error",
+                &format!("cannot start the async runtime: {e}"),
+                EXIT_ERROR,
+            ))
+        }
+    };
+    ExitCode::from(runtime.block_on(run(cli, out)))
+}
+
+async fn run(cli: Cli, out: Out) -> u8 {
+    let wait = match &cli.command {
+        Command::Acquire { wait, .. } | Command::Run { wait, .. } => *wait,
+        _ => Duration::ZERO,
+    };
+    let redlock = match connect(&cli, wait).await {
+        Ok(r) => r,
+        Err(e) => return out.error(&e),
+    };
+    match cli.command {
+        Command::Acquire { key, ttl, wait } => acquire(&redlock, out, &key, ttl, wait).await,
+        Command::Release { key, owner } => release(&redlock, out, &key, &owner).await,
+        Command::Inspect { key } => inspect(&redlock, out, &key).await,
+        Command::Run {
+            key,
+            ttl,
+            kill_after,
+            command,
+            ..
+        } => run_command(&redlock, out, &key, ttl, kill_after, &command).await,
+    }
+}
+
+async fn acquire(redlock: &Redlock, out: Out, key: &str, ttl: Duration, wait: Duration) -> u8 {
+    let result = if wait.is_zero() {
+        redlock.try_acquire(key, ttl).await.and_then(|lock| {
+            lock.ok_or(Error::Busy {
+                holders: 0,
+                nodes: redlock.nodes().len(),
+            })
+        })
+    } else {
+        redlock.acquire(key, ttl).await
+    };
+    let lock = match result {
+        Ok(lock) => lock,
+        Err(Error::Busy { .. }) => {
+            return out.fail(
+                "busy",
+                &format!("{key:?} is held by another owner: try again later, or pass --wait 10s"),
+                EXIT_BUSY,
+            )
+        }
+        Err(e) => return out.error(&e),
+    };
+    let token = lock.token();
+    let validity = lock.validity();
+    let owner = lock.detach();
+    if out.json {
+        println!(
+            "{}",
+            json!({
+                "key": key,
+                "token": token,
+                "owner": owner,
+                "validity_ms": validity.as_millis() as u64,
+            })
+        );
+    } else {
+        println!("acquired {key:?}");
+        println!("  token  {token}");
+        println!("  owner  {owner}");
+        println!("  valid  {:.2}s", validity.as_secs_f64());
+        println!("release early with: redlock release {key} --owner {owner}");
+    }
+    EXIT_OK
+}
+
+async fn release(redlock: &Redlock, out: Out, key: &str, owner: &str) -> u8 {
+    match redlock.release_owner(key, owner).await {
+        Ok(released) => {
+            if out.json {
+                println!("{}", json!({ "key": key, "released": released }));
+            } else if released {
+                println!("released {key:?}");
+            } else {
+                println!("{key:?} was not held by that owner (its lease ran out, or it was already released): nothing to do");
+            }
+            if released {
+                EXIT_OK
+            } else {
+                EXIT_NOT_HELD
+            }
+        }
+        Err(e) => out.error(&e),
+    }
+}
+
+async fn inspect(redlock: &Redlock, out: Out, key: &str) -> u8 {
+    let views = redlock.inspect(key).await;
+    let held = views
+        .iter()
+        .filter(|v| matches!(v.state, NodeState::Present { held: true, .. }))
+        .count();
+    if out.json {
+        let nodes: Vec<_> = views
+            .iter()
+            .map(|v| match &v.state {
+                NodeState::Missing => json!({ "node": v.node, "exists": false }),
+                NodeState::Present { held, pttl, token } => json!({
+                    "node": v.node,
+                    "exists": true,
+                    "held": held,
+                    "pttl_ms": pttl.map(|d| d.as_millis() as u64),
+                    "token": token,
+                }),
+                NodeState::Error(e) => json!({ "node": v.node, "error": e }),
+            })
+            .collect();
+        println!(
+            "{}",
+            json!({
+                "key": key,
+                "quorum": redlock.quorum(),
+                "held_on": held,
+                "nodes": nodes,
+            })
+        );
+        return EXIT_OK;
+    }
+    let width = views.iter().map(|v| v.node.len()).max().unwrap_or(4).max(4);
+    println!(
+        "lock {key:?} on {} nodes (quorum {})",
+        views.len(),
+        redlock.quorum()
+    );
+    println!("{:<width$}  {:<4}  {:>9}  TOKEN", "NODE", "HELD", "PTTL");
+    for v in &views {
+        match &v.state {
+            NodeState::Missing => {
+                println!(
+                    "{:<width$}  {:<4}  {:>9}  -  (never locked here)",
+                    v.node, "-", "-"
+                )
+            }
+            NodeState::Present { held, pttl, token } => println!(
+                "{:<width$}  {:<4}  {:>9}  {token}",
+                v.node,
+                if *held { "yes" } else { "no" },
+                pttl.map_or("-".to_string(), |d| format!("{}ms", d.as_millis())),
+            ),
+            NodeState::Error(e) => println!("{:<width$}  error: {e}", v.node),
+        }
+    }
+    println!(
+        "held on {held} of {} nodes: {}",
+        views.len(),
+        if held >= redlock.quorum() {
+            "locked"
+        } else {
+            "not locked by a quorum"
+        }
+    );
+    EXIT_OK
+}
+
+/// How the command under `run` ended.
+enum RunEnd {
+    Exited(std::process::ExitStatus),
+    Lost(Option<std::process::ExitStatus>),
+    NotStarted(std::io::Error),
+    WaitFailed(std::io::Error),
+}
+
+fn status_code(status: std::process::ExitStatus) -> u8 {
+    use std::os::unix::process::ExitStatusExt;
+    match (status.code(), status.signal()) {
+        (Some(code), _) => (code & 0xff) as u8,
+        (None, Some(sig)) => (128 + sig).min(255) as u8,
+        _ => EXIT_ERROR,
+    }
+}
+
+fn send_signal(child: &tokio::process::Child, sig: libc::c_int) {
+    if let Some(pid) = child.id() {
+        // SAFETY: kill(2) on the pid of our own child, which we have not reaped.
+        unsafe {
+            libc::kill(pid as libc::pid_t, sig);
+        }
+    }
+}
+
+/// SIGTERM, then SIGKILL after `kill_after`; reaps the child.
+async fn terminate(
+    child: &mut tokio::process::Child,
+    kill_after: Duration,
+) -> Option<std::process::ExitStatus> {
+    send_signal(child, libc::SIGTERM);
+    match tokio::time::timeout(kill_after, child.wait()).await {
+        Ok(status) => status.ok(),
+        Err(_) => {
+            let _ = child.start_kill();
+            child.wait().await.ok()
+        }
+    }
+}
+
+async fn run_command(
+    redlock: &Redlock,
+    out: Out,
+    key: &str,
+    ttl: Duration,
+    kill_after: Duration,
+    argv: &[String],
+) -> u8 {
+    use tokio::signal::unix::{signal, SignalKind};
+    let Some((program, args)) = argv.split_first() else {
+        return out.fail("invalid_argument", "no command given after --", EXIT_USAGE);
+    };
+    let result = redlock
+        .with_lock(key, ttl, |guard| async move {
+            let spawned = tokio::process::Command::new(program)
+                .args(args)
+                .env("REDLOCK_TOKEN", guard.token().to_string())
+                .env("REDLOCK_KEY", guard.key())
+                .kill_on_drop(true)
+                .spawn();
+            let mut child = match spawned {
+                Ok(child) => child,
+                Err(e) => return RunEnd::NotStarted(e),
+            };
+            // Forward termination signals to the command, and keep waiting
+            // for it (the lock is released after it exits).
+            let mut term = signal(SignalKind::terminate()).ok();
+            let mut int = signal(SignalKind::interrupt()).ok();
+            let mut hup = signal(SignalKind::hangup()).ok();
+            async fn recv(s: &mut Option<tokio::signal::unix::Signal>) {
+                match s {
+                    Some(s) => {
+                        s.recv().await;
+                    }
+                    None => std::future::pending().await,
+                }
+            }
+            loop {
+                tokio::select! {
+                    status = child.wait() => return match status {
+                        Ok(s) => RunEnd::Exited(s),
+                        Err(e) => RunEnd::WaitFailed(e),
+                    },
+                    _ = guard.lost() => return RunEnd::Lost(terminate(&mut child, kill_after).await),
+                    _ = recv(&mut term) => send_signal(&child, libc::SIGTERM),
+                    _ = recv(&mut int) => send_signal(&child, libc::SIGINT),
+                    _ = recv(&mut hup) => send_signal(&child, libc::SIGHUP),
+                }
+            }
+        })
+        .await;
+    match result {
+        Err(Error::Busy { .. }) => out.fail(
+            "busy",
+            &format!("{key:?} is held by another owner: try again later, or pass --wait 10s"),
+            EXIT_BUSY,
+        ),
+        Err(e) => out.error(&e),
+        Ok(RunEnd::Exited(status)) => status_code(status),
+        Ok(RunEnd::Lost(status)) => out.fail(
+            "lost",
+            &format!(
+                "lost the lock on {key:?} while the command ran (an extension failed to reach a quorum); the command was terminated{}",
+                status.map_or(String::new(), |s| format!(" ({s})"))
+            ),
+            EXIT_LOST,
+        ),
+        Ok(RunEnd::NotStarted(e)) => {
+            let code = if e.kind() == std::io::ErrorKind::NotFound {
+                127
+            } else {
+                126
+            };
+            out.fail(
+                "not_started",
+                &format!("cannot run {program:?}: {e}"),
+                code,
+            )
+        }
+        Ok(RunEnd::WaitFailed(e)) => out.fail(
+            "error",
+            &format!("lost track of the command: {e}"),
+            EXIT_ERROR,
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("30s"), Ok(Duration::from_secs(30)));
+        assert_eq!(parse_duration("1.5s"), Ok(Duration::from_millis(1500)));
+        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+        assert_eq!(parse_duration("1h"), Ok(Duration::from_secs(3600)));
+        assert!(parse_duration("30").is_err());
+        assert!(parse_duration("30x").is_err());
+        assert!(parse_duration("s").is_err());
+    }
+
+    #[test]
+    fn wait_becomes_attempts() {
+        assert_eq!(attempts_for(Duration::ZERO).attempts, 1);
+        assert!(attempts_for(Duration::from_secs(3)).attempts >= 20);
+    }
+
+    #[test]
+    fn cli_definition_is_valid() {
+        use clap::CommandFactory;
+        Cli::command().debug_assert();
+    }
+}

@@ -1,0 +1,255 @@
+//! The client's error type, and the per-node failures it is built from.
+
+use std::fmt;
+use std::time::Duration;
+
+/// Everything that can go wrong when taking, keeping or giving back a lock.
+///
+/// Every message says what happened and what to do about it. Node addresses
+/// are `host:port`, never the full URL (which may carry a password).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// Another owner holds the lock: enough nodes said "held" that no quorum
+    /// was possible. [`Redlock::try_acquire`](crate::Redlock::try_acquire)
+    /// turns this into `Ok(None)`.
+    #[error("the lock is held by another owner ({holders} of {nodes} nodes said so): try again later or wait for its lease to end")]
+    Busy {
+        /// How many nodes answered "held by another owner". The attempt
+        /// stops waiting once "busy" is certain, so this is at least what
+        /// made it certain, not always every node that would have said so.
+        holders: usize,
+        /// How many nodes the client talks to.
+        nodes: usize,
+    },
+
+    /// Too few nodes gave a usable answer to reach a quorum.
+    #[error("no quorum: {answered} of {nodes} nodes answered, {quorum} needed; failing nodes: {}; check that a majority of the nodes is up and reachable", NodeList(errors))]
+    NoQuorum {
+        /// How many nodes the client talks to.
+        nodes: usize,
+        /// The majority needed (`nodes / 2 + 1`).
+        quorum: usize,
+        /// How many nodes gave a usable answer.
+        answered: usize,
+        /// Every failing node as `(address, reason)`, in the order the
+        /// nodes were given to the builder.
+        errors: Vec<(String, String)>,
+    },
+
+    /// A node answered "unknown command": the Redis server runs without the
+    /// redlock module.
+    #[error("the redlock module is not loaded on {node}: add `loadmodule /path/to/libredlock.so` to its redis.conf (or include modules.conf) and restart it")]
+    ModuleNotLoaded {
+        /// The node's address.
+        node: String,
+    },
+
+    /// Nodes refused new locks because they restarted recently without
+    /// durable persistence (the module's restart guard,
+    /// `redlock.restart-grace-ms`).
+    #[error("new locks are refused by {} (restart guard after a restart, redlock.restart-grace-ms){}", .nodes.join(", "), RetryHint(*.retry_after))]
+    RestartGuard {
+        /// The nodes in their grace window.
+        nodes: Vec<String>,
+        /// How long until the first of them accepts locks again, when the
+        /// nodes said so.
+        retry_after: Option<Duration>,
+    },
+
+    /// The lock was granted, but the time the acquisition (or extension) took
+    /// ate the whole lease: the lock was released and must not be used.
+    #[error("the lease ran out before the lock could be used ({elapsed:?} spent of a {ttl:?} ttl, after the clock-drift margin): use a longer ttl or a shorter node timeout")]
+    ExpiredBeforeUse {
+        /// The lease asked for.
+        ttl: Duration,
+        /// How long the acquisition took.
+        elapsed: Duration,
+    },
+
+    /// An extension found that the lock is no longer held by this owner on a
+    /// quorum: the lease ran out or the lock was released. Stop using the
+    /// token.
+    #[error("the lock on {key:?} is no longer held ({confirmed} of {nodes} nodes confirmed it, {quorum} needed): stop using its token and acquire it again")]
+    Lost {
+        /// The lock's key.
+        key: String,
+        /// How many nodes confirmed that this owner still held the lock.
+        confirmed: usize,
+        /// How many nodes the client talks to.
+        nodes: usize,
+        /// The majority needed.
+        quorum: usize,
+    },
+
+    /// A bad argument: a node URL that does not parse, no nodes, a zero TTL,
+    /// a TTL the nodes refuse, and so on.
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
+}
+
+impl Error {
+    /// Whether trying again later may succeed (busy, no quorum, restart
+    /// guard). [`Redlock::acquire`](crate::Redlock::acquire) retries these.
+    pub fn is_transient(&self) -> bool {
+        matches!(
+            self,
+            Error::Busy { .. } | Error::NoQuorum { .. } | Error::RestartGuard { .. }
+        )
+    }
+}
+
+struct NodeList<'a>(&'a [(String, String)]);
+
+impl fmt::Display for NodeList<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.0.is_empty() {
+            return f.write_str("none");
+        }
+        for (i, (node, reason)) in self.0.iter().enumerate() {
+            if i > 0 {
+                f.write_str(", ")?;
+            }
+            write!(f, "{node} ({reason})")?;
+        }
+        Ok(())
+    }
+}
+
+struct RetryHint(Option<Duration>);
+
+impl fmt::Display for RetryHint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0 {
+            Some(d) => write!(f, ": retry in {} ms", d.as_millis()),
+            None => f.write_str(": retry later"),
+        }
+    }
+}
+
+/// Why one node did not give a usable answer (internal; shown in
+/// [`Error::NoQuorum`] as the reason string).
+#[derive(Debug, Clone)]
+pub(crate) enum NodeFailure {
+    /// No reply within the per-node timeout.
+    Timeout(Duration),
+    /// No connection right now; a reconnect runs in the background.
+    NotConnected(String),
+    /// The connection broke during the call.
+    Connection(String),
+    /// The server does not know the module's commands.
+    ModuleNotLoaded,
+    /// The restart guard refused the ACQUIRE (the server's whole message).
+    Grace {
+        message: String,
+        remaining: Option<Duration>,
+    },
+    /// The node refused an argument (`ERR invalid …`).
+    BadArgument(String),
+    /// Any other error reply.
+    Refused(String),
+    /// A reply of a type the command never gives.
+    Unexpected(String),
+    /// Step 4: the write-back did not leave the node at the token.
+    WriteBack(String),
+}
+
+impl fmt::Display for NodeFailure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            NodeFailure::Timeout(d) => write!(f, "no reply within {} ms", d.as_millis()),
+            NodeFailure::NotConnected(e) => write!(f, "not connected: {e}"),
+            NodeFailure::Connection(e) => write!(f, "connection error: {e}"),
+            NodeFailure::ModuleNotLoaded => f.write_str("the redlock module is not loaded"),
+            NodeFailure::Grace { message, .. } => f.write_str(message),
+            NodeFailure::BadArgument(e) | NodeFailure::Refused(e) => f.write_str(e),
+            NodeFailure::Unexpected(e) => write!(f, "unexpected reply: {e}"),
+            NodeFailure::WriteBack(e) => write!(f, "write-back failed: {e}"),
+        }
+    }
+}
+
+impl NodeFailure {
+    /// Classifies an error from redis-rs. The boolean is true when the
+    /// connection itself is broken and must be replaced.
+    pub(crate) fn from_redis(err: &redis::RedisError) -> (Self, bool) {
+        use redis::ErrorKind;
+        match err.kind() {
+            ErrorKind::ResponseError | ErrorKind::ExtensionError => {
+                let code = err.code().unwrap_or("ERR");
+                let detail = err.detail().unwrap_or("");
+                let text = format!("{code} {detail}");
+                let failure = if detail.starts_with("unknown command") {
+                    NodeFailure::ModuleNotLoaded
+                } else if code == "GRACE" {
+                    NodeFailure::Grace {
+                        remaining: parse_grace_remaining(detail),
+                        message: text,
+                    }
+                } else if code == "ERR" && detail.starts_with("invalid ") {
+                    NodeFailure::BadArgument(text)
+                } else {
+                    NodeFailure::Refused(text)
+                };
+                (failure, false)
+            }
+            _ if err.is_io_error()
+                || err.is_connection_dropped()
+                || err.is_unrecoverable_error() =>
+            {
+                (NodeFailure::Connection(err.to_string()), true)
+            }
+            _ => (NodeFailure::Refused(err.to_string()), false),
+        }
+    }
+
+    /// Whether the node may have executed the command (so a lock may have
+    /// been granted there and must be released after a failed attempt).
+    pub(crate) fn maybe_executed(&self) -> bool {
+        matches!(
+            self,
+            NodeFailure::Timeout(_) | NodeFailure::Connection(_) | NodeFailure::WriteBack(_)
+        )
+    }
+}
+
+/// `… new locks are refused for 1234 more ms …` → 1234 ms.
+fn parse_grace_remaining(detail: &str) -> Option<Duration> {
+    let (_, rest) = detail.split_once("refused for ")?;
+    let ms = rest.split_whitespace().next()?.parse::<u64>().ok()?;
+    Some(Duration::from_millis(ms))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn grace_remaining_is_read_from_the_server_text() {
+        let detail = "node restarted 10 ms ago: new locks are refused for 59990 more ms (redlock.restart-grace-ms)";
+        assert_eq!(
+            parse_grace_remaining(detail),
+            Some(Duration::from_millis(59990))
+        );
+        assert_eq!(parse_grace_remaining("something else"), None);
+    }
+
+    #[test]
+    fn no_quorum_lists_nodes_with_reasons() {
+        let e = Error::NoQuorum {
+            nodes: 5,
+            quorum: 3,
+            answered: 2,
+            errors: vec![
+                ("a:1".into(), "no reply within 10 ms".into()),
+                ("b:2".into(), "not connected: refused".into()),
+            ],
+        };
+        let text = e.to_string();
+        assert!(text.contains("2 of 5 nodes answered, 3 needed"), "{text}");
+        assert!(
+            text.contains("a:1 (no reply within 10 ms), b:2 (not connected: refused)"),
+            "{text}"
+        );
+    }
+}

@@ -1,0 +1,98 @@
+//! Helpers shared by the client's integration tests: five real nodes from
+//! the test kit, clients with short timeouts, and freeze guards.
+#![allow(dead_code)]
+
+use std::time::Duration;
+
+use redlock_client::{NodeState, Redlock, RetryPolicy};
+use redlock_testkit::{start_nodes, Node, NodeBuilder};
+
+/// Per-node timeout used by the tests (loopback replies take well under a
+/// millisecond; the margin is for a loaded machine).
+pub const NODE_TIMEOUT: Duration = Duration::from_millis(300);
+
+/// Five nodes with the module and the test kit's defaults.
+pub fn five() -> Vec<Node> {
+    start_nodes(5, &Node::builder())
+}
+
+/// Five nodes built with `builder`.
+pub fn five_with(builder: &NodeBuilder) -> Vec<Node> {
+    start_nodes(5, builder)
+}
+
+/// The nodes' URLs.
+pub fn urls(nodes: &[Node]) -> Vec<String> {
+    nodes.iter().map(Node::url).collect()
+}
+
+/// `127.0.0.1:PORT`, as the client names a node.
+pub fn addr(node: &Node) -> String {
+    format!("127.0.0.1:{}", node.port())
+}
+
+/// Connect timeout used by the tests (generous: a loaded machine is slow).
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// A client with short timeouts and one attempt per acquire.
+pub async fn client(nodes: &[Node]) -> Redlock {
+    Redlock::builder(urls(nodes))
+        .node_timeout(NODE_TIMEOUT)
+        .connect_timeout(CONNECT_TIMEOUT)
+        .retry(RetryPolicy::no_retry())
+        .build()
+        .await
+        .expect("build client")
+}
+
+/// How many nodes report the key as held. Panics when a node does not
+/// answer INSPECT (so that a slow node is never mistaken for "not held").
+pub async fn held_on(redlock: &Redlock, key: &str) -> usize {
+    held_on_reachable(redlock, key, redlock.nodes().len()).await
+}
+
+/// Like [`held_on`], for a cluster where only `reachable` nodes answer.
+pub async fn held_on_reachable(redlock: &Redlock, key: &str, reachable: usize) -> usize {
+    // A loaded machine can make a node miss the timeout: ask again.
+    let mut tries = 0;
+    let views = loop {
+        let views = redlock.inspect(key).await;
+        let answered = views
+            .iter()
+            .filter(|v| !matches!(v.state, NodeState::Error(_)))
+            .count();
+        tries += 1;
+        if answered == reachable {
+            break views;
+        }
+        assert!(tries < 10, "INSPECT {key}: {views:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    views
+        .iter()
+        .filter(|v| matches!(v.state, NodeState::Present { held: true, .. }))
+        .count()
+}
+
+/// Freezes nodes with SIGSTOP and thaws them when dropped, whatever the
+/// test's outcome.
+pub struct Frozen<'a>(Vec<&'a Node>);
+
+impl<'a> Frozen<'a> {
+    /// Freezes every node in `nodes`.
+    pub fn new(nodes: impl IntoIterator<Item = &'a Node>) -> Self {
+        let nodes: Vec<&Node> = nodes.into_iter().collect();
+        for n in &nodes {
+            n.pause();
+        }
+        Frozen(nodes)
+    }
+}
+
+impl Drop for Frozen<'_> {
+    fn drop(&mut self) {
+        for n in &self.0 {
+            n.resume();
+        }
+    }
+}
