@@ -14,12 +14,14 @@ deps:
 build: deps
 	$(CARGO) build --release -p redlock-module -p redlock-client
 
-## test: formatting, lints, the module's unit and integration tests, the client's, the safety suite's short run and the benchmark smoke run
+## test: formatting, lints, every unit and integration test (module, client, safety mutants, benchmark smoke run), then the safety quick run
 test: deps lint
 	$(CARGO) build --release -p redlock-module
 	$(CARGO) build -p redlock-module --features test-hooks
 	REDLOCK_RELEASE_MODULE=$(RELEASE_MODULE) REDLOCK_MODULE=$(TEST_MODULE) \
 		$(CARGO) test --workspace --features redlock-module/test-hooks
+	REDLOCK_MODULE=$(TEST_MODULE) \
+		$(CARGO) run -q -p redlock-safety --bin safety -- --quick --out target/safety-quick
 
 lint:
 	$(CARGO) fmt --all -- --check
@@ -29,6 +31,14 @@ lint:
 ## demo: five local nodes loading the module through modules.conf, contending workers, a killed node, a stale write refused
 demo: build
 	$(CARGO) run --release -q -p redlock-client --example demo
+
+## safety: the full fault-injection matrix (about 11 minutes); SEED=… DURATION=… (seconds) to vary it
+SEED ?= 7
+DURATION ?= 600
+safety: deps
+	$(CARGO) build -p redlock-module --features test-hooks
+	REDLOCK_MODULE=$(TEST_MODULE) \
+		$(CARGO) run -q -p redlock-safety --bin safety -- --seed $(SEED) --duration $(DURATION) --out target/safety
 
 ## bench: the benchmark table (five local nodes; about two minutes). ARGS=--smoke for a quick check
 bench: deps

@@ -1,0 +1,231 @@
+//! `safety`: runs the fault matrix against five local module-enabled nodes,
+//! prints a table per fault type, writes the histories to `--out`, and exits
+//! 1 on any violation of what the run guarantees (2 when a run could not be
+//! carried out).
+//!
+//! ```text
+//! safety --quick --out target/safety          # CI: fixed seed, about a minute
+//! safety --duration 600 --seed 7 --out DIR    # the full matrix, about 10 minutes
+//! ```
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use clap::{Parser, Subcommand};
+use redlock_safety::checker::Report;
+use redlock_safety::runner::{self, FaultType, RunConfig};
+use redlock_safety::workload::{self, WorkerSpec};
+
+/// Fault injection against a five-node redlock quorum, checked by a program.
+#[derive(Parser)]
+#[command(name = "safety", version)]
+struct Args {
+    #[command(subcommand)]
+    cmd: Option<Cmd>,
+    /// Seed of the whole matrix (each run derives its own).
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Total workload time in seconds, split over the runs (full mode).
+    #[arg(long, default_value_t = 600)]
+    duration: u64,
+    /// Folder for the histories and summary.json.
+    #[arg(long, default_value = "target/safety")]
+    out: PathBuf,
+    /// Short fixed-seed matrix for CI (one 4 s run per fault type).
+    #[arg(long)]
+    quick: bool,
+    /// Only these fault types (names as in the table), comma-separated.
+    #[arg(long, value_delimiter = ',')]
+    only: Vec<String>,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Internal: run one worker process from a JSON spec.
+    #[command(hide = true)]
+    Worker {
+        /// The WorkerSpec as JSON.
+        spec: String,
+    },
+}
+
+fn worker(spec: &str) -> ExitCode {
+    let spec: WorkerSpec = match serde_json::from_str(spec) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("bad worker spec: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("runtime: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    match rt.block_on(workload::run_worker(spec)) {
+        Ok(_) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("{e}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    if let Some(Cmd::Worker { spec }) = &args.cmd {
+        return worker(spec);
+    }
+    let exe = match std::env::current_exe() {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("safety: cannot find my own binary: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let types: Vec<FaultType> = FaultType::MATRIX
+        .iter()
+        .copied()
+        .filter(|f| args.only.is_empty() || args.only.iter().any(|o| o == f.name()))
+        .collect();
+    if types.is_empty() {
+        eprintln!("safety: --only matches no fault type");
+        return ExitCode::from(2);
+    }
+    let (seed, runs_per_type, run_secs, budget) = if args.quick {
+        (1, 1, 4.0, 6)
+    } else {
+        let per = (args.duration as f64 / (types.len() * 2) as f64).max(3.0);
+        (args.seed, 2, per, 40)
+    };
+    let began = Instant::now();
+    let mut table: Vec<(FaultType, usize, Report)> = Vec::new();
+    let mut failed = Vec::new();
+    for (ti, &fault) in types.iter().enumerate() {
+        let mut total = Report::default();
+        let mut runs = 0;
+        for r in 0..runs_per_type {
+            let keys = if (ti + r) % 2 == 0 { 1 } else { 4 };
+            let mut cfg = RunConfig::new(
+                fault,
+                Duration::from_secs_f64(run_secs),
+                exe.clone(),
+                args.out.clone(),
+            );
+            cfg.name = format!("{}-k{keys}-r{r}", fault.name());
+            cfg.keys = keys;
+            cfg.seed = seed.wrapping_mul(1000).wrapping_add((ti * 10 + r) as u64);
+            cfg.fault_budget = budget;
+            match runner::run(&cfg) {
+                Ok(res) => {
+                    let rep = &res.report;
+                    eprintln!(
+                        "[{:>5.0}s] {:<28} acquisitions={:<6} faults={:<3} violations={} -> {}",
+                        began.elapsed().as_secs_f64(),
+                        cfg.name,
+                        rep.acquisitions,
+                        rep.faults,
+                        rep.violations(),
+                        res.history.display()
+                    );
+                    for ex in rep.examples.iter().take(3) {
+                        eprintln!("          {ex}");
+                    }
+                    total.add(rep);
+                    runs += 1;
+                }
+                Err(e) => {
+                    eprintln!("{}: run failed: {e}", cfg.name);
+                    failed.push(cfg.name.clone());
+                }
+            }
+        }
+        table.push((fault, runs, total));
+    }
+    print_table(&table);
+    let summary: Vec<serde_json::Value> = table
+        .iter()
+        .map(|(f, runs, r)| serde_json::json!({"fault": f.name(), "runs": runs, "report": r}))
+        .collect();
+    let _ = std::fs::write(
+        args.out.join("summary.json"),
+        serde_json::to_string_pretty(&summary).unwrap_or_default(),
+    );
+    let violations: u64 = table.iter().map(|(_, _, r)| r.violations()).sum();
+    println!(
+        "total: {} acquisitions, {} faults, {} violations, {} failed runs, {:.0} s; histories in {}",
+        table.iter().map(|t| t.2.acquisitions).sum::<u64>(),
+        table.iter().map(|t| t.2.faults).sum::<u64>(),
+        violations,
+        failed.len(),
+        began.elapsed().as_secs_f64(),
+        args.out.display()
+    );
+    if violations > 0 {
+        ExitCode::from(1)
+    } else if !failed.is_empty() {
+        ExitCode::from(2)
+    } else {
+        ExitCode::SUCCESS
+    }
+}
+
+fn print_table(rows: &[(FaultType, usize, Report)]) {
+    let head = [
+        "fault",
+        "runs",
+        "acq",
+        "acq_fail",
+        "faults",
+        "res_ops",
+        "refused",
+        "dup",
+        "inv",
+        "stale_ok",
+        "lost",
+        "ovl_expl",
+        "ovl_unexpl",
+        "valid_late",
+        "regress",
+        "VIOL",
+    ];
+    println!(
+        "{:<26}{}",
+        head[0],
+        head[1..]
+            .iter()
+            .map(|h| format!("{h:>11}"))
+            .collect::<String>()
+    );
+    for (f, runs, r) in rows {
+        let cells = [
+            *runs as u64,
+            r.acquisitions,
+            r.acquire_failures,
+            r.faults,
+            r.resource_ops,
+            r.stale_refused,
+            r.duplicate_tokens,
+            r.token_inversions,
+            r.stale_accepted,
+            r.lost_updates,
+            r.overlaps_explained,
+            r.overlaps_unexplained,
+            r.valid_after_end,
+            r.counter_regressions,
+            r.violations(),
+        ];
+        println!(
+            "{:<26}{}",
+            f.name(),
+            cells.iter().map(|c| format!("{c:>11}")).collect::<String>()
+        );
+    }
+}

@@ -1,0 +1,703 @@
+//! One run of the matrix: five nodes behind fault proxies, the fenced
+//! resource, worker processes, one fault injector; then the merged history
+//! and the checker's report. Everything is on 127.0.0.1, on ports chosen at
+//! run time, bounded in time (the workers stop at a deadline and are killed
+//! 20 s after it at the latest) and in count (a fault budget per run).
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::Duration;
+
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use redlock_testkit::proxy::{Fault, FaultProxy};
+use redlock_testkit::{start_nodes, Node};
+use serde::{Deserialize, Serialize};
+
+use crate::checker::{self, Report};
+use crate::clock::mono_ns;
+use crate::history::{self, Guarantees, Kind, Recorder};
+use crate::resource::{Checking, ResourceServer};
+use crate::workload::{ClientOptions, PausePlan, PausePoint, WorkerSpec};
+
+/// Node count of every run.
+pub const NODES: usize = 5;
+
+/// The fault types of the matrix (and two used only by mutation tests).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FaultType {
+    /// No fault: the baseline.
+    None,
+    /// kill -9 and restart, no persistence (restart guard at its default).
+    KillNone,
+    /// kill -9 and restart, AOF `everysec` (restart guard at its default).
+    KillEverysec,
+    /// kill -9 and restart, AOF `always` (the guard does not apply).
+    KillAlways,
+    /// SIGSTOP a node longer than the lease.
+    NodePause,
+    /// A client task stalls after sending ACQUIRE.
+    ClientPauseSend,
+    /// A client task stalls after acquiring, before using the token.
+    ClientPauseUse,
+    /// A client task stalls between the resource read and write.
+    ClientPauseWrite,
+    /// SIGSTOP a whole worker process longer than the lease.
+    ProcessPause,
+    /// Proxy: added latency.
+    ProxyDelay,
+    /// Proxy: nothing goes through for a while.
+    ProxyBlackhole,
+    /// Proxy: connections reset with RST.
+    ProxyReset,
+    /// Proxy: requests applied, replies dropped.
+    ProxyDropReplies,
+    /// A node's wall clock jumps forward or backward.
+    ClockJump,
+    /// Mutation tests: two random nodes cut off, rotating quickly.
+    PartitionRotate,
+    /// Mutation tests: every node killed and restarted at once (empty
+    /// without persistence).
+    KillAll,
+}
+
+impl FaultType {
+    /// The matrix `make safety` runs.
+    pub const MATRIX: [FaultType; 14] = [
+        FaultType::None,
+        FaultType::KillNone,
+        FaultType::KillEverysec,
+        FaultType::KillAlways,
+        FaultType::NodePause,
+        FaultType::ClientPauseSend,
+        FaultType::ClientPauseUse,
+        FaultType::ClientPauseWrite,
+        FaultType::ProcessPause,
+        FaultType::ProxyDelay,
+        FaultType::ProxyBlackhole,
+        FaultType::ProxyReset,
+        FaultType::ProxyDropReplies,
+        FaultType::ClockJump,
+    ];
+
+    /// Name in tables and file names.
+    pub fn name(self) -> &'static str {
+        match self {
+            FaultType::None => "none",
+            FaultType::KillNone => "kill9_persist_none",
+            FaultType::KillEverysec => "kill9_aof_everysec",
+            FaultType::KillAlways => "kill9_aof_always",
+            FaultType::NodePause => "node_sigstop",
+            FaultType::ClientPauseSend => "client_pause_after_send",
+            FaultType::ClientPauseUse => "client_pause_before_use",
+            FaultType::ClientPauseWrite => "client_pause_read_write",
+            FaultType::ProcessPause => "process_sigstop",
+            FaultType::ProxyDelay => "proxy_delay",
+            FaultType::ProxyBlackhole => "proxy_blackhole",
+            FaultType::ProxyReset => "proxy_reset",
+            FaultType::ProxyDropReplies => "proxy_drop_replies",
+            FaultType::ClockJump => "clock_jump",
+            FaultType::PartitionRotate => "partition_rotate",
+            FaultType::KillAll => "kill9_all",
+        }
+    }
+
+    /// Node persistence for this fault type.
+    pub fn persistence(self) -> Persistence {
+        match self {
+            FaultType::KillEverysec => Persistence::AofEverysec,
+            FaultType::KillAlways => Persistence::AofAlways,
+            _ => Persistence::None,
+        }
+    }
+
+    fn pause_point(self) -> Option<PausePoint> {
+        match self {
+            FaultType::ClientPauseSend => Some(PausePoint::AfterSendAcquire),
+            FaultType::ClientPauseUse => Some(PausePoint::BeforeUse),
+            FaultType::ClientPauseWrite => Some(PausePoint::BetweenReadAndWrite),
+            _ => None,
+        }
+    }
+}
+
+/// How nodes persist.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Persistence {
+    /// No RDB, no AOF: a restart comes back empty.
+    None,
+    /// `appendonly yes`, `appendfsync everysec`.
+    AofEverysec,
+    /// `appendonly yes`, `appendfsync always`.
+    AofAlways,
+}
+
+impl Persistence {
+    /// Name in the history.
+    pub fn name(self) -> &'static str {
+        match self {
+            Persistence::None => "none",
+            Persistence::AofEverysec => "everysec",
+            Persistence::AofAlways => "always",
+        }
+    }
+}
+
+/// One run's parameters.
+#[derive(Clone, Debug)]
+pub struct RunConfig {
+    /// Run name (file names).
+    pub name: String,
+    /// Fault injected.
+    pub fault: FaultType,
+    /// Wall time of the workload.
+    pub duration: Duration,
+    /// Number of keys.
+    pub keys: usize,
+    /// Worker processes.
+    pub workers: usize,
+    /// Client tasks in total.
+    pub tasks: usize,
+    /// Seed.
+    pub seed: u64,
+    /// Lease of each acquisition.
+    pub ttl_ms: u64,
+    /// `redlock.max-ttl-ms` of the nodes; the restart guard lasts as long.
+    pub max_ttl_ms: u64,
+    /// Most faults the injector starts.
+    pub fault_budget: u32,
+    /// Client options (mutation switches included).
+    pub client: ClientOptions,
+    /// Resource checking (mutation switch).
+    pub checking: Checking,
+    /// Mutant: nodes skip replicating effects to the AOF.
+    pub no_aof_propagation: bool,
+    /// The `safety` binary, re-executed as worker processes.
+    pub worker_exe: PathBuf,
+    /// Folder for histories.
+    pub out: PathBuf,
+}
+
+impl RunConfig {
+    /// Defaults for `fault`: 8 tasks in 2 processes, one key, ttl 400 ms.
+    pub fn new(fault: FaultType, duration: Duration, worker_exe: PathBuf, out: PathBuf) -> Self {
+        RunConfig {
+            name: fault.name().to_string(),
+            fault,
+            duration,
+            keys: 1,
+            workers: 2,
+            tasks: 8,
+            seed: 1,
+            ttl_ms: 400,
+            max_ttl_ms: 2_000,
+            fault_budget: 30,
+            client: ClientOptions::default(),
+            checking: Checking::ReadsAndWrites,
+            no_aof_propagation: false,
+            worker_exe,
+            out,
+        }
+    }
+}
+
+/// The outcome of one run.
+#[derive(Clone, Debug)]
+pub struct RunResult {
+    /// The checker's report.
+    pub report: Report,
+    /// The merged history.
+    pub history: PathBuf,
+}
+
+struct Cluster {
+    nodes: Vec<Node>,
+    proxies: Vec<FaultProxy>,
+    keys: Vec<String>,
+}
+
+fn direct(node: &Node) -> Option<redis::Connection> {
+    let c = redis::Client::open(node.url()).ok()?;
+    let con = c
+        .get_connection_with_timeout(Duration::from_millis(500))
+        .ok()?;
+    con.set_read_timeout(Some(Duration::from_millis(500)))
+        .ok()?;
+    Some(con)
+}
+
+fn counter(node: &Node, key: &str) -> Option<u64> {
+    let mut con = direct(node)?;
+    let v: redis::Value = redis::cmd("REDLOCK.INSPECT")
+        .arg(key)
+        .query(&mut con)
+        .ok()?;
+    let items = match v {
+        redis::Value::Nil => return Some(0),
+        redis::Value::Array(items) => items,
+        redis::Value::Map(pairs) => pairs.into_iter().flat_map(|(k, v)| [k, v]).collect(),
+        _ => return None,
+    };
+    let mut it = items.into_iter();
+    while let Some(k) = it.next() {
+        let name: Option<String> = redis::from_redis_value(&k).ok();
+        let val = it.next()?;
+        if name.as_deref() == Some("token") {
+            return redis::from_redis_value(&val).ok();
+        }
+    }
+    None
+}
+
+/// Runs one configuration to its end and checks it.
+pub fn run(cfg: &RunConfig) -> Result<RunResult, String> {
+    std::fs::create_dir_all(&cfg.out).map_err(|e| format!("{}: {e}", cfg.out.display()))?;
+    let parts = cfg.out.join(format!("{}.parts", cfg.name));
+    let _ = std::fs::remove_dir_all(&parts);
+    std::fs::create_dir_all(&parts).map_err(|e| e.to_string())?;
+    let persistence = cfg.fault.persistence();
+    let mut builder = Node::builder()
+        .config("redlock.max-ttl-ms", &cfg.max_ttl_ms.to_string())
+        // A fresh cluster has granted nothing yet: no guard at the first start.
+        // Restarts bring the guard back at its default (see `inject`).
+        .config("redlock.restart-grace-ms", "0");
+    builder = match persistence {
+        Persistence::None => builder.config("appendonly", "no"),
+        Persistence::AofEverysec => builder
+            .config("appendonly", "yes")
+            .config("appendfsync", "everysec"),
+        Persistence::AofAlways => builder
+            .config("appendonly", "yes")
+            .config("appendfsync", "always"),
+    };
+    let nodes = start_nodes(NODES, &builder);
+    if cfg.no_aof_propagation {
+        for n in &nodes {
+            let mut con = direct(n).ok_or("node connection")?;
+            crate::mutants::disable_aof_propagation(&mut con)?;
+        }
+    }
+    let proxies: Vec<FaultProxy> = nodes
+        .iter()
+        .map(|n| FaultProxy::start(SocketAddr::from(([127, 0, 0, 1], n.port()))))
+        .collect();
+    let keys: Vec<String> = (0..cfg.keys).map(|i| format!("k{i}")).collect();
+    let control =
+        Arc::new(Recorder::create(&parts.join("controller.jsonl")).map_err(|e| e.to_string())?);
+    control.record(Kind::RunStart {
+        run: cfg.name.clone(),
+        fault: cfg.fault.name().to_string(),
+        persistence: persistence.name().to_string(),
+        seed: cfg.seed,
+        ttl_ms: cfg.ttl_ms,
+        nodes: NODES,
+        keys: keys.clone(),
+        guarantees: Guarantees {
+            durable_counters: persistence == Persistence::AofAlways,
+        },
+    });
+    let res_rec =
+        Arc::new(Recorder::create(&parts.join("resource.jsonl")).map_err(|e| e.to_string())?);
+    let resource = ResourceServer::start(cfg.checking, Some(Arc::clone(&res_rec)))
+        .map_err(|e| e.to_string())?;
+
+    let start = mono_ns();
+    let deadline = start + cfg.duration.as_nanos() as u64;
+    let mut children: Vec<Child> = Vec::new();
+    let per = cfg.tasks.div_ceil(cfg.workers.max(1));
+    let mut left = cfg.tasks;
+    for w in 0..cfg.workers {
+        let tasks = per.min(left);
+        left -= tasks;
+        if tasks == 0 {
+            break;
+        }
+        let spec = WorkerSpec {
+            index: w,
+            tasks,
+            nodes: proxies.iter().map(FaultProxy::url).collect(),
+            resource: resource.addr(),
+            keys: keys.clone(),
+            ttl_ms: cfg.ttl_ms,
+            extend_percent: 10,
+            seed: cfg.seed.wrapping_mul(31).wrapping_add(w as u64),
+            deadline_ns: deadline,
+            out: parts.join(format!("worker{w}.jsonl")),
+            client: cfg.client.clone(),
+            pauses: cfg.fault.pause_point().map(|point| PausePlan {
+                point,
+                ms: (cfg.ttl_ms + 100, cfg.ttl_ms * 3),
+                gap_ms: 900,
+                max: u64::from(cfg.fault_budget).div_ceil(cfg.workers as u64),
+            }),
+            fault_id_base: 1_000_000 * (w as u64 + 1),
+        };
+        let json = serde_json::to_string(&spec).map_err(|e| e.to_string())?;
+        let child = Command::new(&cfg.worker_exe)
+            .arg("worker")
+            .arg(json)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(|e| format!("{}: {e}", cfg.worker_exe.display()))?;
+        children.push(child);
+    }
+    let pids: Vec<u32> = children.iter().map(Child::id).collect();
+
+    let mut cluster = Cluster {
+        nodes,
+        proxies,
+        keys,
+    };
+    // Let the workers connect before the first fault.
+    std::thread::sleep(Duration::from_millis(300));
+    inject(cfg, &mut cluster, &control, &pids, deadline);
+
+    // Wait for the workers; kill them 20 s after the deadline at the latest.
+    let mut errors = Vec::new();
+    for mut child in children {
+        let status = loop {
+            match child.try_wait() {
+                Ok(Some(s)) => break Some(s),
+                Ok(None) if mono_ns() > deadline + 20_000_000_000 => {
+                    // SAFETY: SIGCONT then SIGKILL to our own child's pid.
+                    unsafe {
+                        libc::kill(child.id() as libc::pid_t, libc::SIGCONT);
+                    }
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    break None;
+                }
+                Ok(None) => std::thread::sleep(Duration::from_millis(20)),
+                Err(_) => break None,
+            }
+        };
+        if status.is_none_or(|s| !s.success()) {
+            let mut msg = String::new();
+            if let Some(mut e) = child.stderr.take() {
+                use std::io::Read;
+                let _ = e.read_to_string(&mut msg);
+            }
+            errors.push(format!("worker {}: {status:?} {}", child.id(), msg.trim()));
+        }
+    }
+    drop(resource);
+    res_rec.flush().map_err(|e| e.to_string())?;
+    control.flush().map_err(|e| e.to_string())?;
+    drop(cluster);
+    if !errors.is_empty() {
+        return Err(errors.join("; "));
+    }
+    let events = history::load(&parts).map_err(|e| e.to_string())?;
+    let merged = cfg.out.join(format!("{}.jsonl", cfg.name));
+    history::save(&merged, &events).map_err(|e| e.to_string())?;
+    let _ = std::fs::remove_dir_all(&parts);
+    Ok(RunResult {
+        report: checker::check(&events),
+        history: merged,
+    })
+}
+
+fn sleep_until(t: u64) {
+    let now = mono_ns();
+    if t > now {
+        std::thread::sleep(Duration::from_nanos(t - now));
+    }
+}
+
+fn pick(rng: &mut ChaCha8Rng, n: usize, k: usize) -> Vec<usize> {
+    let mut all: Vec<usize> = (0..n).collect();
+    for i in 0..k.min(n) {
+        let j = rng.gen_range(i..n);
+        all.swap(i, j);
+    }
+    all.truncate(k.min(n));
+    all
+}
+
+/// Minority mostly, a majority now and then.
+fn how_many(rng: &mut ChaCha8Rng, count: u32) -> usize {
+    if count % 4 == 3 {
+        3
+    } else {
+        rng.gen_range(1..=2)
+    }
+}
+
+/// Injects `cfg.fault` until shortly before `deadline`, at most
+/// `cfg.fault_budget` times. Every fault is over when this returns.
+fn inject(cfg: &RunConfig, c: &mut Cluster, rec: &Recorder, pids: &[u32], deadline: u64) {
+    let mut rng = ChaCha8Rng::seed_from_u64(cfg.seed ^ 0xfa17);
+    let ttl = cfg.ttl_ms;
+    // Leave time at the end for every fault to be over and the workload to settle.
+    let end = deadline.saturating_sub(1_500_000_000);
+    let mut id = 0u64;
+    let mut count = 0u32;
+    let ms = |a: u64, b: u64, rng: &mut ChaCha8Rng| Duration::from_millis(rng.gen_range(a..=b));
+    let start = |rec: &Recorder, id: u64, kind: &str, target: String, detail: String, timing| {
+        rec.record(Kind::FaultStart {
+            id,
+            kind: kind.to_string(),
+            target,
+            detail,
+            timing,
+        });
+    };
+    let names = |v: &[usize], p: &str| {
+        v.iter()
+            .map(|i| format!("{p}{i}"))
+            .collect::<Vec<_>>()
+            .join(",")
+    };
+    if cfg.fault == FaultType::None || cfg.fault.pause_point().is_some() {
+        sleep_until(deadline);
+        return;
+    }
+    while mono_ns() < end && count < cfg.fault_budget {
+        let gap = match cfg.fault {
+            // Nodes come back in their guard window: leave it time to end.
+            FaultType::KillNone | FaultType::KillEverysec | FaultType::KillAlways => {
+                ms(cfg.max_ttl_ms / 2, cfg.max_ttl_ms, &mut rng)
+            }
+            // Nodes in their guard window stop everything: wait it out.
+            FaultType::KillAll => ms(cfg.max_ttl_ms + 300, 2 * cfg.max_ttl_ms, &mut rng),
+            FaultType::PartitionRotate => ms(20, 60, &mut rng),
+            _ => ms(200, 900, &mut rng),
+        };
+        std::thread::sleep(gap);
+        if mono_ns() >= end {
+            break;
+        }
+        id += 1;
+        match cfg.fault {
+            FaultType::KillNone
+            | FaultType::KillEverysec
+            | FaultType::KillAlways
+            | FaultType::KillAll => {
+                let k = if cfg.fault == FaultType::KillAll {
+                    NODES
+                } else {
+                    how_many(&mut rng, count)
+                };
+                let targets = pick(&mut rng, NODES, k);
+                for &i in &targets {
+                    for key in &c.keys {
+                        if let Some(v) = counter(&c.nodes[i], key) {
+                            rec.record(Kind::NodeCounter {
+                                node: i,
+                                key: key.clone(),
+                                counter: v,
+                                phase: "before_kill".into(),
+                            });
+                        }
+                    }
+                    c.nodes[i].kill();
+                }
+                start(
+                    rec,
+                    id,
+                    "node_kill",
+                    names(&targets, "n"),
+                    format!("kill -9, {}", cfg.fault.persistence().name()),
+                    false,
+                );
+                std::thread::sleep(ms(50, 300, &mut rng));
+                for &i in &targets {
+                    // The restart guard at its default (-1: as long as
+                    // max-ttl); durable nodes (AOF always) skip it by themselves.
+                    c.nodes[i].restart_with(&[("redlock.restart-grace-ms", "-1")]);
+                }
+                rec.record(Kind::FaultStop { id });
+                for &i in &targets {
+                    for key in &c.keys {
+                        if let Some(v) = counter(&c.nodes[i], key) {
+                            rec.record(Kind::NodeCounter {
+                                node: i,
+                                key: key.clone(),
+                                counter: v,
+                                phase: "after_restart".into(),
+                            });
+                        }
+                    }
+                    if cfg.no_aof_propagation {
+                        if let Some(mut con) = direct(&c.nodes[i]) {
+                            let _ = crate::mutants::disable_aof_propagation(&mut con);
+                        }
+                    }
+                }
+            }
+            FaultType::NodePause => {
+                let k = how_many(&mut rng, count);
+                let targets = pick(&mut rng, NODES, k);
+                let d = ms(ttl + 200, ttl * 3 + 300, &mut rng);
+                for &i in &targets {
+                    c.nodes[i].pause();
+                }
+                start(
+                    rec,
+                    id,
+                    "node_pause",
+                    names(&targets, "n"),
+                    format!("SIGSTOP {} ms", d.as_millis()),
+                    true,
+                );
+                std::thread::sleep(d);
+                for &i in &targets {
+                    c.nodes[i].resume();
+                }
+                rec.record(Kind::FaultStop { id });
+            }
+            FaultType::ProcessPause => {
+                let w = rng.gen_range(0..pids.len().max(1));
+                let Some(&pid) = pids.get(w) else { break };
+                let d = ms(ttl + 100, ttl * 3, &mut rng);
+                // SAFETY: signals to our own worker child.
+                unsafe {
+                    libc::kill(pid as libc::pid_t, libc::SIGSTOP);
+                }
+                start(
+                    rec,
+                    id,
+                    "process_pause",
+                    format!("w{w}"),
+                    format!("SIGSTOP {} ms", d.as_millis()),
+                    true,
+                );
+                std::thread::sleep(d);
+                // SAFETY: as above.
+                unsafe {
+                    libc::kill(pid as libc::pid_t, libc::SIGCONT);
+                }
+                rec.record(Kind::FaultStop { id });
+            }
+            FaultType::ProxyDelay | FaultType::ProxyBlackhole | FaultType::ProxyDropReplies => {
+                let k = how_many(&mut rng, count);
+                let targets = pick(&mut rng, NODES, k);
+                let (fault, kind, d) = match cfg.fault {
+                    FaultType::ProxyDelay => {
+                        let delay = ms(5, 150, &mut rng);
+                        (Fault::Delay(delay), "proxy_delay", ms(300, 1000, &mut rng))
+                    }
+                    FaultType::ProxyBlackhole => {
+                        (Fault::Blackhole, "proxy_blackhole", ms(200, 1000, &mut rng))
+                    }
+                    _ => (
+                        Fault::DropReplies,
+                        "proxy_drop_replies",
+                        ms(200, 800, &mut rng),
+                    ),
+                };
+                for &i in &targets {
+                    c.proxies[i].set(fault);
+                }
+                let timing = !matches!(fault, Fault::DropReplies);
+                start(
+                    rec,
+                    id,
+                    kind,
+                    names(&targets, "n"),
+                    format!("{fault:?} for {} ms", d.as_millis()),
+                    timing,
+                );
+                std::thread::sleep(d);
+                let drop_held = rng.gen_bool(0.5);
+                for &i in &targets {
+                    if fault == Fault::Blackhole && drop_held {
+                        c.proxies[i].reset_connections();
+                    }
+                    c.proxies[i].set(Fault::None);
+                }
+                rec.record(Kind::FaultStop { id });
+            }
+            FaultType::ProxyReset => {
+                let k = how_many(&mut rng, count);
+                let targets = pick(&mut rng, NODES, k);
+                start(
+                    rec,
+                    id,
+                    "proxy_reset",
+                    names(&targets, "n"),
+                    "RST".into(),
+                    false,
+                );
+                for &i in &targets {
+                    c.proxies[i].reset_connections();
+                }
+                rec.record(Kind::FaultStop { id });
+            }
+            FaultType::ClockJump => {
+                let i = rng.gen_range(0..NODES);
+                let secs: i64 = rng.gen_range(1..=120);
+                let offset = if (count & 1) == 0 {
+                    secs * 1000
+                } else {
+                    -secs * 1000
+                };
+                let d = ms(500, 2000, &mut rng);
+                let set = |node: &Node, off: i64| {
+                    direct(node).and_then(|mut con| {
+                        redis::cmd("REDLOCK.TESTHOOK")
+                            .arg("WALLCLOCK-OFFSET")
+                            .arg(off)
+                            .query::<()>(&mut con)
+                            .ok()
+                    })
+                };
+                if set(&c.nodes[i], offset).is_none() {
+                    id -= 1;
+                    continue;
+                }
+                start(
+                    rec,
+                    id,
+                    "clock_jump",
+                    format!("n{i}"),
+                    format!("wall clock {offset:+} ms"),
+                    true,
+                );
+                std::thread::sleep(d);
+                let _ = set(&c.nodes[i], 0);
+                rec.record(Kind::FaultStop { id });
+            }
+            FaultType::PartitionRotate => {
+                let targets = pick(&mut rng, NODES, 2);
+                for (i, p) in c.proxies.iter().enumerate() {
+                    if targets.contains(&i) {
+                        p.set(Fault::Blackhole);
+                        p.reset_connections();
+                    } else {
+                        p.set(Fault::None);
+                    }
+                }
+                start(
+                    rec,
+                    id,
+                    "partition",
+                    names(&targets, "n"),
+                    "2 nodes cut off".into(),
+                    false,
+                );
+                std::thread::sleep(ms(30, 120, &mut rng));
+                rec.record(Kind::FaultStop { id });
+            }
+            FaultType::None
+            | FaultType::ClientPauseSend
+            | FaultType::ClientPauseUse
+            | FaultType::ClientPauseWrite => {}
+        }
+        count += 1;
+    }
+    for p in &c.proxies {
+        p.set(Fault::None);
+    }
+    sleep_until(deadline);
+}
+
+/// Where a run's history goes.
+pub fn history_path(out: &Path, name: &str) -> PathBuf {
+    out.join(format!("{name}.jsonl"))
+}

@@ -1,0 +1,406 @@
+//! The workload one worker process runs: client tasks that contend for the
+//! keys, use the fenced resource with their token (read, then write the value
+//! read plus one) and record every step.
+//!
+//! The runner starts worker processes by re-executing its own binary as
+//! `safety worker SPEC-JSON`, so that a whole client process can be frozen
+//! with SIGSTOP. Each worker stops by itself at the spec's deadline.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use serde::{Deserialize, Serialize};
+
+use crate::clock::mono_ns;
+use crate::history::{Event, Kind, Recorder};
+use crate::resource::ResourceClient;
+
+/// Client options, including the test-only mutation switches.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct ClientOptions {
+    /// Per-node timeout, ms.
+    pub node_timeout_ms: u64,
+    /// Pass the client's wall clock as FLOOR (default on).
+    pub clock_floor: bool,
+    /// Step 4, the write-back (off = mutant).
+    pub write_back: bool,
+    /// Step 5, the validity check (off = mutant; needs a client switch, see
+    /// [`crate::mutants::disable_validity_check`]).
+    pub validity_check: bool,
+}
+
+impl Default for ClientOptions {
+    fn default() -> Self {
+        ClientOptions {
+            node_timeout_ms: 100,
+            clock_floor: true,
+            write_back: true,
+            validity_check: true,
+        }
+    }
+}
+
+/// Where a client task stalls (a GC pause, a stopped VM) when told to.
+#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum PausePoint {
+    /// After the ACQUIREs went out (first poll of the acquire future), before
+    /// the replies are looked at.
+    AfterSendAcquire,
+    /// After the lock was acquired and its validity checked, before the token
+    /// is used.
+    BeforeUse,
+    /// Between the resource read and the write.
+    BetweenReadAndWrite,
+}
+
+impl PausePoint {
+    /// Name used in fault events.
+    pub fn name(self) -> &'static str {
+        match self {
+            PausePoint::AfterSendAcquire => "after_send_acquire",
+            PausePoint::BeforeUse => "before_use",
+            PausePoint::BetweenReadAndWrite => "between_read_and_write",
+        }
+    }
+}
+
+/// Client-pause plan of a worker: at most `max` pauses per worker, at least
+/// `gap_ms` apart, each lasting a random time in `ms`.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct PausePlan {
+    /// Where.
+    pub point: PausePoint,
+    /// Bounds of one pause, ms.
+    pub ms: (u64, u64),
+    /// Minimal time between two pause starts in this worker, ms.
+    pub gap_ms: u64,
+    /// Most pauses in this worker.
+    pub max: u64,
+}
+
+/// Everything a worker process needs; passed as JSON on its command line.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct WorkerSpec {
+    /// Worker index (`w<index>` in op ids).
+    pub index: usize,
+    /// Client tasks in this worker.
+    pub tasks: usize,
+    /// Node URLs (the fault proxies).
+    pub nodes: Vec<String>,
+    /// Fenced resource address.
+    pub resource: SocketAddr,
+    /// Keys to contend for.
+    pub keys: Vec<String>,
+    /// Lease of each acquisition, ms.
+    pub ttl_ms: u64,
+    /// Share of holds that extend the lease once, percent.
+    pub extend_percent: u32,
+    /// Seed.
+    pub seed: u64,
+    /// Stop at this `CLOCK_MONOTONIC` time, ns.
+    pub deadline_ns: u64,
+    /// History file to write.
+    pub out: PathBuf,
+    /// Client options.
+    pub client: ClientOptions,
+    /// Client pauses, if this run injects them.
+    pub pauses: Option<PausePlan>,
+    /// First fault id this worker may use (fault ids must be unique in a run).
+    pub fault_id_base: u64,
+}
+
+/// Builds the client for `spec`, applying the mutation switches.
+pub async fn build_client(
+    nodes: &[String],
+    opts: &ClientOptions,
+) -> Result<redlock_client::Redlock, String> {
+    let mut b = redlock_client::Redlock::builder(nodes.iter().map(String::as_str))
+        .node_timeout(Duration::from_millis(opts.node_timeout_ms))
+        .connect_timeout(Duration::from_millis(500))
+        .retry(redlock_client::RetryPolicy::no_retry())
+        .clock_floor(opts.clock_floor);
+    if !opts.write_back {
+        b = b.unsafe_disable_write_back();
+    }
+    if !opts.validity_check {
+        b = crate::mutants::disable_validity_check(b)?;
+    }
+    b.build().await.map_err(|e| e.to_string())
+}
+
+fn classify(e: &redlock_client::Error) -> String {
+    use redlock_client::Error as E;
+    match e {
+        E::Busy { .. } => "busy".into(),
+        E::NoQuorum { .. } => "no_quorum".into(),
+        E::RestartGuard { .. } => "grace".into(),
+        E::ExpiredBeforeUse { .. } => "expired".into(),
+        E::Lost { .. } => "lost".into(),
+        other => format!("other: {other}"),
+    }
+}
+
+struct Pauser {
+    plan: Option<PausePlan>,
+    /// Next allowed start (ns) and pauses left, shared by the worker's tasks.
+    next_ns: AtomicU64,
+    left: AtomicU64,
+    next_id: AtomicU64,
+}
+
+impl Pauser {
+    /// Claims a pause at `point` when the plan allows one now.
+    fn claim(&self, point: PausePoint, rng: &mut ChaCha8Rng) -> Option<(u64, Duration)> {
+        let plan = self.plan.as_ref().filter(|p| p.point == point)?;
+        let now = mono_ns();
+        let next = self.next_ns.load(Ordering::SeqCst);
+        if now < next
+            || self
+                .next_ns
+                .compare_exchange(
+                    next,
+                    now + plan.gap_ms * 1_000_000,
+                    Ordering::SeqCst,
+                    Ordering::SeqCst,
+                )
+                .is_err()
+        {
+            return None;
+        }
+        if self
+            .left
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |l| l.checked_sub(1))
+            .is_err()
+        {
+            return None;
+        }
+        let ms = rng.gen_range(plan.ms.0..=plan.ms.1.max(plan.ms.0));
+        Some((
+            self.next_id.fetch_add(1, Ordering::SeqCst),
+            Duration::from_millis(ms),
+        ))
+    }
+
+    async fn maybe_pause(
+        &self,
+        point: PausePoint,
+        rng: &mut ChaCha8Rng,
+        rec: &Recorder,
+        client: &str,
+    ) {
+        if let Some((id, d)) = self.claim(point, rng) {
+            rec.record(Kind::FaultStart {
+                id,
+                kind: format!("client_pause_{}", point.name()),
+                target: client.to_string(),
+                detail: format!("{} ms", d.as_millis()),
+                timing: true,
+            });
+            tokio::time::sleep(d).await;
+            rec.record(Kind::FaultStop { id });
+        }
+    }
+}
+
+/// Runs a worker to its deadline. Returns the number of acquisitions.
+pub async fn run_worker(spec: WorkerSpec) -> Result<u64, String> {
+    let rec =
+        Arc::new(Recorder::create(&spec.out).map_err(|e| format!("{}: {e}", spec.out.display()))?);
+    let client = build_client(&spec.nodes, &spec.client).await?;
+    let pauser = Arc::new(Pauser {
+        plan: spec.pauses.clone(),
+        next_ns: AtomicU64::new(mono_ns() + 300_000_000),
+        left: AtomicU64::new(spec.pauses.as_ref().map_or(0, |p| p.max)),
+        next_id: AtomicU64::new(spec.fault_id_base),
+    });
+    let spec = Arc::new(spec);
+    let mut handles = Vec::new();
+    for task in 0..spec.tasks {
+        let (spec, rec, client, pauser) = (
+            Arc::clone(&spec),
+            Arc::clone(&rec),
+            client.clone(),
+            Arc::clone(&pauser),
+        );
+        handles.push(tokio::spawn(async move {
+            client_task(task, &spec, &rec, &client, &pauser).await
+        }));
+    }
+    let mut total = 0;
+    for h in handles {
+        total += h.await.map_err(|e| e.to_string())??;
+    }
+    rec.flush().map_err(|e| e.to_string())?;
+    Ok(total)
+}
+
+async fn client_task(
+    task: usize,
+    spec: &WorkerSpec,
+    rec: &Recorder,
+    client: &redlock_client::Redlock,
+    pauser: &Pauser,
+) -> Result<u64, String> {
+    let name = format!("w{}.c{}", spec.index, task);
+    let mut rng = ChaCha8Rng::seed_from_u64(spec.seed ^ ((spec.index as u64) << 32) ^ task as u64);
+    let mut resource = None;
+    let ttl = Duration::from_millis(spec.ttl_ms);
+    let mut acquired = 0u64;
+    let mut n = 0u64;
+    while mono_ns() < spec.deadline_ns {
+        if resource.is_none() {
+            match ResourceClient::connect(spec.resource).await {
+                Ok(c) => resource = Some(c),
+                Err(e) => return Err(format!("resource: {e}")),
+            }
+        }
+        n += 1;
+        let op = format!("{name}.{n}");
+        let key = spec.keys[rng.gen_range(0..spec.keys.len())].clone();
+        let result = {
+            let mut fut = Box::pin(client.try_acquire(&key, ttl));
+            // Stamped right before the client reads its own clock (first
+            // poll); the line is written after, so that no file write sits
+            // between the stamp and the start of the acquisition.
+            let invoked = mono_ns();
+            let first =
+                std::future::poll_fn(|cx| std::task::Poll::Ready(fut.as_mut().poll(cx))).await;
+            let first_poll = mono_ns();
+            rec.record_at(&Event {
+                t: invoked,
+                kind: Kind::AcquireInvoke {
+                    op: op.clone(),
+                    client: name.clone(),
+                    key: key.clone(),
+                    ttl_ms: spec.ttl_ms,
+                    first_poll: Some(first_poll),
+                },
+            });
+            match first {
+                std::task::Poll::Ready(r) => r,
+                std::task::Poll::Pending => {
+                    pauser
+                        .maybe_pause(PausePoint::AfterSendAcquire, &mut rng, rec, &name)
+                        .await;
+                    fut.await
+                }
+            }
+        };
+        let mut lock = match result {
+            Ok(Some(lock)) => {
+                let t = mono_ns();
+                let validity = lock.validity();
+                rec.record_at(&Event {
+                    t,
+                    kind: Kind::AcquireOk {
+                        op: op.clone(),
+                        client: name.clone(),
+                        key: key.clone(),
+                        token: lock.token(),
+                        validity_ns: validity.as_nanos() as u64,
+                        nodes: Vec::new(),
+                    },
+                });
+                acquired += 1;
+                lock
+            }
+            Ok(None) => {
+                rec.record(Kind::AcquireFail {
+                    op,
+                    client: name.clone(),
+                    key,
+                    error: "busy".into(),
+                });
+                tokio::time::sleep(Duration::from_micros(rng.gen_range(500..4_000))).await;
+                continue;
+            }
+            Err(e) => {
+                rec.record(Kind::AcquireFail {
+                    op,
+                    client: name.clone(),
+                    key,
+                    error: classify(&e),
+                });
+                tokio::time::sleep(Duration::from_millis(rng.gen_range(5..40))).await;
+                continue;
+            }
+        };
+        // An honest client checks the validity before it uses the token.
+        let t = mono_ns();
+        let validity = lock.validity();
+        if !validity.is_zero() {
+            rec.record_at(&Event {
+                t,
+                kind: Kind::Use {
+                    op: op.clone(),
+                    validity_ns: validity.as_nanos() as u64,
+                },
+            });
+            pauser
+                .maybe_pause(PausePoint::BeforeUse, &mut rng, rec, &name)
+                .await;
+            let token = lock.token();
+            let res = resource.as_mut().ok_or("no resource")?;
+            match res.read(&op, &key, token).await {
+                Ok(Some((value, version))) => {
+                    pauser
+                        .maybe_pause(PausePoint::BetweenReadAndWrite, &mut rng, rec, &name)
+                        .await;
+                    if rng.gen_range(0..100) < spec.extend_percent {
+                        let r = {
+                            let mut fut = Box::pin(lock.extend(ttl));
+                            let invoked = mono_ns();
+                            let first = std::future::poll_fn(|cx| {
+                                std::task::Poll::Ready(fut.as_mut().poll(cx))
+                            })
+                            .await;
+                            rec.record_at(&Event {
+                                t: invoked,
+                                kind: Kind::ExtendInvoke {
+                                    op: op.clone(),
+                                    ttl_ms: spec.ttl_ms,
+                                    first_poll: Some(mono_ns()),
+                                },
+                            });
+                            match first {
+                                std::task::Poll::Ready(r) => r,
+                                std::task::Poll::Pending => fut.await,
+                            }
+                        };
+                        let t = mono_ns();
+                        let validity = lock.validity();
+                        rec.record_at(&Event {
+                            t,
+                            kind: Kind::ExtendDone {
+                                op: op.clone(),
+                                ok: r.is_ok(),
+                                validity_ns: if r.is_ok() {
+                                    validity.as_nanos() as u64
+                                } else {
+                                    0
+                                },
+                            },
+                        });
+                    }
+                    if let Err(e) = res.write(&op, &key, token, value + 1, version).await {
+                        resource = None;
+                        let _ = e;
+                    }
+                }
+                Ok(None) => {}
+                Err(_) => resource = None,
+            }
+        }
+        rec.record(Kind::ReleaseInvoke { op: op.clone() });
+        let ok = matches!(lock.release().await, Ok(true));
+        rec.record(Kind::ReleaseDone { op, ok });
+    }
+    Ok(acquired)
+}
