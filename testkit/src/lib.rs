@@ -80,7 +80,8 @@ impl NodeBuilder {
     /// Starts a plain Redis without the module.
     pub fn without_module(mut self) -> Self {
         self.module = None;
-        self.configs.retain(|(name, _)| !name.starts_with("redlock."));
+        self.configs
+            .retain(|(name, _)| !name.starts_with("redlock."));
         self
     }
 
@@ -234,7 +235,8 @@ impl Node {
         };
         if let Ok(client) = redis::Client::open(self.url()) {
             if let Ok(mut con) = client.get_connection_with_timeout(Duration::from_millis(500)) {
-                let _: redis::RedisResult<()> = redis::cmd("SHUTDOWN").arg("NOSAVE").query(&mut con);
+                let _: redis::RedisResult<()> =
+                    redis::cmd("SHUTDOWN").arg("NOSAVE").query(&mut con);
             }
         }
         let deadline = Instant::now() + Duration::from_secs(5);
@@ -270,7 +272,9 @@ impl Node {
     pub fn restart_with(&mut self, configs: &[(&str, &str)]) {
         for (name, value) in configs {
             self.spec.configs.retain(|(n, _)| n != name);
-            self.spec.configs.push((name.to_string(), value.to_string()));
+            self.spec
+                .configs
+                .push((name.to_string(), value.to_string()));
         }
         self.restart();
     }
