@@ -12,7 +12,7 @@ use tracing::Instrument;
 
 use crate::error::Error;
 use crate::node::Node;
-use crate::quorum::Quorum;
+use crate::quorum::{Leftover, Quorum, Unanswered};
 
 /// Default bound on one node's reply.
 pub const DEFAULT_NODE_TIMEOUT: Duration = Duration::from_millis(100);
@@ -80,6 +80,7 @@ pub struct RedlockBuilder {
     drift_factor: f64,
     clock_floor: bool,
     write_back: bool,
+    validity_check: bool,
 }
 
 impl RedlockBuilder {
@@ -128,6 +129,18 @@ impl RedlockBuilder {
     #[doc(hidden)]
     pub fn unsafe_disable_write_back(mut self) -> Self {
         self.write_back = false;
+        self
+    }
+
+    /// Turns off step 5 of the algorithm (the validity check). **Unsafe: a
+    /// deliberately broken variant for the safety suite's mutation checks.**
+    /// Acquire and extend never fail with [`Error::ExpiredBeforeUse`], and
+    /// the lock's deadline becomes the end of the acquisition (or
+    /// extension) plus the full ttl, with nothing subtracted for the time
+    /// the round took or for clock drift.
+    #[doc(hidden)]
+    pub fn unsafe_disable_validity_check(mut self) -> Self {
+        self.validity_check = false;
         self
     }
 
@@ -223,6 +236,7 @@ impl RedlockBuilder {
                 drift_factor: self.drift_factor,
                 clock_floor: self.clock_floor,
                 write_back: self.write_back,
+                validity_check: self.validity_check,
             }),
         })
     }
@@ -234,6 +248,8 @@ pub(crate) struct Inner {
     drift_factor: f64,
     clock_floor: bool,
     write_back: bool,
+    /// Step 5; off only for the safety suite's mutation checks.
+    validity_check: bool,
 }
 
 impl Inner {
@@ -338,6 +354,7 @@ impl Redlock {
             drift_factor: DEFAULT_DRIFT_FACTOR,
             clock_floor: true,
             write_back: true,
+            validity_check: true,
         }
     }
 
@@ -383,7 +400,7 @@ impl Redlock {
                         if attempt >= attempts || !error.is_transient() {
                             self.inner
                                 .quorum
-                                .release_on(key, owner.as_str(), &leftovers)
+                                .release_on(key, owner.as_str(), &leftovers.nodes)
                                 .await;
                             return Err(error);
                         }
@@ -392,7 +409,7 @@ impl Redlock {
                         tokio::join!(
                             self.inner
                                 .quorum
-                                .release_on(key, owner.as_str(), &leftovers),
+                                .release_on(key, owner.as_str(), &leftovers.nodes),
                             tokio::time::sleep(delay)
                         );
                         attempt += 1;
@@ -424,14 +441,14 @@ impl Redlock {
             match self.attempt(key, ttl, owner).await {
                 Ok(lock) => Ok(Some(lock)),
                 Err((Error::Busy { .. }, leftovers)) => {
-                    if !leftovers.is_empty() {
+                    if !leftovers.nodes.is_empty() {
                         let inner = Arc::clone(&self.inner);
                         let key = key.to_string();
                         tokio::spawn(
                             async move {
                                 inner
                                     .quorum
-                                    .release_on(&key, owner.as_str(), &leftovers)
+                                    .release_on(&key, owner.as_str(), &leftovers.nodes)
                                     .await
                             }
                             .in_current_span(),
@@ -442,7 +459,7 @@ impl Redlock {
                 Err((error, leftovers)) => {
                     self.inner
                         .quorum
-                        .release_on(key, owner.as_str(), &leftovers)
+                        .release_on(key, owner.as_str(), &leftovers.nodes)
                         .await;
                     Err(error)
                 }
@@ -459,34 +476,52 @@ impl Redlock {
         key: &str,
         ttl: Duration,
         owner: OwnerId,
-    ) -> Result<Lock, (Error, Vec<usize>)> {
+    ) -> Result<Lock, (Error, Leftover)> {
         let inner = &self.inner;
-        let ttl_ms = ttl_millis(ttl).map_err(|e| (e, Vec::new()))?;
+        let ttl_ms = ttl_millis(ttl).map_err(|e| {
+            let nothing = Leftover {
+                nodes: Vec::new(),
+                _unanswered: Unanswered::default(),
+            };
+            (e, nothing)
+        })?;
         let start = Instant::now();
         let floor = inner.clock_floor.then(now_micros);
-        let token = inner
+        let (token, unanswered) = inner
             .quorum
             .acquire(key, owner.as_str(), ttl_ms, floor, inner.write_back)
             .await?;
         // Step 5: validity = ttl − elapsed − (ttl × drift + 2 ms).
-        let elapsed = start.elapsed();
-        let all = || (0..inner.quorum.nodes.len()).collect::<Vec<_>>();
-        let Some(usable) = inner.usable(ttl).filter(|u| *u > elapsed) else {
-            return Err((Error::ExpiredBeforeUse { ttl, elapsed }, all()));
+        let deadline = if inner.validity_check {
+            let elapsed = start.elapsed();
+            let Some(usable) = inner.usable(ttl).filter(|u| *u > elapsed) else {
+                let all = Leftover {
+                    nodes: (0..inner.quorum.nodes.len()).collect(),
+                    _unanswered: unanswered,
+                };
+                return Err((Error::ExpiredBeforeUse { ttl, elapsed }, all));
+            };
+            tracing::debug!(
+                token,
+                validity_ms = (usable - elapsed).as_millis() as u64,
+                "acquired"
+            );
+            start + usable
+        } else {
+            // Deliberately broken (safety-suite mutation): the full ttl from
+            // the end of the acquisition.
+            tracing::debug!(token, "acquired without the validity check");
+            Instant::now() + ttl
         };
         tracing::Span::current().record("token", token);
-        tracing::debug!(
-            token,
-            validity_ms = (usable - elapsed).as_millis() as u64,
-            "acquired"
-        );
         Ok(Lock {
             inner: Arc::clone(inner),
             key: key.to_string(),
             owner,
             token,
-            deadline: start + usable,
+            deadline,
             released: false,
+            _unanswered: unanswered,
         })
     }
 
@@ -513,16 +548,16 @@ impl Redlock {
         let nodes = &self.inner.quorum.nodes;
         let mut cmd = redis::cmd("REDLOCK.INSPECT");
         cmd.arg(key);
-        let replies = crate::quorum::fan_out(nodes, 0..nodes.len(), cmd, |_, _| false).await;
+        let cmd = &cmd;
+        let replies = futures_util::future::join_all(nodes.iter().map(|node| node.call(cmd))).await;
         nodes
             .iter()
             .zip(replies)
             .map(|(node, reply)| NodeView {
                 node: node.addr().to_string(),
                 state: match reply {
-                    None => NodeState::Error("no reply".into()),
-                    Some(Err(e)) => NodeState::Error(e.to_string()),
-                    Some(Ok(v)) => parse_inspect(v),
+                    Err(e) => NodeState::Error(e.to_string()),
+                    Ok(v) => parse_inspect(v),
                 },
             })
             .collect()
@@ -665,6 +700,9 @@ pub struct Lock {
     /// End of the validity on the local monotonic clock.
     deadline: Instant,
     released: bool,
+    /// The ACQUIREs the acquisition did not wait for, kept until a release
+    /// is queued behind them (see `quorum::Leftovers::Return`).
+    _unanswered: Unanswered,
 }
 
 impl std::fmt::Debug for Lock {
@@ -722,6 +760,12 @@ impl Lock {
                 .quorum
                 .extend(&self.key, self.owner.as_str(), ttl_ms)
                 .await?;
+            if !self.inner.validity_check {
+                // Deliberately broken (safety-suite mutation): the full ttl
+                // from the end of the extension.
+                self.deadline = Instant::now() + ttl;
+                return Ok(());
+            }
             let elapsed = start.elapsed();
             match self.inner.usable(ttl).filter(|u| *u > elapsed) {
                 Some(usable) => {
@@ -777,6 +821,8 @@ impl Drop for Lock {
         let inner = Arc::clone(&self.inner);
         let key = std::mem::take(&mut self.key);
         let owner = self.owner;
+        // Kept until the release is queued behind them.
+        let unanswered = std::mem::take(&mut self._unanswered);
         let span = tracing::debug_span!(
             "redlock.release",
             key = key.as_str(),
@@ -786,6 +832,7 @@ impl Drop for Lock {
         handle.spawn(
             async move {
                 let _ = inner.quorum.release(&key, owner.as_str()).await;
+                drop(unanswered);
             }
             .instrument(span),
         );

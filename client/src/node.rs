@@ -1,5 +1,6 @@
 //! One Redis master: a persistent multiplexed connection, a per-node timeout
-//! on every call, and a background reconnect when the connection is missing
+//! on every call (one timer per round for the quorum rounds), and a
+//! background reconnect when the connection is missing
 //! or breaks.
 //!
 //! A node that is down never makes a call wait: with no connection, a call
@@ -150,22 +151,35 @@ impl Node {
         self.spawn_reconnect();
     }
 
+    /// The per-node timeout.
+    pub(crate) fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
     /// Sends one command and waits at most the per-node timeout for its reply.
     /// Error replies come back as `Err` with their classification.
     pub(crate) async fn call(self: &Arc<Self>, cmd: &Cmd) -> Result<Value, NodeFailure> {
-        self.call_within(cmd, self.timeout).await
+        self.call_within(cmd, Some(self.timeout)).await
+    }
+
+    /// [`Node::call`] without a timer of its own, for the quorum rounds:
+    /// they bound all their calls with one timer per round (the calls all
+    /// start in the same poll, so it is the same bound), which saves a
+    /// timer registration per node and command.
+    pub(crate) async fn call_untimed(self: &Arc<Self>, cmd: &Cmd) -> Result<Value, NodeFailure> {
+        self.call_within(cmd, None).await
     }
 
     /// [`Node::call`] with the connect timeout (for the module check that is
     /// part of connecting).
     pub(crate) async fn probe(self: &Arc<Self>, cmd: &Cmd) -> Result<Value, NodeFailure> {
-        self.call_within(cmd, self.connect_timeout).await
+        self.call_within(cmd, Some(self.connect_timeout)).await
     }
 
     async fn call_within(
         self: &Arc<Self>,
         cmd: &Cmd,
-        timeout: Duration,
+        timeout: Option<Duration>,
     ) -> Result<Value, NodeFailure> {
         let current = {
             let state = self.lock_state();
@@ -184,18 +198,24 @@ impl Node {
                 return Err(NodeFailure::NotConnected(reason));
             }
         };
-        match tokio::time::timeout(timeout, conn.send_packed_command(cmd)).await {
-            Err(_) => Err(NodeFailure::Timeout(timeout)),
-            Ok(reply) => match reply.and_then(Value::extract_error) {
-                Ok(value) => Ok(value),
-                Err(e) => {
-                    let (failure, broken) = NodeFailure::from_redis(&e);
-                    if broken {
-                        self.mark_down(generation, &failure);
-                    }
-                    Err(failure)
+        let reply = match timeout {
+            Some(timeout) => {
+                match tokio::time::timeout(timeout, conn.send_packed_command(cmd)).await {
+                    Err(_) => return Err(NodeFailure::Timeout(timeout)),
+                    Ok(reply) => reply,
                 }
-            },
+            }
+            None => conn.send_packed_command(cmd).await,
+        };
+        match reply.and_then(Value::extract_error) {
+            Ok(value) => Ok(value),
+            Err(e) => {
+                let (failure, broken) = NodeFailure::from_redis(&e);
+                if broken {
+                    self.mark_down(generation, &failure);
+                }
+                Err(failure)
+            }
         }
     }
 }

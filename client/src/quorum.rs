@@ -4,11 +4,14 @@
 //! Every command goes to all nodes in the first poll of the round (each
 //! node's multiplexed connection queues it at once), so a round costs one
 //! round trip to the quorum-th fastest node, and a dead or frozen node costs
-//! at most the per-node timeout. Replies the round did not wait for are
-//! collected by a background task, so every node still gets the command.
+//! at most the per-node timeout (one timer per round). Calls the round did
+//! not wait for are dropped (FENCE), kept unpolled by the caller (ACQUIRE)
+//! or finished by a background task (RELEASE, EXTEND): see [`Leftovers`].
 
 use std::fmt;
-use std::sync::Arc;
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+use std::task::Poll;
 
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use redis::{Cmd, Value};
@@ -19,6 +22,23 @@ use crate::node::Node;
 /// One node's part of a round: `None` when the round did not wait for it
 /// (or did not send it anything).
 pub(crate) type Reply = Option<Result<Value, NodeFailure>>;
+
+/// Calls of an ACQUIRE round that it did not wait for, kept alive but never
+/// polled again: their commands are queued on the connections, and redis-rs
+/// writes a queued command only while its caller still exists (see
+/// [`Leftovers::Return`]). Replies that arrive are discarded.
+#[derive(Default)]
+pub(crate) struct Unanswered {
+    _calls: Option<Mutex<Box<dyn Send>>>,
+}
+
+/// What a failed acquire attempt leaves: the nodes that may hold the lock
+/// for the owner and must get a RELEASE, and the unanswered calls, to keep
+/// until that release is queued.
+pub(crate) struct Leftover {
+    pub(crate) nodes: Vec<usize>,
+    pub(crate) _unanswered: Unanswered,
+}
 
 /// The nodes and the majority.
 pub(crate) struct Quorum {
@@ -48,49 +68,147 @@ impl fmt::Display for Outcomes<'_> {
     }
 }
 
+/// What a round does with the calls still pending once it is decided.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Leftovers {
+    /// Drop them (FENCE): an unanswered FENCE is simply not counted (a
+    /// FENCE is only accepted by a node where we hold the lock, and only
+    /// raises that node's counter, so a late or missing one is harmless).
+    Drop,
+    /// Hand them back, unpolled, as [`Unanswered`] (ACQUIRE), instead of a
+    /// background task (a `tokio::spawn` per acquisition). Their commands
+    /// are already queued (see `fan_out`); keeping the calls alive matters
+    /// because redis-rs skips a queued command whose caller is gone, and
+    /// then a slow node never gets the ACQUIRE and a held lock sits on a
+    /// bare quorum, one failure from lost (measured with plain dropping:
+    /// `acquire_extend_release_busy_and_increasing_tokens` failed in 1 of
+    /// 12 runs). Dropping them would still be safe: a dropped ACQUIRE was
+    /// either never written, or is written before any later command of ours
+    /// on that node's connection (one connection per node, FIFO), in
+    /// particular before our RELEASE; and a node that did grant it is
+    /// covered because every release goes to every node (a failed attempt
+    /// releases the nodes that were not waited for; `Lock::release` and the
+    /// drop of a `Lock` fan out to all nodes). So the caller keeps them
+    /// until it queued that release (a detached lock drops them: its leases
+    /// just run out).
+    Return,
+    /// Finish them in a background task, bounded by the per-node timeout
+    /// from the start of the round:
+    /// - RELEASE: the lock must be freed on every node, and a dropped call
+    ///   might never be written at all;
+    /// - EXTEND: dropping would be safe (an unanswered EXTEND only leaves
+    ///   that node's lease shorter; the extension needs a quorum of
+    ///   confirmations and the validity is measured from its start), but a
+    ///   lock kept alive by `with_lock` would then, one skipped node after
+    ///   another, end up leased on a bare quorum, where one more failure
+    ///   loses it. Extends are rare (every ttl / 3), so the background task
+    ///   costs nothing measurable.
+    Finish,
+}
+
 /// Sends `cmd` to the nodes named by `targets`, all at once, and collects
-/// replies until `done(replies, pending)` returns true or every target has
-/// answered.
-///
-/// The calls still pending at that point are handed to one background task
-/// that waits for them (each bounded by the per-node timeout). Dropping them
-/// instead would be wrong: redis-rs skips a queued command whose caller is
-/// gone, so a slow node might never get the ACQUIRE, FENCE or RELEASE at
-/// all. With the background task every target gets the command, and the
-/// caller still returns at quorum.
+/// replies until `done(replies, pending)` returns true, every target has
+/// answered, or the per-node timeout (one timer for the whole round) ran
+/// out; in the last case every target still pending gets
+/// [`NodeFailure::Timeout`]. The calls still pending when the round is
+/// decided are dropped, returned or finished in the background, per
+/// `leftovers`.
 pub(crate) async fn fan_out(
     nodes: &[Arc<Node>],
-    targets: impl Iterator<Item = usize>,
+    targets: impl Iterator<Item = usize> + Clone,
     cmd: Cmd,
+    leftovers: Leftovers,
     mut done: impl FnMut(&[Reply], usize) -> bool,
-) -> Vec<Reply> {
+) -> (Vec<Reply>, Unanswered) {
+    // All nodes of one client share the timeout; take the largest anyway.
+    let timeout = targets
+        .clone()
+        .map(|i| nodes[i].timeout())
+        .max()
+        .unwrap_or_default();
+    let deadline = tokio::time::Instant::now() + timeout;
     let cmd = Arc::new(cmd);
     // `unconstrained`: tokio's cooperative budget could otherwise make a
     // channel send return Pending in the first poll, so that a command is
     // queued only later, possibly after a command the caller sends next
     // (a RELEASE overtaken by its own ACQUIRE would leave the node locked).
-    let mut calls: FuturesUnordered<_> = targets
-        .map(|i| {
+    let mut calls = FuturesUnordered::new();
+    let mut replies: Vec<Reply> = (0..nodes.len()).map(|_| None).collect();
+    let mut pending = 0;
+    // Start every call here, in this one poll and in target order, before
+    // anything else: `FuturesUnordered` alone does not guarantee that. Its
+    // first `poll_next` stops early when a reply already woke one of its
+    // futures from another worker thread (measured: the first reply came
+    // back while 4 of 5 calls had not been polled yet), and a call that was
+    // not polled has not queued its command. Calls that finish at once
+    // (no connection) are recorded now.
+    std::future::poll_fn(|cx| {
+        for i in targets.clone() {
             let node = Arc::clone(&nodes[i]);
             let cmd = Arc::clone(&cmd);
-            tokio::task::unconstrained(async move { (i, node.call(&cmd).await) })
-        })
-        .collect();
-    let mut replies: Vec<Reply> = (0..nodes.len()).map(|_| None).collect();
-    let mut pending = calls.len();
-    while let Some((i, reply)) = calls.next().await {
-        replies[i] = Some(reply);
-        pending -= 1;
-        if pending == 0 || done(&replies, pending) {
-            break;
+            let mut call = Box::pin(tokio::task::unconstrained(async move {
+                (i, node.call_untimed(&cmd).await)
+            }));
+            match call.as_mut().poll(cx) {
+                Poll::Ready((i, reply)) => replies[i] = Some(reply),
+                Poll::Pending => {
+                    calls.push(call);
+                    pending += 1;
+                }
+            }
+        }
+        Poll::Ready(())
+    })
+    .await;
+    if pending > 0 && !done(&replies, pending) {
+        // One timer for the round instead of one per call: every call was
+        // started above, in the same poll, so this is the same bound.
+        let timer = tokio::time::sleep_until(deadline);
+        tokio::pin!(timer);
+        loop {
+            tokio::select! {
+                biased;
+                next = calls.next() => {
+                    let Some((i, reply)) = next else { break };
+                    replies[i] = Some(reply);
+                    pending -= 1;
+                    if pending == 0 || done(&replies, pending) {
+                        break;
+                    }
+                }
+                () = &mut timer => {
+                    for i in targets {
+                        if replies[i].is_none() {
+                            replies[i] = Some(Err(NodeFailure::Timeout(timeout)));
+                        }
+                    }
+                    // Past the bound: nothing left to finish.
+                    return (replies, Unanswered::default());
+                }
+            }
         }
     }
-    if !calls.is_empty() {
-        if let Ok(handle) = tokio::runtime::Handle::try_current() {
-            handle.spawn(async move { while calls.next().await.is_some() {} });
+    if calls.is_empty() {
+        return (replies, Unanswered::default());
+    }
+    match leftovers {
+        Leftovers::Drop => {}
+        Leftovers::Return => {
+            let unanswered = Unanswered {
+                _calls: Some(Mutex::new(Box::new(calls))),
+            };
+            return (replies, unanswered);
+        }
+        Leftovers::Finish => {
+            if let Ok(handle) = tokio::runtime::Handle::try_current() {
+                handle.spawn(async move {
+                    let rest = async { while calls.next().await.is_some() {} };
+                    let _ = tokio::time::timeout_at(deadline, rest).await;
+                });
+            }
         }
     }
-    replies
+    (replies, Unanswered::default())
 }
 
 fn count(replies: &[Reply], pred: impl Fn(&Value) -> bool) -> usize {
@@ -201,7 +319,7 @@ impl Quorum {
         ttl_ms: u64,
         floor: Option<u64>,
         write_back: bool,
-    ) -> Result<u64, (Error, Vec<usize>)> {
+    ) -> Result<(u64, Unanswered), (Error, Leftover)> {
         let q = self.quorum;
         let mut cmd = redis::cmd("REDLOCK.ACQUIRE");
         cmd.arg(key).arg(owner).arg(ttl_ms);
@@ -210,12 +328,18 @@ impl Quorum {
         }
         // Stop at a quorum of grants; when no quorum is possible any more,
         // stop as soon as "busy" or "no quorum" is decided.
-        let replies = fan_out(&self.nodes, 0..self.node_count(), cmd, |r, pending| {
-            let grants = count(r, is_grant);
-            let held = count(r, |v| matches!(v, Value::Nil));
-            grants >= q
-                || (grants + pending < q && (held + grants >= q || held + grants + pending < q))
-        })
+        let (replies, unanswered) = fan_out(
+            &self.nodes,
+            0..self.node_count(),
+            cmd,
+            Leftovers::Return,
+            |r, pending| {
+                let grants = count(r, is_grant);
+                let held = count(r, |v| matches!(v, Value::Nil));
+                grants >= q
+                    || (grants + pending < q && (held + grants >= q || held + grants + pending < q))
+            },
+        )
         .await;
         tracing::debug!(outcomes = %Outcomes(&self.nodes, &replies), "acquire replies");
 
@@ -226,8 +350,8 @@ impl Quorum {
         let granted = replies.iter().filter_map(grant).count();
         // Nodes that may hold the lock for us: grants, calls not waited for,
         // calls that timed out or broke after being sent.
-        let leftovers = || -> Vec<usize> {
-            replies
+        let leftovers = |unanswered| Leftover {
+            nodes: replies
                 .iter()
                 .enumerate()
                 .filter(|(_, r)| match r {
@@ -236,7 +360,8 @@ impl Quorum {
                     Some(Err(e)) => e.maybe_executed(),
                 })
                 .map(|(i, _)| i)
-                .collect()
+                .collect(),
+            _unanswered: unanswered,
         };
 
         if granted < q {
@@ -249,7 +374,7 @@ impl Quorum {
             } else {
                 self.failure_error(failures(&self.nodes, &replies), held + granted)
             };
-            return Err((error, leftovers()));
+            return Err((error, leftovers(unanswered)));
         }
 
         // Step 4. T is the highest granted token; a node counts for T when it
@@ -274,7 +399,7 @@ impl Quorum {
                 .filter(|(_, r)| grant(r).is_some_and(|t| t < token))
                 .map(|(i, _)| i);
             let base = counting;
-            let fenced = fan_out(&self.nodes, lagging, fence, |r, _| {
+            let (fenced, _) = fan_out(&self.nodes, lagging, fence, Leftovers::Drop, |r, _| {
                 base + count(r, |v| matches!(v, Value::Int(n) if *n as u64 == token)) >= q
             })
             .await;
@@ -301,7 +426,7 @@ impl Quorum {
                         None => None,
                     })
                     .collect();
-                return Err((self.failure_error(failed, counting), leftovers()));
+                return Err((self.failure_error(failed, counting), leftovers(unanswered)));
             }
         }
         if counting < q {
@@ -313,7 +438,7 @@ impl Quorum {
                 "write-back disabled: using a token fewer than a quorum agree on"
             );
         }
-        Ok(token)
+        Ok((token, unanswered))
     }
 
     /// RELEASE on the given nodes, waiting for all of them (each bounded by
@@ -324,7 +449,14 @@ impl Quorum {
         }
         let mut cmd = redis::cmd("REDLOCK.RELEASE");
         cmd.arg(key).arg(owner);
-        let replies = fan_out(&self.nodes, targets.iter().copied(), cmd, |_, _| false).await;
+        let (replies, _) = fan_out(
+            &self.nodes,
+            targets.iter().copied(),
+            cmd,
+            Leftovers::Finish,
+            |_, _| false,
+        )
+        .await;
         tracing::debug!(outcomes = %Outcomes(&self.nodes, &replies), "release of a failed attempt");
     }
 
@@ -339,11 +471,17 @@ impl Quorum {
         cmd.arg(key).arg(owner);
         // Stop at a quorum of "released"; when that became impossible, stop
         // as soon as "not held" (a quorum answered) or "no quorum" is decided.
-        let replies = fan_out(&self.nodes, 0..self.node_count(), cmd, |r, pending| {
-            let ones = count(r, is_one);
-            let answered = ones + count(r, is_zero);
-            ones >= q || (ones + pending < q && (answered >= q || answered + pending < q))
-        })
+        let (replies, _) = fan_out(
+            &self.nodes,
+            0..self.node_count(),
+            cmd,
+            Leftovers::Finish,
+            |r, pending| {
+                let ones = count(r, is_one);
+                let answered = ones + count(r, is_zero);
+                ones >= q || (ones + pending < q && (answered >= q || answered + pending < q))
+            },
+        )
         .await;
         tracing::debug!(outcomes = %Outcomes(&self.nodes, &replies), "release replies");
         let ones = count(&replies, is_one);
@@ -364,11 +502,17 @@ impl Quorum {
         let q = self.quorum;
         let mut cmd = redis::cmd("REDLOCK.EXTEND");
         cmd.arg(key).arg(owner).arg(ttl_ms);
-        let replies = fan_out(&self.nodes, 0..self.node_count(), cmd, |r, pending| {
-            let ones = count(r, is_one);
-            let answered = ones + count(r, is_zero);
-            ones >= q || (ones + pending < q && (answered >= q || answered + pending < q))
-        })
+        let (replies, _) = fan_out(
+            &self.nodes,
+            0..self.node_count(),
+            cmd,
+            Leftovers::Finish,
+            |r, pending| {
+                let ones = count(r, is_one);
+                let answered = ones + count(r, is_zero);
+                ones >= q || (ones + pending < q && (answered >= q || answered + pending < q))
+            },
+        )
         .await;
         tracing::debug!(outcomes = %Outcomes(&self.nodes, &replies), "extend replies");
         let ones = count(&replies, is_one);

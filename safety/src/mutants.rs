@@ -4,30 +4,18 @@
 //! | mutant | switch | where |
 //! |---|---|---|
 //! | write-back off | `RedlockBuilder::unsafe_disable_write_back()` | client (exists) |
-//! | validity check off | [`disable_validity_check`] → `RedlockBuilder::unsafe_disable_validity_check()` | client (**to add**) |
+//! | validity check off | [`disable_validity_check`] → `RedlockBuilder::unsafe_disable_validity_check()` | client |
 //! | resource checks writes only | [`crate::resource::Checking::WritesOnly`] | this crate |
 //! | floor off, nodes restarted empty | `RedlockBuilder::clock_floor(false)` + kill/restart without persistence | client (exists) + runner |
 //! | effects not replicated to the AOF | [`disable_aof_propagation`] → `REDLOCK.TESTHOOK SKIP-REPLICATION 1` | module test build |
 
 use redlock_client::RedlockBuilder;
 
-/// What is missing when the validity-check switch is not in the client yet.
-pub const MISSING_VALIDITY_SWITCH: &str = "the client has no validity-check switch yet: add \
-`#[doc(hidden)] pub fn unsafe_disable_validity_check(self) -> Self` to RedlockBuilder \
-(step 5 skipped: the lock is returned even when elapsed >= ttl - drift, with its validity \
-measured as the full ttl from the end of the acquisition), then make \
-redlock_safety::mutants::disable_validity_check call it";
-
 /// Turns off step 5 of the algorithm in the client: the validity is not
 /// reduced by the time the acquisition took and an expired acquisition is
-/// still returned.
-///
-/// Until the client has `RedlockBuilder::unsafe_disable_validity_check()`,
-/// this returns an error that says so. When it has it, the body becomes
-/// `Ok(builder.unsafe_disable_validity_check())`.
+/// still returned (`RedlockBuilder::unsafe_disable_validity_check`).
 pub fn disable_validity_check(builder: RedlockBuilder) -> Result<RedlockBuilder, String> {
-    let _ = builder;
-    Err(MISSING_VALIDITY_SWITCH.to_string())
+    Ok(builder.unsafe_disable_validity_check())
 }
 
 /// Makes `node` (test build of the module) stop replicating the effects of

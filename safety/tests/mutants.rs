@@ -114,7 +114,6 @@ fn control_floor_on_with_restart_empty_nodes_passes() {
 }
 
 #[test]
-#[ignore = "needs RedlockBuilder::unsafe_disable_validity_check() in the client (see redlock_safety::mutants)"]
 fn mutant_validity_check_off_is_caught() {
     let (mut cfg, _dir) = config("validity_check_off", FaultType::ClientPauseSend, 8);
     cfg.client.validity_check = false;
