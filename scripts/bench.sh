@@ -9,6 +9,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo build --release -p redlock-module -p redlock-bench
-target_dir="${CARGO_TARGET_DIR:-target}"
+target_dir="$(cd "${CARGO_TARGET_DIR:-target}" && pwd)"
 export REDLOCK_MODULE="${REDLOCK_MODULE:-$target_dir/release/libredlock.so}"
 exec "$target_dir/release/redlock-bench" "$@"

@@ -33,7 +33,8 @@ pub fn workspace_dir() -> PathBuf {
 /// the test build (`--features test-hooks`) in `target/debug`.
 pub fn module_path() -> PathBuf {
     if let Some(p) = std::env::var_os("REDLOCK_MODULE") {
-        return PathBuf::from(p);
+        // Nodes run in their own folders: a relative path must not stay relative.
+        return std::path::absolute(PathBuf::from(p)).unwrap_or_default();
     }
     let target = std::env::var_os("CARGO_TARGET_DIR")
         .map(PathBuf::from)
