@@ -230,6 +230,15 @@ fn is_zero(v: &Value) -> bool {
     matches!(v, Value::Int(0))
 }
 
+/// Stop rule of a RELEASE or EXTEND round (replies 1 or 0): a quorum of 1s
+/// is in, or that became impossible and either a quorum answered ("not
+/// held") or too few nodes can still answer ("no quorum").
+fn confirmation_decided(replies: &[Reply], pending: usize, q: usize) -> bool {
+    let ones = count(replies, is_one);
+    let answered = ones + count(replies, is_zero);
+    ones >= q || (ones + pending < q && (answered >= q || answered + pending < q))
+}
+
 /// The reason list of a failed round: every node that failed, in node order.
 /// Nodes that were not waited for are not failures.
 fn failures(nodes: &[Arc<Node>], replies: &[Reply]) -> Vec<(usize, NodeFailure)> {
@@ -469,18 +478,12 @@ impl Quorum {
         let q = self.quorum;
         let mut cmd = redis::cmd("REDLOCK.RELEASE");
         cmd.arg(key).arg(owner);
-        // Stop at a quorum of "released"; when that became impossible, stop
-        // as soon as "not held" (a quorum answered) or "no quorum" is decided.
         let (replies, _) = fan_out(
             &self.nodes,
             0..self.node_count(),
             cmd,
             Leftovers::Finish,
-            |r, pending| {
-                let ones = count(r, is_one);
-                let answered = ones + count(r, is_zero);
-                ones >= q || (ones + pending < q && (answered >= q || answered + pending < q))
-            },
+            |r, pending| confirmation_decided(r, pending, q),
         )
         .await;
         tracing::debug!(outcomes = %Outcomes(&self.nodes, &replies), "release replies");
@@ -507,11 +510,7 @@ impl Quorum {
             0..self.node_count(),
             cmd,
             Leftovers::Finish,
-            |r, pending| {
-                let ones = count(r, is_one);
-                let answered = ones + count(r, is_zero);
-                ones >= q || (ones + pending < q && (answered >= q || answered + pending < q))
-            },
+            |r, pending| confirmation_decided(r, pending, q),
         )
         .await;
         tracing::debug!(outcomes = %Outcomes(&self.nodes, &replies), "extend replies");
