@@ -28,16 +28,16 @@ fn key_of(call: &Call) -> Result<*mut redis_module::raw::RedisModuleString, Comm
     call.key().ok_or(CommandError::WrongArity("redlock"))
 }
 
-/// Runs `op` on the lock at the call's key (a never-used lock when the key
+/// Runs `op` at time `now` on the lock at the call's key (a never-used lock when the key
 /// is missing). `op` returns its result and whether it changed the lock;
 /// a change is stored, signalled, announced as `event` and replicated.
 fn update<R>(
     call: &Call,
+    now: MonoMillis,
     event: &CStr,
     op: impl FnOnce(&mut LockState, MonoMillis) -> Result<(R, bool), CommandError>,
 ) -> Result<R, CommandError> {
     let mut key = LockKey::write(call.raw(), key_of(call)?);
-    let now = mono_now();
     let result = match key.get_mut()? {
         Some(state) => op(state, now)?,
         None => {
@@ -63,8 +63,9 @@ fn update<R>(
 /// `REDLOCK.ACQUIRE key owner ttl-ms [FLOOR n]`
 pub fn acquire(call: &Call) -> Result<Reply, CommandError> {
     let a = args::acquire(&call.args, config::max_ttl())?;
-    config::check_grace(&call.ctx, mono_now())?;
-    let outcome = update(call, c"redlock.acquire", |state, now| {
+    let now = mono_now();
+    config::check_grace(&call.ctx, now)?;
+    let outcome = update(call, now, c"redlock.acquire", |state, now| {
         let outcome = state
             .acquire(a.owner, a.ttl, a.floor, now)
             .map_err(|LockError::CounterExhausted| CommandError::CounterExhausted)?;
@@ -95,7 +96,7 @@ pub fn acquire(call: &Call) -> Result<Reply, CommandError> {
 /// `REDLOCK.RELEASE key owner`
 pub fn release(call: &Call) -> Result<Reply, CommandError> {
     let a = args::release(&call.args)?;
-    let released = update(call, c"redlock.release", |state, now| {
+    let released = update(call, mono_now(), c"redlock.release", |state, now| {
         let released = state.release(a.owner, now);
         Ok((released, released))
     })?;
@@ -110,7 +111,7 @@ pub fn release(call: &Call) -> Result<Reply, CommandError> {
 /// `REDLOCK.EXTEND key owner ttl-ms`
 pub fn extend(call: &Call) -> Result<Reply, CommandError> {
     let a = args::extend(&call.args, config::max_ttl())?;
-    let extended = update(call, c"redlock.extend", |state, now| {
+    let extended = update(call, mono_now(), c"redlock.extend", |state, now| {
         let extended = state.extend(a.owner, a.ttl, now);
         Ok((extended, extended))
     })?;
@@ -125,7 +126,7 @@ pub fn extend(call: &Call) -> Result<Reply, CommandError> {
 /// `REDLOCK.FENCE key owner [token]`
 pub fn fence(call: &Call) -> Result<Reply, CommandError> {
     let a = args::fence(&call.args)?;
-    let counter = update(call, c"redlock.fence", |state, now| {
+    let counter = update(call, mono_now(), c"redlock.fence", |state, now| {
         let before = state.counter();
         let counter = state.fence(a.owner, a.token, now);
         Ok((counter, counter.is_some_and(|c| c != before)))

@@ -469,6 +469,25 @@ impl Quorum {
         tracing::debug!(outcomes = %Outcomes(&self.nodes, &replies), "release of a failed attempt");
     }
 
+    /// A RELEASE or EXTEND round on every node (replies 1 or 0), finished
+    /// in the background past the point where the outcome is decided.
+    /// Returns the replies, the 1s and the nodes that answered 1 or 0.
+    async fn confirmation_round(&self, cmd: Cmd, what: &str) -> (Vec<Reply>, usize, usize) {
+        let q = self.quorum;
+        let (replies, _) = fan_out(
+            &self.nodes,
+            0..self.node_count(),
+            cmd,
+            Leftovers::Finish,
+            |r, pending| confirmation_decided(r, pending, q),
+        )
+        .await;
+        tracing::debug!(outcomes = %Outcomes(&self.nodes, &replies), "{what} replies");
+        let ones = count(&replies, is_one);
+        let answered = ones + count(&replies, is_zero);
+        (replies, ones, answered)
+    }
+
     /// RELEASE on every node. Returns once a quorum confirmed the release
     /// (`Ok(true)`), or once that became impossible: `Ok(false)` when a
     /// quorum answered but fewer than a quorum still had the lock for
@@ -478,23 +497,13 @@ impl Quorum {
         let q = self.quorum;
         let mut cmd = redis::cmd("REDLOCK.RELEASE");
         cmd.arg(key).arg(owner);
-        let (replies, _) = fan_out(
-            &self.nodes,
-            0..self.node_count(),
-            cmd,
-            Leftovers::Finish,
-            |r, pending| confirmation_decided(r, pending, q),
-        )
-        .await;
-        tracing::debug!(outcomes = %Outcomes(&self.nodes, &replies), "release replies");
-        let ones = count(&replies, is_one);
-        let zeros = count(&replies, is_zero);
+        let (replies, ones, answered) = self.confirmation_round(cmd, "release").await;
         if ones >= q {
             Ok(true)
-        } else if ones + zeros >= q {
+        } else if answered >= q {
             Ok(false)
         } else {
-            Err(self.failure_error(failures(&self.nodes, &replies), ones + zeros))
+            Err(self.failure_error(failures(&self.nodes, &replies), answered))
         }
     }
 
@@ -505,17 +514,7 @@ impl Quorum {
         let q = self.quorum;
         let mut cmd = redis::cmd("REDLOCK.EXTEND");
         cmd.arg(key).arg(owner).arg(ttl_ms);
-        let (replies, _) = fan_out(
-            &self.nodes,
-            0..self.node_count(),
-            cmd,
-            Leftovers::Finish,
-            |r, pending| confirmation_decided(r, pending, q),
-        )
-        .await;
-        tracing::debug!(outcomes = %Outcomes(&self.nodes, &replies), "extend replies");
-        let ones = count(&replies, is_one);
-        let answered = ones + count(&replies, is_zero);
+        let (replies, ones, answered) = self.confirmation_round(cmd, "extend").await;
         if ones >= q {
             Ok(())
         } else if answered >= q {
