@@ -2,9 +2,11 @@
 //! tokens. See the README for the protocol.
 //!
 //! Layout: [`lock`] is the pure state machine (time passed in), [`args`]
-//! parses arguments, [`commands`] runs the handlers, [`datatype`] holds the
-//! `redlockfn` type callbacks, [`config`] the configuration, restart guard
-//! and `INFO`, [`ffi`] the boundary with Redis.
+//! parses arguments, [`commands`] runs the handlers, [`owner`] hashes owner
+//! ids, [`persist`] is the persisted form (RDB, AOF, replication),
+//! [`datatype`] holds the `redlockfn` type callbacks, [`config`] the
+//! configuration, [`guard`] the restart guard, [`info`] the statistics and
+//! `INFO`, [`events`] the server events, [`ffi`] the boundary with Redis.
 
 pub mod args;
 pub mod clock;
@@ -12,8 +14,13 @@ pub mod commands;
 pub mod config;
 pub mod datatype;
 pub mod error;
+pub mod events;
 pub mod ffi;
+pub mod guard;
+pub mod info;
 pub mod lock;
+pub mod owner;
+pub mod persist;
 pub mod store;
 
 use redis_module::{redis_module, Context, ModuleOptions, RedisString, Status};
@@ -64,15 +71,17 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
         ctx.log_warning(&e);
         return Status::Err;
     }
-    clock::mono_now();
-    config::mark_loaded();
-    redis_module::raw::register_info_function(ctx.ctx, Some(config::info));
-    config::subscribe_config_events(ctx);
+    #[cfg(feature = "test-hooks")]
+    clock::load_wall_offset_from_env();
+    guard::on_load(ctx, clock::mono_now());
+    redis_module::raw::register_info_function(ctx.ctx, Some(info::info));
+    events::subscribe(ctx);
     config::check_eviction_policy(ctx);
     ctx.log_notice(&format!(
-        "loaded (max-ttl-ms {}, restart grace {} ms)",
+        "loaded (max-ttl-ms {}, restart grace {} ms, longest lease {} ms)",
         config::max_ttl(),
-        config::grace_window()
+        guard::window_len(),
+        guard::longest_lease()
     ));
     Status::Ok
 }

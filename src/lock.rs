@@ -10,7 +10,7 @@
 //! - at most one owner holds the lock at any instant;
 //! - a refused operation (error or no-op reply) leaves the state untouched.
 
-use smallvec::SmallVec;
+pub use crate::owner::OwnerHash;
 
 /// Largest token the counter may reach (tokens are RESP integers).
 pub const MAX_TOKEN: u64 = i64::MAX as u64;
@@ -18,21 +18,31 @@ pub const MAX_TOKEN: u64 = i64::MAX as u64;
 /// Longest accepted owner id, in bytes.
 pub const MAX_OWNER_LEN: usize = 256;
 
-/// Owner id bytes. Ids up to 40 bytes (a hyphenated UUID is 36) live inline,
-/// without a second allocation.
-pub type Owner = SmallVec<[u8; 40]>;
+/// How far a `FLOOR` or FENCE token may be ahead of the node's wall clock in
+/// microseconds (one day). A client whose clock is broken must not be able
+/// to push a key's counter to the end of its range; counters that are not
+/// clock readings (1, 2, 3, …) stay far below this.
+pub const MAX_AHEAD_US: u64 = 86_400_000_000;
+
+/// Whether a `FLOOR` or FENCE token is acceptable at node wall clock
+/// `wall_us` (microseconds since the epoch): at most [`MAX_AHEAD_US`] ahead.
+pub fn token_within_reach(token: u64, wall_us: u64) -> bool {
+    token <= wall_us.saturating_add(MAX_AHEAD_US)
+}
 
 /// A point in time, in milliseconds on the node's monotonic clock.
 pub type MonoMillis = u64;
 
 /// The state of one lock name: the fencing counter and the current lease.
+///
+/// 32 bytes, no heap: the owner is kept as its fixed-size hash.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct LockState {
     counter: u64,
-    /// Empty when nobody holds or held the lease since the last release.
-    owner: Owner,
-    /// Monotonic deadline of the lease; meaningful only when `owner` is set.
+    /// Monotonic deadline of the lease; 0 when released (or never held).
     deadline: MonoMillis,
+    /// Hash of the holder; all zero when released.
+    owner: OwnerHash,
 }
 
 /// What an ACQUIRE did.
@@ -73,20 +83,20 @@ pub struct Inspection {
 }
 
 impl LockState {
-    /// Rebuilds a state from its parts (loading, replication). An empty owner
-    /// means free; `deadline` is ignored then.
-    pub fn from_parts(counter: u64, owner: &[u8], deadline: MonoMillis) -> Self {
-        if owner.is_empty() {
-            return Self {
+    /// Rebuilds a state from its parts (loading, replication). `None` as
+    /// owner means free; `deadline` is ignored then.
+    pub fn from_parts(counter: u64, owner: Option<OwnerHash>, deadline: MonoMillis) -> Self {
+        match owner {
+            Some(owner) if deadline != 0 => Self {
                 counter,
-                owner: Owner::new(),
+                deadline,
+                owner,
+            },
+            _ => Self {
+                counter,
                 deadline: 0,
-            };
-        }
-        Self {
-            counter,
-            owner: Owner::from_slice(owner),
-            deadline,
+                owner: OwnerHash::default(),
+            },
         }
     }
 
@@ -96,8 +106,8 @@ impl LockState {
     }
 
     /// The holder, when a lease is live at `now`.
-    pub fn holder(&self, now: MonoMillis) -> Option<&[u8]> {
-        self.is_held(now).then_some(self.owner.as_slice())
+    pub fn holder(&self, now: MonoMillis) -> Option<&OwnerHash> {
+        self.is_held(now).then_some(&self.owner)
     }
 
     /// The lease deadline, when a lease is live at `now`.
@@ -107,20 +117,17 @@ impl LockState {
 
     /// A live lease exists at `now`.
     pub fn is_held(&self, now: MonoMillis) -> bool {
-        !self.owner.is_empty() && now < self.deadline
+        now < self.deadline
     }
 
-    fn is_held_by(&self, owner: &[u8], now: MonoMillis) -> bool {
-        self.is_held(now) && self.owner.as_slice() == owner
+    fn is_held_by(&self, owner: &OwnerHash, now: MonoMillis) -> bool {
+        self.is_held(now) && self.owner == *owner
     }
 
-    /// Bytes this state owns on the heap, beyond `size_of::<LockState>()`.
-    pub fn heap_size(&self) -> usize {
-        if self.owner.spilled() {
-            self.owner.capacity()
-        } else {
-            0
-        }
+    /// A lease was granted and neither released nor taken over since
+    /// (it may have run out).
+    fn has_lease(&self) -> bool {
+        self.deadline != 0
     }
 
     /// ACQUIRE: take a free lock with a new token `max(counter + 1, floor)`,
@@ -128,7 +135,7 @@ impl LockState {
     /// or report [`Acquired::Busy`].
     pub fn acquire(
         &mut self,
-        owner: &[u8],
+        owner: &OwnerHash,
         ttl: u64,
         floor: u64,
         now: MonoMillis,
@@ -147,10 +154,12 @@ impl LockState {
         if self.counter >= MAX_TOKEN {
             return Err(LockError::CounterExhausted);
         }
-        let took_over_expired = !self.owner.is_empty();
+        let took_over_expired = self.has_lease();
         self.counter = (self.counter + 1).max(floor.min(MAX_TOKEN));
-        self.owner = Owner::from_slice(owner);
-        self.deadline = deadline;
+        self.owner = *owner;
+        // `now` is at least 1 on the module's clock, so the deadline is never
+        // 0 (which means released).
+        self.deadline = deadline.max(1);
         Ok(Acquired::Granted {
             token: self.counter,
             took_over_expired,
@@ -158,18 +167,18 @@ impl LockState {
     }
 
     /// RELEASE: free the lock when `owner` holds the live lease. The counter stays.
-    pub fn release(&mut self, owner: &[u8], now: MonoMillis) -> bool {
+    pub fn release(&mut self, owner: &OwnerHash, now: MonoMillis) -> bool {
         if !self.is_held_by(owner, now) {
             return false;
         }
-        self.owner = Owner::new();
+        self.owner = OwnerHash::default();
         self.deadline = 0;
         true
     }
 
     /// EXTEND: the holder's lease becomes `ttl` from `now`. An expired lease
     /// is never revived.
-    pub fn extend(&mut self, owner: &[u8], ttl: u64, now: MonoMillis) -> bool {
+    pub fn extend(&mut self, owner: &OwnerHash, ttl: u64, now: MonoMillis) -> bool {
         if !self.is_held_by(owner, now) {
             return false;
         }
@@ -179,7 +188,7 @@ impl LockState {
 
     /// FENCE: while `owner` holds the live lease, raise the counter to `token`
     /// (never lower it) and return the counter; `None` for anyone else.
-    pub fn fence(&mut self, owner: &[u8], token: Option<u64>, now: MonoMillis) -> Option<u64> {
+    pub fn fence(&mut self, owner: &OwnerHash, token: Option<u64>, now: MonoMillis) -> Option<u64> {
         if !self.is_held_by(owner, now) {
             return None;
         }
@@ -204,7 +213,7 @@ impl LockState {
         if self.is_held(now) {
             self.clone()
         } else {
-            Self::from_parts(self.counter, &[], 0)
+            Self::from_parts(self.counter, None, 0)
         }
     }
 }
@@ -213,6 +222,10 @@ impl LockState {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    fn o(c: u8) -> OwnerHash {
+        [c; 16]
+    }
 
     fn granted(token: u64) -> Result<Acquired, LockError> {
         Ok(Acquired::Granted {
@@ -224,23 +237,23 @@ mod tests {
     #[test]
     fn tokens_increase_across_holders() {
         let mut s = LockState::default();
-        assert_eq!(s.acquire(b"a", 100, 0, 0), granted(1));
-        assert!(s.release(b"a", 10));
-        assert_eq!(s.acquire(b"b", 100, 0, 20), granted(2));
+        assert_eq!(s.acquire(&o(b'a'), 100, 0, 0), granted(1));
+        assert!(s.release(&o(b'a'), 10));
+        assert_eq!(s.acquire(&o(b'b'), 100, 0, 20), granted(2));
         assert_eq!(s.counter(), 2);
     }
 
     #[test]
     fn same_owner_reacquire_renews_without_new_token() {
         let mut s = LockState::default();
-        assert_eq!(s.acquire(b"a", 100, 0, 0), granted(1));
+        assert_eq!(s.acquire(&o(b'a'), 100, 0, 0), granted(1));
         assert_eq!(
-            s.acquire(b"a", 500, 0, 50),
+            s.acquire(&o(b'a'), 500, 0, 50),
             Ok(Acquired::Renewed { token: 1 })
         );
         assert_eq!(s.inspect(60).pttl, Some(490));
         assert_eq!(
-            s.acquire(b"a", 500, 7, 60),
+            s.acquire(&o(b'a'), 500, 7, 60),
             Ok(Acquired::Renewed { token: 7 })
         );
     }
@@ -248,22 +261,22 @@ mod tests {
     #[test]
     fn floor_lifts_the_counter_and_next_grant_follows() {
         let mut s = LockState::default();
-        assert_eq!(s.acquire(b"a", 100, 1000, 0), granted(1000));
-        assert!(s.release(b"a", 1));
-        assert_eq!(s.acquire(b"b", 100, 0, 2), granted(1001));
-        assert!(s.release(b"b", 3));
-        assert_eq!(s.acquire(b"c", 100, 5, 4), granted(1002));
+        assert_eq!(s.acquire(&o(b'a'), 100, 1000, 0), granted(1000));
+        assert!(s.release(&o(b'a'), 1));
+        assert_eq!(s.acquire(&o(b'b'), 100, 0, 2), granted(1001));
+        assert!(s.release(&o(b'b'), 3));
+        assert_eq!(s.acquire(&o(b'c'), 100, 5, 4), granted(1002));
     }
 
     #[test]
     fn busy_while_another_owner_holds() {
         let mut s = LockState::default();
-        assert_eq!(s.acquire(b"a", 100, 0, 0), granted(1));
+        assert_eq!(s.acquire(&o(b'a'), 100, 0, 0), granted(1));
         let before = s.clone();
-        assert_eq!(s.acquire(b"b", 100, 0, 99), Ok(Acquired::Busy));
+        assert_eq!(s.acquire(&o(b'b'), 100, 0, 99), Ok(Acquired::Busy));
         assert_eq!(s, before);
         assert_eq!(
-            s.acquire(b"b", 100, 0, 100),
+            s.acquire(&o(b'b'), 100, 0, 100),
             Ok(Acquired::Granted {
                 token: 2,
                 took_over_expired: true
@@ -274,35 +287,38 @@ mod tests {
     #[test]
     fn extend_keeps_and_never_revives() {
         let mut s = LockState::default();
-        assert_eq!(s.acquire(b"a", 100, 0, 0), granted(1));
-        assert!(s.extend(b"a", 100, 90));
+        assert_eq!(s.acquire(&o(b'a'), 100, 0, 0), granted(1));
+        assert!(s.extend(&o(b'a'), 100, 90));
         assert!(s.is_held(150));
-        assert!(!s.extend(b"b", 100, 150));
-        assert!(!s.extend(b"a", 100, 190));
+        assert!(!s.extend(&o(b'b'), 100, 150));
+        assert!(!s.extend(&o(b'a'), 100, 190));
         assert!(!s.is_held(190));
-        assert!(!s.release(b"a", 191));
+        assert!(!s.release(&o(b'a'), 191));
     }
 
     #[test]
     fn fence_only_for_holder_and_never_lowers() {
         let mut s = LockState::default();
-        assert_eq!(s.fence(b"a", Some(10), 0), None);
-        assert_eq!(s.acquire(b"a", 100, 0, 0), granted(1));
-        assert_eq!(s.fence(b"b", Some(10), 1), None);
-        assert_eq!(s.fence(b"a", Some(10), 1), Some(10));
-        assert_eq!(s.fence(b"a", Some(3), 1), Some(10));
-        assert_eq!(s.fence(b"a", None, 1), Some(10));
-        assert_eq!(s.fence(b"a", Some(11), 100), None);
+        assert_eq!(s.fence(&o(b'a'), Some(10), 0), None);
+        assert_eq!(s.acquire(&o(b'a'), 100, 0, 0), granted(1));
+        assert_eq!(s.fence(&o(b'b'), Some(10), 1), None);
+        assert_eq!(s.fence(&o(b'a'), Some(10), 1), Some(10));
+        assert_eq!(s.fence(&o(b'a'), Some(3), 1), Some(10));
+        assert_eq!(s.fence(&o(b'a'), None, 1), Some(10));
+        assert_eq!(s.fence(&o(b'a'), Some(11), 100), None);
         assert_eq!(s.counter(), 10);
     }
 
     #[test]
     fn counter_exhaustion_is_an_error_not_a_wrap() {
         let mut s = LockState::default();
-        assert_eq!(s.acquire(b"a", 10, MAX_TOKEN, 0), granted(MAX_TOKEN));
-        assert!(s.release(b"a", 1));
+        assert_eq!(s.acquire(&o(b'a'), 10, MAX_TOKEN, 0), granted(MAX_TOKEN));
+        assert!(s.release(&o(b'a'), 1));
         let before = s.clone();
-        assert_eq!(s.acquire(b"b", 10, 0, 2), Err(LockError::CounterExhausted));
+        assert_eq!(
+            s.acquire(&o(b'b'), 10, 0, 2),
+            Err(LockError::CounterExhausted)
+        );
         assert_eq!(s, before);
     }
 
@@ -317,7 +333,7 @@ mod tests {
                 token: 0
             }
         );
-        assert_eq!(s.acquire(b"a", 100, 0, 10), granted(1));
+        assert_eq!(s.acquire(&o(b'a'), 100, 0, 10), granted(1));
         assert_eq!(
             s.inspect(40),
             Inspection {
@@ -330,11 +346,31 @@ mod tests {
     }
 
     #[test]
+    fn tokens_far_ahead_of_the_node_clock_are_out_of_reach() {
+        let wall_us = 1_796_000_000_000_000;
+        assert!(token_within_reach(0, wall_us));
+        assert!(token_within_reach(7, wall_us));
+        assert!(token_within_reach(wall_us + 3_600_000_000, wall_us));
+        assert!(token_within_reach(wall_us + MAX_AHEAD_US, wall_us));
+        assert!(!token_within_reach(wall_us + MAX_AHEAD_US + 1, wall_us));
+        assert!(!token_within_reach(MAX_TOKEN, wall_us));
+    }
+
+    #[test]
+    fn a_released_lock_keeps_no_owner_hash() {
+        let mut s = LockState::default();
+        assert_eq!(s.acquire(&o(b'a'), 100, 0, 0), granted(1));
+        assert!(s.release(&o(b'a'), 1));
+        assert_eq!(s, LockState::from_parts(1, None, 0));
+        assert_eq!(std::mem::size_of::<LockState>(), 32);
+    }
+
+    #[test]
     fn settled_drops_expired_leases_only() {
         let mut s = LockState::default();
-        assert_eq!(s.acquire(b"a", 100, 0, 0), granted(1));
+        assert_eq!(s.acquire(&o(b'a'), 100, 0, 0), granted(1));
         assert_eq!(s.settled(50), s);
-        assert_eq!(s.settled(100), LockState::from_parts(1, b"", 0));
+        assert_eq!(s.settled(100), LockState::from_parts(1, None, 0));
     }
 
     #[derive(Clone, Debug)]
@@ -370,10 +406,10 @@ mod tests {
             let mut issued: Vec<u64> = Vec::new();
             for op in ops {
                 let counter_before = s.counter();
-                let holder_before = s.holder(now).map(<[u8]>::to_vec);
+                let holder_before = s.holder(now).copied();
                 match op {
                     Op::Acquire { owner, ttl, floor } => {
-                        match s.acquire(&[owner], ttl, floor, now) {
+                        match s.acquire(&o(owner), ttl, floor, now) {
                             Ok(Acquired::Granted { token, .. }) => {
                                 prop_assert!(holder_before.is_none(), "granted while held");
                                 prop_assert!(issued.iter().all(|&t| t < token));
@@ -381,38 +417,38 @@ mod tests {
                                 issued.push(token);
                             }
                             Ok(Acquired::Renewed { token }) => {
-                                prop_assert_eq!(holder_before.as_deref(), Some(&[owner][..]));
+                                prop_assert_eq!(holder_before, Some(o(owner)));
                                 prop_assert!(token >= counter_before);
                             }
                             Ok(Acquired::Busy) => {
                                 prop_assert!(holder_before.is_some());
-                                prop_assert_ne!(holder_before.as_deref(), Some(&[owner][..]));
+                                prop_assert_ne!(holder_before, Some(o(owner)));
                             }
                             Err(e) => prop_assert!(false, "unexpected {:?}", e),
                         }
                     }
                     Op::Release { owner } => {
-                        let released = s.release(&[owner], now);
-                        prop_assert_eq!(released, holder_before.as_deref() == Some(&[owner][..]));
+                        let released = s.release(&o(owner), now);
+                        prop_assert_eq!(released, holder_before == Some(o(owner)));
                         prop_assert!(!s.is_held(now) || !released);
                     }
                     Op::Extend { owner, ttl } => {
-                        let extended = s.extend(&[owner], ttl, now);
-                        prop_assert_eq!(extended, holder_before.as_deref() == Some(&[owner][..]));
+                        let extended = s.extend(&o(owner), ttl, now);
+                        prop_assert_eq!(extended, holder_before == Some(o(owner)));
                         if !extended {
-                            prop_assert_eq!(s.holder(now).map(<[u8]>::to_vec), holder_before.clone());
+                            prop_assert_eq!(s.holder(now).copied(), holder_before);
                         }
                     }
                     Op::Fence { owner, token } => {
-                        let reply = s.fence(&[owner], token, now);
-                        prop_assert_eq!(reply.is_some(), holder_before.as_deref() == Some(&[owner][..]));
+                        let reply = s.fence(&o(owner), token, now);
+                        prop_assert_eq!(reply.is_some(), holder_before == Some(o(owner)));
                     }
                     Op::Advance { ms } => now += ms,
                 }
                 prop_assert!(s.counter() >= counter_before, "counter went down");
                 // Exclusivity: at any instant the state names at most one live holder,
                 // and a live holder only changes through a release or expiry.
-                if let (Some(before), Some(after)) = (holder_before.as_deref(), s.holder(now)) {
+                if let (Some(before), Some(after)) = (holder_before, s.holder(now).copied()) {
                     prop_assert_eq!(before, after, "holder replaced while its lease was live");
                 }
             }
