@@ -65,7 +65,7 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
         ctx,
         c"REDLOCK.TESTHOOK",
         test_hook_entry,
-        c"write",
+        c"admin",
         (0, 0, 0),
     ) {
         ctx.log_warning(&e);
