@@ -57,6 +57,12 @@ pub enum FaultType {
     ProxyDropReplies,
     /// A node's wall clock jumps forward or backward.
     ClockJump,
+    /// Every member has a replica whose wall clock is an hour off its
+    /// master's. A member's replica falls behind (SIGSTOP) while two other
+    /// members are cut off, its master is killed, and the replica is
+    /// promoted and takes the member's place (the old master comes back as
+    /// its replica).
+    PromoteLaggingReplica,
     /// Mutation tests: two random nodes cut off, rotating quickly.
     PartitionRotate,
     /// Mutation tests: every node killed and restarted at once (empty
@@ -66,7 +72,7 @@ pub enum FaultType {
 
 impl FaultType {
     /// The matrix `make safety` runs.
-    pub const MATRIX: [FaultType; 14] = [
+    pub const MATRIX: [FaultType; 15] = [
         FaultType::None,
         FaultType::KillNone,
         FaultType::KillEverysec,
@@ -81,6 +87,7 @@ impl FaultType {
         FaultType::ProxyReset,
         FaultType::ProxyDropReplies,
         FaultType::ClockJump,
+        FaultType::PromoteLaggingReplica,
     ];
 
     /// Name in tables and file names.
@@ -100,6 +107,7 @@ impl FaultType {
             FaultType::ProxyReset => "proxy_reset",
             FaultType::ProxyDropReplies => "proxy_drop_replies",
             FaultType::ClockJump => "clock_jump",
+            FaultType::PromoteLaggingReplica => "promote_lagging_replica",
             FaultType::PartitionRotate => "partition_rotate",
             FaultType::KillAll => "kill9_all",
         }
@@ -112,6 +120,11 @@ impl FaultType {
             FaultType::KillAlways => Persistence::AofAlways,
             _ => Persistence::None,
         }
+    }
+
+    /// Whether every member runs with a replica.
+    pub fn with_replicas(self) -> bool {
+        self == FaultType::PromoteLaggingReplica
     }
 
     fn pause_point(self) -> Option<PausePoint> {
@@ -175,6 +188,8 @@ pub struct RunConfig {
     pub checking: Checking,
     /// Mutant: nodes skip replicating effects to the AOF.
     pub no_aof_propagation: bool,
+    /// Mutant: replicas grant at once when promoted (no promotion guard).
+    pub no_promotion_guard: bool,
     /// The `safety` binary, re-executed as worker processes.
     pub worker_exe: PathBuf,
     /// Folder for histories.
@@ -198,6 +213,7 @@ impl RunConfig {
             client: ClientOptions::default(),
             checking: Checking::ReadsAndWrites,
             no_aof_propagation: false,
+            no_promotion_guard: false,
             worker_exe,
             out,
         }
@@ -215,8 +231,56 @@ pub struct RunResult {
 
 struct Cluster {
     nodes: Vec<Node>,
+    /// One replica per member, for fault types that use them.
+    replicas: Vec<Node>,
     proxies: Vec<FaultProxy>,
     keys: Vec<String>,
+}
+
+/// Wall-clock skew of member `i`'s replica: an hour ahead or behind.
+fn replica_skew_ms(i: usize) -> i64 {
+    if i % 2 == 0 {
+        3_600_000
+    } else {
+        -3_600_000
+    }
+}
+
+/// Settings of a replica of `master`, with the restart guard at its
+/// default: what a promotion starts.
+fn replica_configs(master: &Node) -> [(&'static str, String); 2] {
+    [
+        ("replicaof", format!("127.0.0.1 {}", master.port())),
+        ("redlock.restart-grace-ms", "-1".to_string()),
+    ]
+}
+
+/// Sets the replica's skewed clock (and the mutant switch), then waits for
+/// its link to the master.
+fn prepare_replica(cfg: &RunConfig, replica: &Node, i: usize) -> Result<(), String> {
+    let mut con = direct(replica).ok_or("replica connection")?;
+    redis::cmd("REDLOCK.TESTHOOK")
+        .arg("WALLCLOCK-OFFSET")
+        .arg(replica_skew_ms(i))
+        .query::<()>(&mut con)
+        .map_err(|e| format!("replica clock: {e}"))?;
+    if cfg.no_promotion_guard {
+        crate::mutants::disable_promotion_guard(&mut con)?;
+    }
+    let deadline = mono_ns() + 10_000_000_000;
+    loop {
+        let info: String = redis::cmd("INFO")
+            .arg("replication")
+            .query(&mut con)
+            .unwrap_or_default();
+        if info.contains("master_link_status:up") {
+            return Ok(());
+        }
+        if mono_ns() > deadline {
+            return Err(format!("replica {i}: no link to its master"));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
 
 fn direct(node: &Node) -> Option<redis::Connection> {
@@ -230,6 +294,11 @@ fn direct(node: &Node) -> Option<redis::Connection> {
 }
 
 fn counter(node: &Node, key: &str) -> Option<u64> {
+    inspect_field(node, key, "token")
+}
+
+/// One field of `REDLOCK.INSPECT key` on `node` (0 for a missing key).
+fn inspect_field(node: &Node, key: &str, field: &str) -> Option<u64> {
     let mut con = direct(node)?;
     let v: redis::Value = redis::cmd("REDLOCK.INSPECT")
         .arg(key)
@@ -245,7 +314,7 @@ fn counter(node: &Node, key: &str) -> Option<u64> {
     while let Some(k) = it.next() {
         let name: Option<String> = redis::from_redis_value(&k).ok();
         let val = it.next()?;
-        if name.as_deref() == Some("token") {
+        if name.as_deref() == Some(field) {
             return redis::from_redis_value(&val).ok();
         }
     }
@@ -263,7 +332,8 @@ pub fn run(cfg: &RunConfig) -> Result<RunResult, String> {
         .config("redlock.max-ttl-ms", &cfg.max_ttl_ms.to_string())
         // A fresh cluster has granted nothing yet: no guard at the first start.
         // Restarts bring the guard back at its default (see `inject`).
-        .config("redlock.restart-grace-ms", "0");
+        .config("redlock.restart-grace-ms", "0")
+        .config("repl-diskless-sync-delay", "0");
     builder = match persistence {
         Persistence::None => builder.config("appendonly", "no"),
         Persistence::AofEverysec => builder
@@ -274,6 +344,24 @@ pub fn run(cfg: &RunConfig) -> Result<RunResult, String> {
             .config("appendfsync", "always"),
     };
     let nodes = start_nodes(NODES, &builder);
+    let mut replicas = Vec::new();
+    if cfg.fault.with_replicas() {
+        let starts: Vec<_> = nodes
+            .iter()
+            .map(|master| {
+                let mut b = builder.clone();
+                for (name, value) in replica_configs(master) {
+                    b = b.config(name, &value);
+                }
+                std::thread::spawn(move || b.start())
+            })
+            .collect();
+        for (i, start) in starts.into_iter().enumerate() {
+            let replica = start.join().map_err(|_| "replica start")?;
+            prepare_replica(cfg, &replica, i)?;
+            replicas.push(replica);
+        }
+    }
     if cfg.no_aof_propagation {
         for n in &nodes {
             let mut con = direct(n).ok_or("node connection")?;
@@ -323,6 +411,11 @@ pub fn run(cfg: &RunConfig) -> Result<RunResult, String> {
             keys: keys.clone(),
             ttl_ms: cfg.ttl_ms,
             extend_percent: 10,
+            // Failovers only void a lock that is held across them.
+            hold_ms: cfg
+                .fault
+                .with_replicas()
+                .then_some((cfg.ttl_ms / 8, cfg.ttl_ms / 2)),
             seed: cfg.seed.wrapping_mul(31).wrapping_add(w as u64),
             deadline_ns: deadline,
             out: parts.join(format!("worker{w}.jsonl")),
@@ -350,6 +443,7 @@ pub fn run(cfg: &RunConfig) -> Result<RunResult, String> {
 
     let mut cluster = Cluster {
         nodes,
+        replicas,
         proxies,
         keys,
     };
@@ -662,6 +756,75 @@ fn inject(cfg: &RunConfig, c: &mut Cluster, rec: &Recorder, pids: &[u32], deadli
                 std::thread::sleep(d);
                 let _ = set(&c.nodes[i], 0);
                 rec.record(Kind::FaultStop { id });
+            }
+            FaultType::PromoteLaggingReplica => {
+                let order = pick(&mut rng, NODES, 3);
+                let (i, cut) = (order[0], &order[1..]);
+                // Start from a free lock, so that the next grant is one that
+                // the cut-off members miss.
+                let free_until = mono_ns() + 2 * ttl * 1_000_000;
+                while mono_ns() < free_until
+                    && c.keys
+                        .iter()
+                        .any(|key| inspect_field(&c.nodes[i], key, "held") == Some(1))
+                {
+                    std::thread::sleep(Duration::from_millis(2));
+                }
+                // Acquisitions now land on member i and the two others only.
+                for &j in cut {
+                    c.proxies[j].set(Fault::Blackhole);
+                }
+                start(
+                    rec,
+                    id,
+                    "promote_lagging_replica",
+                    format!("n{i}"),
+                    format!(
+                        "replica paused, master killed, replica (clock {:+} ms) promoted; {} cut off meanwhile",
+                        replica_skew_ms(i),
+                        names(cut, "n")
+                    ),
+                    false,
+                );
+                c.replicas[i].pause();
+                // Kill the master as soon as it holds a lock granted after
+                // its replica stopped (or after a while, whatever it holds).
+                let tokens: Vec<Option<u64>> =
+                    c.keys.iter().map(|key| counter(&c.nodes[i], key)).collect();
+                let lag_until = mono_ns() + ms(300, 600, &mut rng).as_nanos() as u64;
+                while mono_ns() < lag_until {
+                    let held = c.keys.iter().zip(&tokens).any(|(key, before)| {
+                        inspect_field(&c.nodes[i], key, "held") == Some(1)
+                            && counter(&c.nodes[i], key) > *before
+                    });
+                    if held {
+                        break;
+                    }
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                c.nodes[i].kill();
+                c.replicas[i].resume();
+                if let Some(mut con) = direct(&c.replicas[i]) {
+                    let _ = redis::cmd("REPLICAOF")
+                        .arg("NO")
+                        .arg("ONE")
+                        .query::<()>(&mut con);
+                }
+                c.proxies[i].set_upstream(SocketAddr::from(([127, 0, 0, 1], c.replicas[i].port())));
+                c.proxies[i].reset_connections();
+                for &j in cut {
+                    c.proxies[j].reset_connections();
+                    c.proxies[j].set(Fault::None);
+                }
+                rec.record(Kind::FaultStop { id });
+                // The promoted replica is the member now; the old master
+                // comes back (empty) as its replica.
+                std::mem::swap(&mut c.nodes[i], &mut c.replicas[i]);
+                let configs = replica_configs(&c.nodes[i]);
+                let configs: Vec<(&str, &str)> =
+                    configs.iter().map(|(n, v)| (*n, v.as_str())).collect();
+                c.replicas[i].restart_with(&configs);
+                let _ = prepare_replica(cfg, &c.replicas[i], i);
             }
             FaultType::PartitionRotate => {
                 let targets = pick(&mut rng, NODES, 2);

@@ -102,6 +102,10 @@ pub struct WorkerSpec {
     pub ttl_ms: u64,
     /// Share of holds that extend the lease once, percent.
     pub extend_percent: u32,
+    /// Time spent inside the critical section, between the resource read and
+    /// write, as a range in ms (none: no extra time).
+    #[serde(default)]
+    pub hold_ms: Option<(u64, u64)>,
     /// Seed.
     pub seed: u64,
     /// Stop at this `CLOCK_MONOTONIC` time, ns.
@@ -353,6 +357,10 @@ async fn client_task(
                     pauser
                         .maybe_pause(PausePoint::BetweenReadAndWrite, &mut rng, rec, &name)
                         .await;
+                    if let Some((low, high)) = spec.hold_ms {
+                        let hold = rng.gen_range(low..=high.max(low));
+                        tokio::time::sleep(Duration::from_millis(hold)).await;
+                    }
                     if rng.gen_range(0..100) < spec.extend_percent {
                         let r = {
                             let mut fut = Box::pin(lock.extend(ttl));

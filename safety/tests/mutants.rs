@@ -135,3 +135,16 @@ fn mutant_effects_not_replicated_to_aof_is_caught() {
         "AOF always promises durable counters: {r:?}"
     );
 }
+
+#[test]
+fn control_promotion_guard_on_passes_the_same_faults() {
+    let (mut cfg, _dir) = config(
+        "promotion_guard_on_control",
+        FaultType::PromoteLaggingReplica,
+        10,
+    );
+    cfg.fault_budget = 12;
+    let r = run(&cfg);
+    assert!(r.acquisitions > 50, "{r:?}");
+    assert_eq!(r.violations(), 0, "{r:?}");
+}

@@ -77,7 +77,7 @@ pub struct FaultProxy {
 }
 
 struct Shared {
-    upstream: SocketAddr,
+    upstream: Mutex<SocketAddr>,
     state: Mutex<State>,
     /// Signalled on every fault change and every connection close.
     changed: Condvar,
@@ -131,7 +131,7 @@ impl FaultProxy {
             .set_nonblocking(true)
             .expect("nonblocking listener");
         let shared = Arc::new(Shared {
-            upstream,
+            upstream: Mutex::new(upstream),
             state: Mutex::new(State {
                 fault: Fault::None,
                 conns: Vec::new(),
@@ -164,7 +164,13 @@ impl FaultProxy {
 
     /// The node behind the proxy.
     pub fn upstream(&self) -> SocketAddr {
-        self.shared.upstream
+        *lock(&self.shared.upstream)
+    }
+
+    /// Points new connections at another node (a failover); connections
+    /// open now stay with the old one until they are reset.
+    pub fn set_upstream(&self, upstream: SocketAddr) {
+        *lock(&self.shared.upstream) = upstream;
     }
 
     /// The fault in force.
@@ -235,7 +241,8 @@ fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
 }
 
 fn open_connection(client: TcpStream, shared: &Arc<Shared>) {
-    let server = match TcpStream::connect_timeout(&shared.upstream, CONNECT_TIMEOUT) {
+    let upstream = *lock(&shared.upstream);
+    let server = match TcpStream::connect_timeout(&upstream, CONNECT_TIMEOUT) {
         Ok(s) => s,
         Err(_) => {
             // Node down: the client sees its connection reset.
