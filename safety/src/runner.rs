@@ -233,6 +233,9 @@ struct Cluster {
     nodes: Vec<Node>,
     /// One replica per member, for fault types that use them.
     replicas: Vec<Node>,
+    /// The replication link of each replica runs through a proxy, so that
+    /// a replica can fall behind its master.
+    links: Vec<FaultProxy>,
     proxies: Vec<FaultProxy>,
     keys: Vec<String>,
 }
@@ -246,11 +249,11 @@ fn replica_skew_ms(i: usize) -> i64 {
     }
 }
 
-/// Settings of a replica of `master`, with the restart guard at its
-/// default: what a promotion starts.
-fn replica_configs(master: &Node) -> [(&'static str, String); 2] {
+/// Settings of a replica that reaches its master through `link`, with the
+/// restart guard at its default: what a promotion starts.
+fn replica_configs(link: &FaultProxy) -> [(&'static str, String); 2] {
     [
-        ("replicaof", format!("127.0.0.1 {}", master.port())),
+        ("replicaof", format!("127.0.0.1 {}", link.addr().port())),
         ("redlock.restart-grace-ms", "-1".to_string()),
     ]
 }
@@ -345,12 +348,17 @@ pub fn run(cfg: &RunConfig) -> Result<RunResult, String> {
     };
     let nodes = start_nodes(NODES, &builder);
     let mut replicas = Vec::new();
+    let mut links = Vec::new();
     if cfg.fault.with_replicas() {
-        let starts: Vec<_> = nodes
+        links = nodes
             .iter()
-            .map(|master| {
+            .map(|n| FaultProxy::start(SocketAddr::from(([127, 0, 0, 1], n.port()))))
+            .collect();
+        let starts: Vec<_> = links
+            .iter()
+            .map(|link| {
                 let mut b = builder.clone();
-                for (name, value) in replica_configs(master) {
+                for (name, value) in replica_configs(link) {
                     b = b.config(name, &value);
                 }
                 std::thread::spawn(move || b.start())
@@ -444,6 +452,7 @@ pub fn run(cfg: &RunConfig) -> Result<RunResult, String> {
     let mut cluster = Cluster {
         nodes,
         replicas,
+        links,
         proxies,
         keys,
     };
@@ -760,16 +769,6 @@ fn inject(cfg: &RunConfig, c: &mut Cluster, rec: &Recorder, pids: &[u32], deadli
             FaultType::PromoteLaggingReplica => {
                 let order = pick(&mut rng, NODES, 3);
                 let (i, cut) = (order[0], &order[1..]);
-                // Start from a free lock, so that the next grant is one that
-                // the cut-off members miss.
-                let free_until = mono_ns() + 2 * ttl * 1_000_000;
-                while mono_ns() < free_until
-                    && c.keys
-                        .iter()
-                        .any(|key| inspect_field(&c.nodes[i], key, "held") == Some(1))
-                {
-                    std::thread::sleep(Duration::from_millis(2));
-                }
                 // Acquisitions now land on member i and the two others only.
                 for &j in cut {
                     c.proxies[j].set(Fault::Blackhole);
@@ -780,15 +779,27 @@ fn inject(cfg: &RunConfig, c: &mut Cluster, rec: &Recorder, pids: &[u32], deadli
                     "promote_lagging_replica",
                     format!("n{i}"),
                     format!(
-                        "replica paused, master killed, replica (clock {:+} ms) promoted; {} cut off meanwhile",
+                        "replica link held back, master killed, replica (clock {:+} ms) promoted; {} cut off meanwhile",
                         replica_skew_ms(i),
                         names(cut, "n")
                     ),
                     false,
                 );
-                c.replicas[i].pause();
-                // Kill the master as soon as it holds a lock granted after
-                // its replica stopped (or after a while, whatever it holds).
+                // The replica falls behind: its link holds everything back.
+                c.links[i].set(Fault::Blackhole);
+                // Once the lock is free, kill the master as soon as it holds
+                // a lock granted after that: a grant that the replica and the
+                // two cut-off members never saw (or, after a while, whatever
+                // it holds).
+                let any_held = |node: &Node| {
+                    c.keys
+                        .iter()
+                        .any(|key| inspect_field(node, key, "held") == Some(1))
+                };
+                let free_until = mono_ns() + 2 * ttl * 1_000_000;
+                while mono_ns() < free_until && any_held(&c.nodes[i]) {
+                    std::thread::sleep(Duration::from_millis(2));
+                }
                 let tokens: Vec<Option<u64>> =
                     c.keys.iter().map(|key| counter(&c.nodes[i], key)).collect();
                 let lag_until = mono_ns() + ms(300, 600, &mut rng).as_nanos() as u64;
@@ -800,10 +811,12 @@ fn inject(cfg: &RunConfig, c: &mut Cluster, rec: &Recorder, pids: &[u32], deadli
                     if held {
                         break;
                     }
-                    std::thread::sleep(Duration::from_millis(5));
+                    std::thread::sleep(Duration::from_millis(2));
                 }
                 c.nodes[i].kill();
-                c.replicas[i].resume();
+                // What the link held back is lost with the master.
+                c.links[i].reset_connections();
+                c.links[i].set(Fault::None);
                 if let Some(mut con) = direct(&c.replicas[i]) {
                     let _ = redis::cmd("REPLICAOF")
                         .arg("NO")
@@ -820,7 +833,8 @@ fn inject(cfg: &RunConfig, c: &mut Cluster, rec: &Recorder, pids: &[u32], deadli
                 // The promoted replica is the member now; the old master
                 // comes back (empty) as its replica.
                 std::mem::swap(&mut c.nodes[i], &mut c.replicas[i]);
-                let configs = replica_configs(&c.nodes[i]);
+                c.links[i].set_upstream(SocketAddr::from(([127, 0, 0, 1], c.nodes[i].port())));
+                let configs = replica_configs(&c.links[i]);
                 let configs: Vec<(&str, &str)> =
                     configs.iter().map(|(n, v)| (*n, v.as_str())).collect();
                 c.replicas[i].restart_with(&configs);
