@@ -30,6 +30,7 @@ use crate::lock::{Acquired, LockError, LockState, MonoMillis};
 use crate::owner::hash_owner;
 use crate::persist::{self, Source};
 use crate::store::LockKey;
+use crate::wait;
 
 /// Position of the owner argument in ACQUIRE, RELEASE, EXTEND and FENCE.
 const OWNER_ARG: usize = 2;
@@ -63,6 +64,7 @@ fn update<R>(
     if changed {
         if let Some(stored) = key.get()? {
             ffi::replicate_state(call, &persist::persist_at(stored, now, wall_now()));
+            wait::state_changed(call, stored, now);
         }
         ffi::signal_modified(call, event);
     }
@@ -201,6 +203,7 @@ pub fn apply(call: &Call) -> Result<Reply, CommandError> {
     let (mono, wall) = (mono_now(), wall_now());
     let state = persist::restore(&p, source, mono, wall);
     let own = persist::persist_at(&state, mono, wall);
+    wait::state_changed(call, &state, mono);
     let mut key = LockKey::write(call.raw(), key_of(call)?);
     key.put(state)?;
     ffi::signal_modified(call, c"redlock.apply");

@@ -6,7 +6,8 @@
 //! ids, [`persist`] is the persisted form (RDB, AOF, replication),
 //! [`datatype`] holds the `redlockfn` type callbacks, [`config`] the
 //! configuration, [`guard`] the restart guard, [`info`] the statistics and
-//! `INFO`, [`events`] the server events, [`ffi`] the boundary with Redis.
+//! `INFO`, [`events`] the server events, [`wait`] the blocking WAIT, [`ffi`]
+//! the boundary with Redis.
 
 pub mod args;
 pub mod clock;
@@ -22,6 +23,7 @@ pub mod lock;
 pub mod owner;
 pub mod persist;
 pub mod store;
+pub mod wait;
 
 use redis_module::{redis_module, Context, ModuleOptions, RedisString, Status};
 
@@ -33,6 +35,7 @@ command_entry!(extend_entry, "REDLOCK.EXTEND", commands::extend);
 command_entry!(fence_entry, "REDLOCK.FENCE", commands::fence);
 command_entry!(inspect_entry, "REDLOCK.INSPECT", commands::inspect);
 command_entry!(apply_entry, "REDLOCK.APPLY", commands::apply);
+command_entry!(wait_entry, "REDLOCK.WAIT", wait::wait);
 #[cfg(feature = "test-hooks")]
 command_entry!(test_hook_entry, "REDLOCK.TESTHOOK", commands::test_hook);
 
@@ -53,6 +56,7 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
         (c"REDLOCK.FENCE", fence_entry, c"write fast"),
         (c"REDLOCK.INSPECT", inspect_entry, c"readonly fast"),
         (c"REDLOCK.APPLY", apply_entry, c"write fast"),
+        (c"REDLOCK.WAIT", wait_entry, c"readonly"),
     ];
     for (name, entry, flags) in table {
         if let Err(e) = ffi::register(ctx, name, *entry, flags, one_key) {
