@@ -212,7 +212,8 @@ pub fn apply(call: &Call) -> Result<Reply, CommandError> {
 }
 
 /// `REDLOCK.TESTHOOK WALLCLOCK-OFFSET ms | SKIP-REPLICATION 0|1 |
-/// PROMOTION-GUARD 0|1 | PANIC` (test builds only).
+/// PROMOTION-GUARD 0|1 | REPLICATION-RULE NAIVE|SAFE | PANIC` (test builds
+/// only).
 #[cfg(feature = "test-hooks")]
 pub fn test_hook(call: &Call) -> Result<Reply, CommandError> {
     match call.args.get(1..).unwrap_or_default() {
@@ -231,6 +232,19 @@ pub fn test_hook(call: &Call) -> Result<Reply, CommandError> {
                 _ => return Err(CommandError::NotAnInteger("SKIP-REPLICATION flag (0 or 1)")),
             };
             ffi::SKIP_REPLICATION.store(on, std::sync::atomic::Ordering::Relaxed);
+            Ok(Reply::Ok)
+        }
+        [sub, rule] if sub.eq_ignore_ascii_case(b"REPLICATION-RULE") => {
+            let naive = match &rule[..] {
+                r if r.eq_ignore_ascii_case(b"NAIVE") => true,
+                r if r.eq_ignore_ascii_case(b"SAFE") => false,
+                _ => {
+                    return Err(CommandError::UnknownHook(
+                        "REPLICATION-RULE takes NAIVE or SAFE".into(),
+                    ))
+                }
+            };
+            crate::replication::set_naive_rule(naive);
             Ok(Reply::Ok)
         }
         [sub, flag] if sub.eq_ignore_ascii_case(b"PROMOTION-GUARD") => {

@@ -146,6 +146,9 @@ pub fn replicate_state(call: &Call, state: &crate::persist::Persisted) {
     let Some(key) = call.key() else {
         return;
     };
+    if !crate::replication::needed(&call.ctx) {
+        return;
+    }
     // SAFETY: ctx and key belong to the command invocation in progress.
     unsafe { crate::persist::replicate(call.raw(), key, state) };
 }

@@ -9,6 +9,7 @@ use redis_module::raw;
 use crate::clock::mono_now;
 use crate::config::{self, max_ttl};
 use crate::guard;
+use crate::replication;
 use crate::wait;
 
 /// Counters shown by `INFO redlock`.
@@ -64,7 +65,7 @@ fn write_info(ctx: *mut raw::RedisModuleInfoCtx) {
         Some((_, remaining)) => (1, remaining),
         None => (0, 0),
     };
-    let counters: [(&CStr, u64); 20] = [
+    let counters: [(&CStr, u64); 22] = [
         (c"acquire_granted", stats::GRANTED.load(Relaxed)),
         (c"acquire_renewed", stats::RENEWED.load(Relaxed)),
         (c"acquire_busy", stats::BUSY.load(Relaxed)),
@@ -83,6 +84,11 @@ fn write_info(ctx: *mut raw::RedisModuleInfoCtx) {
         (c"wait_timeouts", stats::WAIT_TIMEOUTS.load(Relaxed)),
         (c"waiting_clients", wait::waiting_clients()),
         (c"wait_timers", wait::timers()),
+        (c"effects_unreplicated", replication::skipped()),
+        (
+            c"replication_skip_allowed",
+            u64::from(replication::skipping_allowed()),
+        ),
         (c"grace_active", grace_active),
         (c"grace_remaining_ms", grace_remaining),
     ];

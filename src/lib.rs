@@ -6,8 +6,8 @@
 //! ids, [`persist`] is the persisted form (RDB, AOF, replication),
 //! [`datatype`] holds the `redlockfn` type callbacks, [`config`] the
 //! configuration, [`guard`] the restart guard, [`info`] the statistics and
-//! `INFO`, [`events`] the server events, [`wait`] the blocking WAIT, [`ffi`]
-//! the boundary with Redis.
+//! `INFO`, [`events`] the server events, [`replication`] when effects must be
+//! replicated, [`wait`] the blocking WAIT, [`ffi`] the boundary with Redis.
 
 pub mod args;
 pub mod clock;
@@ -22,6 +22,7 @@ pub mod info;
 pub mod lock;
 pub mod owner;
 pub mod persist;
+pub mod replication;
 pub mod store;
 pub mod wait;
 
@@ -80,6 +81,7 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
     guard::on_load(ctx, clock::mono_now());
     redis_module::raw::register_info_function(ctx.ctx, Some(info::info));
     events::subscribe(ctx);
+    replication::check_server(ctx);
     config::check_eviction_policy(ctx);
     ctx.log_notice(&format!(
         "loaded (max-ttl-ms {}, restart grace {} ms, longest lease {} ms)",
