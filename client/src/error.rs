@@ -175,7 +175,7 @@ impl NodeFailure {
     pub(crate) fn from_redis(err: &redis::RedisError) -> (Self, bool) {
         use redis::ErrorKind;
         match err.kind() {
-            ErrorKind::ResponseError | ErrorKind::ExtensionError => {
+            ErrorKind::Server(_) | ErrorKind::Extension => {
                 let code = err.code().unwrap_or("ERR");
                 let detail = err.detail().unwrap_or("");
                 let text = format!("{code} {detail}");

@@ -1,11 +1,39 @@
 //! One Redis master: a persistent multiplexed connection, a per-node timeout
 //! on every call (one timer per round for the quorum rounds), and a
-//! background reconnect when the connection is missing
-//! or breaks.
+//! background reconnect when the connection is missing or breaks.
 //!
 //! A node that is down never makes a call wait: with no connection, a call
 //! fails at once (and makes sure a reconnect task runs); with a connection to
 //! a frozen or partitioned node, a call fails after the per-node timeout.
+//!
+//! # What the quorum rounds rely on from the connection
+//!
+//! The rounds (`quorum.rs`: `fan_out`, `Leftovers`), in particular the
+//! release of a failed or finished acquisition whose ACQUIRE to a slow node
+//! is still unanswered, rely on three properties of redis-rs's
+//! `MultiplexedConnection` as configured by [`connection_config`]. They are
+//! pinned against a real server by `client/tests/connection_contract.rs`,
+//! which fails if a redis-rs release changes them:
+//!
+//! 1. **Queued on the first poll.** The first poll of
+//!    `send_packed_command` puts the command into the connection's queue
+//!    (the rounds poll it under `tokio::task::unconstrained`, so that
+//!    tokio's cooperative budget cannot delay it; no concurrency limit is
+//!    configured). A round therefore starts all its commands in one poll.
+//! 2. **Written in queue order.** One connection per node writes queued
+//!    commands in the order they were queued, so a RELEASE queued after an
+//!    ACQUIRE reaches the node after it: a dropped or unanswered ACQUIRE
+//!    can never be applied after the RELEASE that was meant to undo it.
+//! 3. **Skipped once abandoned.** A queued command whose caller was dropped
+//!    before the connection wrote it is not written at all. Safe (the node
+//!    never sees it), but a slow node would then miss the ACQUIRE of a held
+//!    lock, leaving it on a bare quorum; so an ACQUIRE round hands its
+//!    unanswered calls to the `Lock`, which keeps them until its RELEASE is
+//!    queued behind them, and RELEASE and EXTEND rounds finish theirs in the
+//!    background.
+//!
+//! The connection has no response timeout of its own: the rounds bound
+//! every call with one timer per round.
 
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
@@ -14,6 +42,23 @@ use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, Client, Cmd, Value};
 
 use crate::error::{Error, NodeFailure};
+
+/// The settings of every node's connection; see the module docs for what
+/// the rounds rely on.
+pub(crate) fn connection_config(connect_timeout: Duration) -> AsyncConnectionConfig {
+    AsyncConnectionConfig::new()
+        .set_connection_timeout(Some(connect_timeout))
+        .set_response_timeout(None)
+}
+
+/// Makes sure rustls has a crypto provider for `rediss://` nodes: the
+/// process default when one is installed, otherwise ring.
+fn ensure_tls_provider() {
+    if rustls::crypto::CryptoProvider::get_default().is_none() {
+        // Err: another thread installed one first, which is as good.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    }
+}
 
 /// First and largest pause between two reconnect attempts.
 const RECONNECT_MIN: Duration = Duration::from_millis(20);
@@ -52,11 +97,14 @@ impl Node {
         timeout: Duration,
         connect_timeout: Duration,
     ) -> Result<Arc<Self>, Error> {
+        if url.starts_with("rediss://") {
+            ensure_tls_provider();
+        }
         let client = Client::open(url)
             .map_err(|e| Error::InvalidArgument(format!("bad node URL {:?}: {e}", redact(url))))?;
         let addr = client
             .get_connection_info()
-            .addr
+            .addr()
             .to_string()
             .into_boxed_str();
         Ok(Arc::new(Node {
@@ -91,7 +139,7 @@ impl Node {
     }
 
     async fn try_connect(&self) -> Result<(), NodeFailure> {
-        let config = AsyncConnectionConfig::new().set_connection_timeout(self.connect_timeout);
+        let config = connection_config(self.connect_timeout);
         let attempt = self
             .client
             .get_multiplexed_async_connection_with_config(&config);
