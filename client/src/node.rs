@@ -85,7 +85,7 @@ struct ConnState {
     generation: u64,
     /// Why the node is down, for error messages.
     last_error: Option<String>,
-    /// A reconnect task is running.
+    /// A reconnect task exists (see [`ReconnectTask`]).
     reconnecting: bool,
 }
 
@@ -180,7 +180,7 @@ impl Node {
             }
             state.reconnecting = true;
         }
-        handle.spawn(reconnect_loop(Arc::downgrade(self)));
+        handle.spawn(reconnect_loop(ReconnectTask(Arc::downgrade(self))));
     }
 
     /// Forgets the connection of generation `generation` after it broke.
@@ -278,12 +278,26 @@ impl Node {
     }
 }
 
-async fn reconnect_loop(node: Weak<Node>) {
+/// The reconnect task's claim on its node: clears the node's
+/// `reconnecting` flag when the task ends, however it ends. A runtime that
+/// shuts down drops its tasks (also tasks never polled: this is an argument
+/// of the task's future, not a local), so a node whose reconnect task died
+/// with its runtime starts a new one at its next call.
+struct ReconnectTask(Weak<Node>);
+
+impl Drop for ReconnectTask {
+    fn drop(&mut self) {
+        if let Some(node) = self.0.upgrade() {
+            node.lock_state().reconnecting = false;
+        }
+    }
+}
+
+async fn reconnect_loop(task: ReconnectTask) {
     let mut pause = RECONNECT_MIN;
     loop {
-        let Some(n) = node.upgrade() else { return };
+        let Some(n) = task.0.upgrade() else { return };
         if n.try_connect().await.is_ok() {
-            n.lock_state().reconnecting = false;
             return;
         }
         drop(n);
