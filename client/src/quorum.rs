@@ -7,6 +7,9 @@
 //! at most the per-node timeout (one timer per round). Calls the round did
 //! not wait for are dropped (FENCE), kept unpolled by the caller (ACQUIRE)
 //! or finished by a background task (RELEASE, EXTEND): see [`Leftovers`].
+//! What this needs from the connection is stated once, in `node.rs` ("What
+//! the quorum rounds rely on from the connection"); the decisions are the
+//! tallies' (`tally.rs`).
 
 use std::fmt;
 use std::future::Future;
@@ -25,9 +28,9 @@ use crate::tally::{
 };
 
 /// Calls of an ACQUIRE round that it did not wait for, kept alive but never
-/// polled again: their commands are queued on the connections, and redis-rs
-/// writes a queued command only while its caller still exists (see
-/// [`Leftovers::Return`]). Replies that arrive are discarded.
+/// polled again: their commands are queued on the connections, and a queued
+/// command is written only while its caller still exists (property 3 in
+/// `node.rs`; see [`Leftovers::Return`]). Replies that arrive are discarded.
 #[derive(Default)]
 pub(crate) struct Unanswered {
     _calls: Option<Mutex<Box<dyn Send>>>,
@@ -75,14 +78,16 @@ pub(crate) enum Leftovers {
     Drop,
     /// Hand them back, unpolled, as [`Unanswered`] (ACQUIRE), instead of a
     /// background task (a `tokio::spawn` per acquisition). Their commands
-    /// are already queued (see `fan_out`); keeping the calls alive matters
-    /// because redis-rs skips a queued command whose caller is gone, and
-    /// then a slow node never gets the ACQUIRE and a held lock sits on a
+    /// are already queued (property 1 in `node.rs`); keeping the calls
+    /// alive matters because a queued command whose caller is gone is
+    /// skipped (property 3), and then a slow node never gets the ACQUIRE
+    /// and a held lock sits on a
     /// bare quorum, one failure from lost (measured with plain dropping:
     /// `acquire_extend_release_busy_and_increasing_tokens` failed in 1 of
     /// 12 runs). Dropping them would still be safe: a dropped ACQUIRE was
     /// either never written, or is written before any later command of ours
-    /// on that node's connection (one connection per node, FIFO), in
+    /// on that node's connection (property 2: one connection per node,
+    /// written in queue order), in
     /// particular before our RELEASE; and a node that did grant it is
     /// covered because every release goes to every node (a failed attempt
     /// releases the nodes that were not waited for; `Lock::release` and the
@@ -107,8 +112,8 @@ pub(crate) enum Leftovers {
 /// Sends `cmd` to the nodes named by `targets`, all at once, and feeds each
 /// reply to `on_reply(node, reply)` until it returns true (the round is
 /// decided), every target has answered, or the per-node timeout (one timer
-/// for the whole round) ran out. Returns whether the timer ran out (the
-/// caller then fails the targets that did not answer) and the calls still
+/// for the whole round) ran out. Returns how the round ended (after the
+/// timer, the caller fails the targets that did not answer) and the calls still
 /// pending when the round was decided, which are dropped, returned or
 /// finished in the background, per `leftovers`.
 pub(crate) async fn fan_out(
