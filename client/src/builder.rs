@@ -61,6 +61,14 @@ impl Default for RetryPolicy {
 
 impl RetryPolicy {
     /// One attempt, no retry.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use redlock_client::{Redlock, RetryPolicy};
+    /// let builder = Redlock::builder(["redis://127.0.0.1:7001"]).retry(RetryPolicy::no_retry());
+    /// # let _ = builder;
+    /// ```
     pub fn no_retry() -> Self {
         RetryPolicy {
             attempts: 1,

@@ -91,6 +91,14 @@ pub enum Error {
 impl Error {
     /// Whether trying again later may succeed (busy, no quorum, restart
     /// guard). [`Redlock::acquire`](crate::Redlock::acquire) retries these.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use redlock_client::Error;
+    /// assert!(Error::Busy { holders: 3, nodes: 5 }.is_transient());
+    /// assert!(!Error::InvalidArgument("ttl".into()).is_transient());
+    /// ```
     pub fn is_transient(&self) -> bool {
         matches!(
             self,
