@@ -91,6 +91,14 @@ pub enum Error {
 impl Error {
     /// Whether trying again later may succeed (busy, no quorum, restart
     /// guard). [`Redlock::acquire`](crate::Redlock::acquire) retries these.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use redlock_client::Error;
+    /// assert!(Error::Busy { holders: 3, nodes: 5 }.is_transient());
+    /// assert!(!Error::InvalidArgument("ttl".into()).is_transient());
+    /// ```
     pub fn is_transient(&self) -> bool {
         matches!(
             self,
@@ -129,7 +137,7 @@ impl fmt::Display for RetryHint {
 
 /// Why one node did not give a usable answer (internal; shown in
 /// [`Error::NoQuorum`] as the reason string).
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum NodeFailure {
     /// No reply within the per-node timeout.
     Timeout(Duration),
@@ -175,7 +183,7 @@ impl NodeFailure {
     pub(crate) fn from_redis(err: &redis::RedisError) -> (Self, bool) {
         use redis::ErrorKind;
         match err.kind() {
-            ErrorKind::ResponseError | ErrorKind::ExtensionError => {
+            ErrorKind::Server(_) | ErrorKind::Extension => {
                 let code = err.code().unwrap_or("ERR");
                 let detail = err.detail().unwrap_or("");
                 let text = format!("{code} {detail}");

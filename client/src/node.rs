@@ -1,11 +1,39 @@
 //! One Redis master: a persistent multiplexed connection, a per-node timeout
 //! on every call (one timer per round for the quorum rounds), and a
-//! background reconnect when the connection is missing
-//! or breaks.
+//! background reconnect when the connection is missing or breaks.
 //!
 //! A node that is down never makes a call wait: with no connection, a call
 //! fails at once (and makes sure a reconnect task runs); with a connection to
 //! a frozen or partitioned node, a call fails after the per-node timeout.
+//!
+//! # What the quorum rounds rely on from the connection
+//!
+//! The rounds (`quorum.rs`: `fan_out`, `Leftovers`), in particular the
+//! release of a failed or finished acquisition whose ACQUIRE to a slow node
+//! is still unanswered, rely on three properties of redis-rs's
+//! `MultiplexedConnection` as configured by [`connection_config`]. They are
+//! pinned against a real server by `client/tests/connection_contract.rs`,
+//! which fails if a redis-rs release changes them:
+//!
+//! 1. **Queued on the first poll.** The first poll of
+//!    `send_packed_command` puts the command into the connection's queue
+//!    (the rounds poll it under `tokio::task::unconstrained`, so that
+//!    tokio's cooperative budget cannot delay it; no concurrency limit is
+//!    configured). A round therefore starts all its commands in one poll.
+//! 2. **Written in queue order.** One connection per node writes queued
+//!    commands in the order they were queued, so a RELEASE queued after an
+//!    ACQUIRE reaches the node after it: a dropped or unanswered ACQUIRE
+//!    can never be applied after the RELEASE that was meant to undo it.
+//! 3. **Skipped once abandoned.** A queued command whose caller was dropped
+//!    before the connection wrote it is not written at all. Safe (the node
+//!    never sees it), but a slow node would then miss the ACQUIRE of a held
+//!    lock, leaving it on a bare quorum; so an ACQUIRE round hands its
+//!    unanswered calls to the `Lock`, which keeps them until its RELEASE is
+//!    queued behind them, and RELEASE and EXTEND rounds finish theirs in the
+//!    background.
+//!
+//! The connection has no response timeout of its own: the rounds bound
+//! every call with one timer per round.
 
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
@@ -14,6 +42,23 @@ use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, Client, Cmd, Value};
 
 use crate::error::{Error, NodeFailure};
+
+/// The settings of every node's connection; see the module docs for what
+/// the rounds rely on.
+pub(crate) fn connection_config(connect_timeout: Duration) -> AsyncConnectionConfig {
+    AsyncConnectionConfig::new()
+        .set_connection_timeout(Some(connect_timeout))
+        .set_response_timeout(None)
+}
+
+/// Makes sure rustls has a crypto provider for `rediss://` nodes: the
+/// process default when one is installed, otherwise ring.
+fn ensure_tls_provider() {
+    if rustls::crypto::CryptoProvider::get_default().is_none() {
+        // Err: another thread installed one first, which is as good.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    }
+}
 
 /// First and largest pause between two reconnect attempts.
 const RECONNECT_MIN: Duration = Duration::from_millis(20);
@@ -40,7 +85,7 @@ struct ConnState {
     generation: u64,
     /// Why the node is down, for error messages.
     last_error: Option<String>,
-    /// A reconnect task is running.
+    /// A reconnect task exists (see [`ReconnectTask`]).
     reconnecting: bool,
 }
 
@@ -52,11 +97,14 @@ impl Node {
         timeout: Duration,
         connect_timeout: Duration,
     ) -> Result<Arc<Self>, Error> {
+        if url.starts_with("rediss://") {
+            ensure_tls_provider();
+        }
         let client = Client::open(url)
             .map_err(|e| Error::InvalidArgument(format!("bad node URL {:?}: {e}", redact(url))))?;
         let addr = client
             .get_connection_info()
-            .addr
+            .addr()
             .to_string()
             .into_boxed_str();
         Ok(Arc::new(Node {
@@ -91,7 +139,7 @@ impl Node {
     }
 
     async fn try_connect(&self) -> Result<(), NodeFailure> {
-        let config = AsyncConnectionConfig::new().set_connection_timeout(self.connect_timeout);
+        let config = connection_config(self.connect_timeout);
         let attempt = self
             .client
             .get_multiplexed_async_connection_with_config(&config);
@@ -132,7 +180,7 @@ impl Node {
             }
             state.reconnecting = true;
         }
-        handle.spawn(reconnect_loop(Arc::downgrade(self)));
+        handle.spawn(reconnect_loop(ReconnectTask(Arc::downgrade(self))));
     }
 
     /// Forgets the connection of generation `generation` after it broke.
@@ -170,10 +218,20 @@ impl Node {
         self.call_within(cmd, None).await
     }
 
-    /// [`Node::call`] with the connect timeout (for the module check that is
-    /// part of connecting).
-    pub(crate) async fn probe(self: &Arc<Self>, cmd: &Cmd) -> Result<Value, NodeFailure> {
-        self.call_within(cmd, Some(self.connect_timeout)).await
+    /// Checks, within the connect timeout, that the node answers and runs
+    /// the module: `REDLOCK.INSPECT` without a key gets a wrong-arity error
+    /// from the module and "unknown command" from a server without it. Any
+    /// error reply other than that proves the module; no reply in time, or
+    /// no connection, is a failure.
+    pub(crate) async fn check_module(self: &Arc<Self>) -> Result<(), NodeFailure> {
+        let probe = redis::cmd("REDLOCK.INSPECT");
+        match self.call_within(&probe, Some(self.connect_timeout)).await {
+            Ok(_)
+            | Err(
+                NodeFailure::Refused(_) | NodeFailure::BadArgument(_) | NodeFailure::Grace { .. },
+            ) => Ok(()),
+            Err(e) => Err(e),
+        }
     }
 
     async fn call_within(
@@ -220,12 +278,26 @@ impl Node {
     }
 }
 
-async fn reconnect_loop(node: Weak<Node>) {
+/// The reconnect task's claim on its node: clears the node's
+/// `reconnecting` flag when the task ends, however it ends. A runtime that
+/// shuts down drops its tasks (also tasks never polled: this is an argument
+/// of the task's future, not a local), so a node whose reconnect task died
+/// with its runtime starts a new one at its next call.
+struct ReconnectTask(Weak<Node>);
+
+impl Drop for ReconnectTask {
+    fn drop(&mut self) {
+        if let Some(node) = self.0.upgrade() {
+            node.lock_state().reconnecting = false;
+        }
+    }
+}
+
+async fn reconnect_loop(task: ReconnectTask) {
     let mut pause = RECONNECT_MIN;
     loop {
-        let Some(n) = node.upgrade() else { return };
+        let Some(n) = task.0.upgrade() else { return };
         if n.try_connect().await.is_ok() {
-            n.lock_state().reconnecting = false;
             return;
         }
         drop(n);

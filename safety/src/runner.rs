@@ -317,10 +317,10 @@ fn inspect_reply_field(con: &mut redis::Connection, key: &str, field: &str) -> O
     };
     let mut it = items.into_iter();
     while let Some(k) = it.next() {
-        let name: Option<String> = redis::from_redis_value(&k).ok();
+        let name: Option<String> = redis::from_redis_value(k).ok();
         let val = it.next()?;
         if name.as_deref() == Some(field) {
-            return redis::from_redis_value(&val).ok();
+            return redis::from_redis_value(val).ok();
         }
     }
     None
