@@ -405,7 +405,7 @@ async fn a_floor_far_ahead_of_the_nodes_clocks_is_a_clear_error_without_retries(
             .unwrap();
         let line = stats
             .lines()
-            .find(|l| l.starts_with("cmdstat_redlock.acquire:"))
+            .find(|l| l.to_lowercase().starts_with("cmdstat_redlock.acquire:"))
             .unwrap_or_default();
         assert!(line.contains("calls=1,"), "{line}");
         let v: redis::Value = redis::cmd("REDLOCK.INSPECT")
