@@ -14,6 +14,7 @@ mod node;
 mod quorum;
 mod redlock;
 mod tally;
+mod waiting;
 mod with_lock;
 
 pub use builder::{
