@@ -33,19 +33,22 @@ fn commandstats(node: &Node) -> String {
     lines.join("\n")
 }
 
+/// Waits until `n` clients are blocked in WAIT on a majority of `nodes` (a
+/// node that got the holder's grant after the waiter's WAIT answered "free"
+/// at once, and the waiter then waits on the others).
 async fn until_waiting_everywhere(nodes: &[Node], n: u64) {
     let started = Instant::now();
-    while !nodes
-        .iter()
-        .all(|node| info_u64(node, "redlock", "redlock_waiting_clients") == n)
-    {
+    loop {
         let counts: Vec<u64> = nodes
             .iter()
             .map(|node| info_u64(node, "redlock", "redlock_waiting_clients"))
             .collect();
+        if counts.iter().filter(|&&c| c == n).count() > nodes.len() / 2 {
+            return;
+        }
         assert!(
             started.elapsed() < Duration::from_secs(5),
-            "waiters never blocked: {counts:?}, expected {n} on each node"
+            "waiters never blocked: {counts:?}, expected {n} on a majority"
         );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
@@ -132,7 +135,17 @@ async fn a_dropped_waiter_leaves_no_grant_and_no_blocked_connection() {
     until_waiting_everywhere(&nodes, 1).await;
     waiting.abort();
     let _ = waiting.await;
-    until_waiting_everywhere(&nodes, 0).await;
+    let started = Instant::now();
+    while !nodes
+        .iter()
+        .all(|node| info_u64(node, "redlock", "redlock_waiting_clients") == 0)
+    {
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "waiters left behind"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     for node in &nodes {
         assert_eq!(info_u64(node, "clients", "blocked_clients"), 0);
     }
