@@ -6,7 +6,9 @@
 //! ids, [`persist`] is the persisted form (RDB, AOF, replication),
 //! [`datatype`] holds the `redlockfn` type callbacks, [`config`] the
 //! configuration, [`guard`] the restart guard, [`info`] the statistics and
-//! `INFO`, [`events`] the server events, [`ffi`] the boundary with Redis.
+//! `INFO`, [`events`] the server events, [`ffi`] the boundary with Redis,
+//! [`record`] the compact in-memory record, [`reclaim`] the sweep that
+//! deletes idle records.
 
 pub mod args;
 pub mod clock;
@@ -21,6 +23,8 @@ pub mod info;
 pub mod lock;
 pub mod owner;
 pub mod persist;
+pub mod reclaim;
+pub mod record;
 pub mod store;
 
 use redis_module::{redis_module, Context, ModuleOptions, RedisString, Status};
@@ -77,6 +81,7 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
     redis_module::raw::register_info_function(ctx.ctx, Some(info::info));
     events::subscribe(ctx);
     config::check_eviction_policy(ctx);
+    reclaim::start(ctx);
     ctx.log_notice(&format!(
         "loaded (max-ttl-ms {}, restart grace {} ms, longest lease {} ms)",
         config::max_ttl(),
