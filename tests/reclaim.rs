@@ -454,3 +454,43 @@ fn a_replica_promoted_mid_sweep_continues() {
     );
     assert_eq!(info_u64(&mut r, "redlock_records"), 1);
 }
+
+/// Memory: a held name costs at most 1.1× a `SET NX PX` key with a 36-byte
+/// value (the UUID a plain Redlock client stores), a released one less
+/// than a held one (`MEMORY USAGE`, printed for the README).
+#[test]
+fn memory_per_held_and_released_name() {
+    let node = builder().start();
+    let mut con = node.connection();
+    let usage = |con: &mut redis::Connection, key: &str| -> i64 {
+        redis::cmd("MEMORY")
+            .arg("USAGE")
+            .arg(key)
+            .arg("SAMPLES")
+            .arg(0)
+            .query(con)
+            .unwrap()
+    };
+    let name = "lock:order:1234567";
+    acquire_floor(&mut con, name, "0b9a4a2e-5c1f-4f7e", MAX_TTL_MS, now_us()).unwrap();
+    let held = usage(&mut con, name);
+    assert_eq!(release(&mut con, name, "0b9a4a2e-5c1f-4f7e"), 1);
+    let released = usage(&mut con, name);
+    let plain = "lock:order:7654321";
+    let _: () = redis::cmd("SET")
+        .arg(plain)
+        .arg("0b9a4a2e-5c1f-4f7e-9d43-2f7c1d0e8a11")
+        .arg("NX")
+        .arg("PX")
+        .arg(60_000)
+        .query(&mut con)
+        .unwrap();
+    let set = usage(&mut con, plain);
+    println!(
+        "MEMORY USAGE: held {held} B ({:.2}x), released {released} B ({:.2}x), SET NX PX {set} B",
+        held as f64 / set as f64,
+        released as f64 / set as f64
+    );
+    assert!(held * 10 <= set * 11, "held {held} B vs SET NX PX {set} B");
+    assert!(released < held, "released {released} B vs held {held} B");
+}
