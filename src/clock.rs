@@ -32,11 +32,16 @@ pub type WallMillis = u64;
 
 static MONO_EPOCH: OnceLock<Instant> = OnceLock::new();
 
-/// Milliseconds on the monotonic clock since the module was first asked.
+/// Where the monotonic clock starts (about 34 years in ms): a record loaded
+/// with a long idle time gets an "unchanged since" instant before the
+/// module loaded, which must still be a valid reading.
+pub const MONO_BASE: MonoMillis = 1 << 40;
+
+/// Milliseconds on the monotonic clock: [`MONO_BASE`] when the module was
+/// first asked. Never 0, so that 0 never reads as a live deadline.
 pub fn mono_now() -> MonoMillis {
     let epoch = *MONO_EPOCH.get_or_init(Instant::now);
-    // Starts at 1 so that 0 never reads as a live deadline.
-    epoch.elapsed().as_millis() as u64 + 1
+    epoch.elapsed().as_millis() as u64 + MONO_BASE
 }
 
 /// Milliseconds since the Unix epoch on the node's wall clock (plus the

@@ -49,23 +49,12 @@ fn update<R>(
     op: impl FnOnce(&mut LockState, MonoMillis) -> Result<(R, bool), CommandError>,
 ) -> Result<R, CommandError> {
     let mut key = LockKey::write(call.raw(), key_of(call)?);
-    let result = match key.get_mut()? {
-        Some(state) => op(state, now)?,
-        None => {
-            let mut fresh = LockState::default();
-            let (result, changed) = op(&mut fresh, now)?;
-            if changed {
-                key.put(fresh)?;
-            }
-            (result, changed)
-        }
-    };
-    let (result, changed) = result;
+    let mut state = key.get()?.unwrap_or_default();
+    let (result, changed) = op(&mut state, now)?;
     if changed {
-        if let Some(stored) = key.get()? {
-            ffi::replicate_state(call, &persist::persist_at(stored, now, wall_now()));
-            wait::state_changed(call, stored, now);
-        }
+        key.put(&state)?;
+        ffi::replicate_state(call, &persist::persist_at(&state, now, wall_now()));
+        wait::state_changed(call, &state, now);
         ffi::signal_modified(call, event);
     }
     Ok(result)
@@ -205,7 +194,7 @@ pub fn apply(call: &Call) -> Result<Reply, CommandError> {
     let own = persist::persist_at(&state, mono, wall);
     wait::state_changed(call, &state, mono);
     let mut key = LockKey::write(call.raw(), key_of(call)?);
-    key.put(state)?;
+    key.put(&state)?;
     ffi::signal_modified(call, c"redlock.apply");
     ffi::replicate_state(call, &own);
     Ok(Reply::Ok)

@@ -13,10 +13,19 @@ pub const MAX_TTL_LIMIT: i64 = 86_400_000;
 /// `redlock.restart-grace-ms` value meaning "as long as the longest lease".
 pub const GRACE_FOLLOWS_MAX_TTL: i64 = -1;
 
+/// Default of `redlock.reclaim-after-ms` (one day).
+pub const RECLAIM_AFTER_DEFAULT: i64 = 86_400_000;
+/// Largest accepted `redlock.reclaim-after-ms` (about ten years).
+pub const RECLAIM_AFTER_LIMIT: i64 = 315_360_000_000;
+
 /// `redlock.max-ttl-ms`: the longest lease a client may ask for.
 pub static MAX_TTL_MS: AtomicI64 = AtomicI64::new(MAX_TTL_DEFAULT);
 /// `redlock.restart-grace-ms`: how long after load ACQUIRE is refused.
 pub static RESTART_GRACE_MS: AtomicI64 = AtomicI64::new(GRACE_FOLLOWS_MAX_TTL);
+
+/// `redlock.reclaim-after-ms`: how long a free lock stays unchanged before
+/// the sweep may delete it (DESIGN §8); 0 = never.
+pub static RECLAIM_AFTER_MS: AtomicI64 = AtomicI64::new(RECLAIM_AFTER_DEFAULT);
 
 static EVICTION_WARNING: AtomicBool = AtomicBool::new(false);
 
@@ -30,7 +39,7 @@ struct NumericConfig {
     max: i64,
 }
 
-const CONFIGS: [NumericConfig; 2] = [
+const CONFIGS: [NumericConfig; 3] = [
     NumericConfig {
         name: "max-ttl-ms",
         value: &MAX_TTL_MS,
@@ -45,11 +54,18 @@ const CONFIGS: [NumericConfig; 2] = [
         min: GRACE_FOLLOWS_MAX_TTL,
         max: MAX_TTL_LIMIT,
     },
+    NumericConfig {
+        name: "reclaim-after-ms",
+        value: &RECLAIM_AFTER_MS,
+        default: RECLAIM_AFTER_DEFAULT,
+        min: 0,
+        max: RECLAIM_AFTER_LIMIT,
+    },
 ];
 
 /// Reads `loadmodule` arguments (`max-ttl-ms 30000 restart-grace-ms 0`)
 /// into per-config defaults, refusing unknown names and bad values.
-pub fn parse_module_args(args: &[&[u8]]) -> Result<[i64; 2], String> {
+pub fn parse_module_args(args: &[&[u8]]) -> Result<[i64; CONFIGS.len()], String> {
     let mut defaults = CONFIGS.map(|c| c.default);
     let mut pairs = args.chunks(2);
     for pair in &mut pairs {
@@ -66,7 +82,8 @@ pub fn parse_module_args(args: &[&[u8]]) -> Result<[i64; 2], String> {
             .position(|c| c.name.eq_ignore_ascii_case(bare))
         else {
             return Err(format!(
-                "unknown module argument '{name}' (known: max-ttl-ms, restart-grace-ms)"
+                "unknown module argument '{name}' (known: max-ttl-ms, restart-grace-ms, \
+                 reclaim-after-ms)"
             ));
         };
         let c = &CONFIGS[i];
@@ -120,6 +137,11 @@ pub fn max_ttl() -> i64 {
     MAX_TTL_MS.load(Relaxed)
 }
 
+/// The current `redlock.reclaim-after-ms` (0 = never).
+pub fn reclaim_after() -> u64 {
+    RECLAIM_AFTER_MS.load(Relaxed).max(0) as u64
+}
+
 /// The current `redlock.restart-grace-ms`.
 pub fn restart_grace() -> i64 {
     RESTART_GRACE_MS.load(Relaxed)
@@ -165,14 +187,19 @@ mod tests {
 
     #[test]
     fn module_args_set_defaults() {
-        assert_eq!(parse_module_args(&[]), Ok([60_000, -1]));
+        assert_eq!(parse_module_args(&[]), Ok([60_000, -1, 86_400_000]));
         assert_eq!(
             parse_module_args(&[b"max-ttl-ms", b"30000", b"restart-grace-ms", b"0"]),
-            Ok([30_000, 0])
+            Ok([30_000, 0, 86_400_000])
         );
         assert_eq!(
-            parse_module_args(&[b"redlock.max-ttl-ms", b"5"]),
-            Ok([5, -1])
+            parse_module_args(&[b"redlock.max-ttl-ms", b"5", b"reclaim-after-ms", b"0"]),
+            Ok([5, -1, 0])
+        );
+        let err = parse_module_args(&[b"reclaim-after-ms", b"-1"]).unwrap_err();
+        assert!(
+            err.contains("reclaim-after-ms must be an integer between 0 and 315360000000"),
+            "{err}"
         );
     }
 

@@ -12,6 +12,7 @@ use crate::events::{self, Loading};
 use crate::guard;
 use crate::lock::LockState;
 use crate::persist::{self, Source, ENCODING_V1, ENCODING_VERSION};
+use crate::record;
 
 /// The registered data type.
 pub static LOCK_TYPE: RedisType = RedisType::new(
@@ -59,15 +60,16 @@ unsafe extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *m
         Some(persist::restore(&p, load_source(), mono_now(), wall_now()))
     }));
     match loaded {
-        Ok(Some(state)) => Box::into_raw(Box::new(state)).cast(),
+        Ok(Some(state)) => record::alloc(&state),
         _ => std::ptr::null_mut(),
     }
 }
 
 unsafe extern "C" fn rdb_save(rdb: *mut raw::RedisModuleIO, value: *mut c_void) {
-    let Some(state) = value.cast::<LockState>().as_ref() else {
+    if value.is_null() {
         return;
-    };
+    }
+    let state = &record::read(value);
     let _ = catch_unwind(AssertUnwindSafe(|| {
         persist::write_record(rdb, &persist::persist_at(state, mono_now(), wall_now()));
     }));
@@ -78,9 +80,10 @@ unsafe extern "C" fn aof_rewrite(
     key: *mut raw::RedisModuleString,
     value: *mut c_void,
 ) {
-    let Some(state) = value.cast::<LockState>().as_ref() else {
+    if value.is_null() {
         return;
-    };
+    }
+    let state = &record::read(value);
     let _ = catch_unwind(AssertUnwindSafe(|| {
         persist::rewrite(
             aof,
@@ -91,25 +94,26 @@ unsafe extern "C" fn aof_rewrite(
 }
 
 unsafe extern "C" fn free(value: *mut c_void) {
-    if !value.is_null() {
-        drop(Box::from_raw(value.cast::<LockState>()));
-    }
+    record::free(value);
 }
 
 unsafe extern "C" fn mem_usage(value: *const c_void) -> usize {
-    match value.cast::<LockState>().as_ref() {
-        Some(_) => std::mem::size_of::<LockState>(),
-        None => 0,
+    if value.is_null() {
+        0
+    } else {
+        record::size(value)
     }
 }
 
-/// The digest covers the counter and the live holder's hash. The lease deadline is
-/// left out: each node re-bases it on its own clock, so it differs by a
-/// millisecond or two between a master and its replica.
+/// The digest covers the counter, the FLOOR mark and the live holder's
+/// hash. The lease deadline and the idle time are left out: each node
+/// re-bases them on its own clock, so they differ by a millisecond or two
+/// between a master and its replica.
 unsafe extern "C" fn digest(md: *mut raw::RedisModuleDigest, value: *mut c_void) {
-    let Some(state) = value.cast::<LockState>().as_ref() else {
+    if value.is_null() {
         return;
-    };
+    }
+    let state = &record::read(value);
     let (Some(add_ll), Some(add_buf), Some(end)) = (
         raw::RedisModule_DigestAddLongLong,
         raw::RedisModule_DigestAddStringBuffer,
@@ -119,6 +123,7 @@ unsafe extern "C" fn digest(md: *mut raw::RedisModuleDigest, value: *mut c_void)
     };
     let _ = catch_unwind(AssertUnwindSafe(|| {
         add_ll(md, state.counter() as std::os::raw::c_longlong);
+        add_ll(md, std::os::raw::c_longlong::from(state.floored()));
         if let Some(owner) = state.holder(mono_now()) {
             add_buf(md, owner.as_ptr().cast_mut().cast(), owner.len());
         }
@@ -131,8 +136,8 @@ unsafe extern "C" fn copy(
     _to: *mut raw::RedisModuleString,
     value: *const c_void,
 ) -> *mut c_void {
-    match value.cast::<LockState>().as_ref() {
-        Some(state) => Box::into_raw(Box::new(state.clone())).cast(),
-        None => std::ptr::null_mut(),
+    if value.is_null() {
+        return std::ptr::null_mut();
     }
+    record::alloc(&record::read(value))
 }

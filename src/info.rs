@@ -123,5 +123,37 @@ fn write_info(ctx: *mut raw::RedisModuleInfoCtx) {
             };
             add_cstr(ctx, c"grace_reason".as_ptr(), reason.as_ptr().cast_mut());
         }
+        write_reclaim_info(ctx, add_u64);
+    }
+}
+
+/// The reclamation fields of `INFO redlock` (appended after the others).
+///
+/// # Safety
+/// `ctx` is the info context Redis passed in; `add_u64` its field adder.
+unsafe fn write_reclaim_info(
+    ctx: *mut raw::RedisModuleInfoCtx,
+    add_u64: unsafe extern "C" fn(
+        *mut raw::RedisModuleInfoCtx,
+        *const std::os::raw::c_char,
+        std::os::raw::c_ulonglong,
+    ) -> c_int,
+) {
+    use crate::reclaim::stats as sweep;
+    let fields: [(&CStr, u64); 8] = [
+        (c"records", crate::record::live()),
+        (c"reclaim_after_ms", config::reclaim_after()),
+        (c"reclaimed", sweep::RECLAIMED.load(Relaxed)),
+        (c"sweep_passes", sweep::PASSES.load(Relaxed)),
+        (c"sweep_keys_scanned", sweep::SCANNED.load(Relaxed)),
+        (c"sweep_ticks", sweep::TICKS.load(Relaxed)),
+        (
+            c"sweep_longest_tick_us",
+            sweep::LONGEST_TICK_US.load(Relaxed),
+        ),
+        (c"sweep_last_tick_us", sweep::LAST_TICK_US.load(Relaxed)),
+    ];
+    for (name, value) in fields {
+        add_u64(ctx, name.as_ptr(), value);
     }
 }

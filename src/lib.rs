@@ -7,7 +7,9 @@
 //! [`datatype`] holds the `redlockfn` type callbacks, [`config`] the
 //! configuration, [`guard`] the restart guard, [`info`] the statistics and
 //! `INFO`, [`events`] the server events, [`replication`] when effects must be
-//! replicated, [`wait`] the blocking WAIT, [`ffi`] the boundary with Redis.
+//! replicated, [`wait`] the blocking WAIT, [`record`] the compact in-memory
+//! record, [`reclaim`] the sweep that deletes idle records, [`ffi`] the
+//! boundary with Redis.
 
 pub mod args;
 pub mod clock;
@@ -22,6 +24,8 @@ pub mod info;
 pub mod lock;
 pub mod owner;
 pub mod persist;
+pub mod reclaim;
+pub mod record;
 pub mod replication;
 pub mod store;
 pub mod wait;
@@ -83,6 +87,7 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
     events::subscribe(ctx);
     replication::check_server(ctx);
     config::check_eviction_policy(ctx);
+    reclaim::start(ctx);
     ctx.log_notice(&format!(
         "loaded (max-ttl-ms {}, restart grace {} ms, longest lease {} ms)",
         config::max_ttl(),

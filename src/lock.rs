@@ -33,9 +33,11 @@ pub fn token_within_reach(token: u64, wall_us: u64) -> bool {
 /// A point in time, in milliseconds on the node's monotonic clock.
 pub type MonoMillis = u64;
 
-/// The state of one lock name: the fencing counter and the current lease.
+/// The state of one lock name: the fencing counter, the current lease, and
+/// what reclaiming an idle record needs (see [`LockState::reclaimable`]).
 ///
-/// 32 bytes, no heap: the owner is kept as its fixed-size hash.
+/// No heap: the owner is kept as its fixed-size hash. What Redis stores is
+/// the compact form of [`crate::record`].
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct LockState {
     counter: u64,
@@ -43,6 +45,19 @@ pub struct LockState {
     deadline: MonoMillis,
     /// Hash of the holder; all zero when released.
     owner: OwnerHash,
+    /// When a RELEASE freed the lock (monotonic); meaningful only without a lease.
+    freed_at: MonoMillis,
+    /// The last grant carried a non-zero `FLOOR`.
+    floored: bool,
+}
+
+/// The thresholds of the reclamation rule (DESIGN §8), in force now.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ReclaimRule {
+    /// `redlock.reclaim-after-ms`; 0 = never reclaim.
+    pub after_ms: u64,
+    /// The longest lease this node may have granted (at least `redlock.max-ttl-ms`).
+    pub longest_lease_ms: u64,
 }
 
 /// What an ACQUIRE did.
@@ -84,20 +99,76 @@ pub struct Inspection {
 
 impl LockState {
     /// Rebuilds a state from its parts (loading, replication). `None` as
-    /// owner means free; `deadline` is ignored then.
-    pub fn from_parts(counter: u64, owner: Option<OwnerHash>, deadline: MonoMillis) -> Self {
+    /// owner means free; `deadline` is ignored then. A free lock counts as
+    /// idle since `idle_since` (monotonic); a leased one is idle from the
+    /// end of its lease.
+    pub fn from_parts(
+        counter: u64,
+        owner: Option<OwnerHash>,
+        deadline: MonoMillis,
+        idle_since: MonoMillis,
+        floored: bool,
+    ) -> Self {
         match owner {
             Some(owner) if deadline != 0 => Self {
                 counter,
                 deadline,
                 owner,
+                freed_at: 0,
+                floored,
             },
             _ => Self {
                 counter,
                 deadline: 0,
                 owner: OwnerHash::default(),
+                freed_at: idle_since,
+                floored,
             },
         }
+    }
+
+    /// Whether the last grant carried a non-zero `FLOOR`.
+    pub fn floored(&self) -> bool {
+        self.floored
+    }
+
+    /// The owner hash and deadline of the lease (live or run out) that was
+    /// granted and neither released nor taken over since.
+    pub fn lease(&self) -> Option<(&OwnerHash, MonoMillis)> {
+        self.has_lease().then_some((&self.owner, self.deadline))
+    }
+
+    /// The monotonic instant from which the lock counts as unchanged: the
+    /// end of its lease, or the RELEASE that freed it. Every change (grant,
+    /// renewal, EXTEND, FENCE under a lease, RELEASE) moves it forward or
+    /// happens before it.
+    pub fn idle_since(&self) -> MonoMillis {
+        if self.has_lease() {
+            self.deadline
+        } else {
+            self.freed_at
+        }
+    }
+
+    /// DESIGN §8: may this record be deleted at monotonic `now` and node
+    /// wall clock `wall_us` (microseconds)? Only when every condition holds:
+    /// free; unchanged for `after_ms` and for the longest lease; the last
+    /// grant carried a FLOOR; the counter at most `wall_us - after_ms·1000`.
+    ///
+    /// Why it is safe: the next acquisition's FLOOR is its client's clock,
+    /// so it exceeds this counter unless clocks disagree by `after_ms`; a
+    /// grant whose floor was read before the lock went idle is covered by
+    /// the idle time exceeding every lease (its validity check fails first).
+    pub fn reclaimable(&self, rule: ReclaimRule, now: MonoMillis, wall_us: u64) -> bool {
+        if rule.after_ms == 0 || !self.floored || self.is_held(now) {
+            return false;
+        }
+        let idle = now.saturating_sub(self.idle_since());
+        let after_us = rule.after_ms.saturating_mul(1000);
+        idle >= rule.after_ms
+            && idle >= rule.longest_lease_ms
+            && wall_us >= after_us
+            && self.counter <= wall_us - after_us
     }
 
     /// The fencing counter: the highest token issued or fenced in.
@@ -157,6 +228,7 @@ impl LockState {
         let took_over_expired = self.has_lease();
         self.counter = (self.counter + 1).max(floor.min(MAX_TOKEN));
         self.owner = *owner;
+        self.floored = floor > 0;
         // `now` is at least 1 on the module's clock, so the deadline is never
         // 0 (which means released).
         self.deadline = deadline.max(1);
@@ -173,6 +245,7 @@ impl LockState {
         }
         self.owner = OwnerHash::default();
         self.deadline = 0;
+        self.freed_at = now;
         true
     }
 
@@ -208,12 +281,13 @@ impl LockState {
         }
     }
 
-    /// The same lock with an expired lease dropped: what gets persisted.
+    /// The same lock with an expired lease dropped (idle since the lease
+    /// ended): what gets persisted.
     pub fn settled(&self, now: MonoMillis) -> Self {
         if self.is_held(now) {
             self.clone()
         } else {
-            Self::from_parts(self.counter, None, 0)
+            Self::from_parts(self.counter, None, 0, self.idle_since(), self.floored)
         }
     }
 }
@@ -361,8 +435,7 @@ mod tests {
         let mut s = LockState::default();
         assert_eq!(s.acquire(&o(b'a'), 100, 0, 0), granted(1));
         assert!(s.release(&o(b'a'), 1));
-        assert_eq!(s, LockState::from_parts(1, None, 0));
-        assert_eq!(std::mem::size_of::<LockState>(), 32);
+        assert_eq!(s, LockState::from_parts(1, None, 0, 1, false));
     }
 
     #[test]
@@ -370,7 +443,97 @@ mod tests {
         let mut s = LockState::default();
         assert_eq!(s.acquire(&o(b'a'), 100, 0, 0), granted(1));
         assert_eq!(s.settled(50), s);
-        assert_eq!(s.settled(100), LockState::from_parts(1, None, 0));
+        assert_eq!(
+            s.settled(100),
+            LockState::from_parts(1, None, 0, 100, false)
+        );
+    }
+
+    const RULE: ReclaimRule = ReclaimRule {
+        after_ms: 10_000,
+        longest_lease_ms: 1_000,
+    };
+    /// Node wall clock (µs) at monotonic `now` in these tests.
+    fn wall_us(now: MonoMillis) -> u64 {
+        1_796_000_000_000_000 + now * 1000
+    }
+
+    /// A lock released at monotonic 100 after a FLOOR grant at wall_us(0).
+    fn released_floored() -> LockState {
+        let mut s = LockState::default();
+        assert_eq!(s.acquire(&o(b'a'), 500, wall_us(0), 1), granted(wall_us(0)));
+        assert!(s.release(&o(b'a'), 100));
+        s
+    }
+
+    #[test]
+    fn a_free_floored_idle_record_is_reclaimable_after_the_period() {
+        let s = released_floored();
+        assert!(!s.reclaimable(RULE, 100 + 9_999, wall_us(100 + 9_999)));
+        assert!(s.reclaimable(RULE, 100 + 10_000, wall_us(100 + 10_000)));
+        let never = ReclaimRule {
+            after_ms: 0,
+            ..RULE
+        };
+        assert!(!s.reclaimable(never, 1 << 40, wall_us(1 << 40)));
+    }
+
+    #[test]
+    fn a_held_record_is_never_reclaimable() {
+        let mut s = LockState::default();
+        assert_eq!(s.acquire(&o(b'a'), 500, wall_us(0), 1), granted(wall_us(0)));
+        assert!(!s.reclaimable(RULE, 400, wall_us(1_000_000)));
+        // Run out unreleased: idle from the end of the lease.
+        assert!(!s.reclaimable(RULE, 501 + 9_999, wall_us(20_000)));
+        assert!(s.reclaimable(RULE, 501 + 10_000, wall_us(20_000)));
+    }
+
+    #[test]
+    fn a_recent_change_restarts_the_idle_clock() {
+        let mut s = released_floored();
+        assert_eq!(s.acquire(&o(b'b'), 500, 0, 5_000), granted(wall_us(0) + 1));
+        // The plain re-grant also drops the floor mark; a floored one restores it.
+        assert!(!s.reclaimable(RULE, 5_500 + 10_000, wall_us(5_500 + 10_000)));
+        assert!(s.release(&o(b'b'), 5_100));
+        assert_eq!(
+            s.acquire(&o(b'c'), 500, wall_us(6_000), 6_000),
+            granted(wall_us(6_000))
+        );
+        assert!(s.release(&o(b'c'), 6_100));
+        assert!(!s.reclaimable(RULE, 6_100 + 9_999, wall_us(6_100 + 9_999)));
+        assert!(s.reclaimable(RULE, 6_100 + 10_000, wall_us(6_100 + 10_000)));
+    }
+
+    #[test]
+    fn a_grant_without_floor_keeps_the_record_for_ever() {
+        let mut s = LockState::default();
+        assert_eq!(s.acquire(&o(b'a'), 500, 0, 1), granted(1));
+        assert!(s.release(&o(b'a'), 2));
+        assert!(!s.reclaimable(RULE, 1 << 40, wall_us(1 << 40)));
+    }
+
+    #[test]
+    fn a_counter_ahead_of_the_node_clock_keeps_the_record() {
+        let mut s = LockState::default();
+        let ahead = wall_us(0) + 3_600_000_000;
+        assert_eq!(s.acquire(&o(b'a'), 500, ahead, 1), granted(ahead));
+        assert!(s.release(&o(b'a'), 2));
+        let now = 2 + 10_000;
+        assert!(!s.reclaimable(RULE, now, wall_us(now)));
+        // Once the node's clock is reclaim-after past the counter, it goes.
+        let later = 3_600_000 + 10_000;
+        assert!(s.reclaimable(RULE, later, wall_us(later)));
+    }
+
+    #[test]
+    fn the_idle_time_must_also_cover_the_longest_lease() {
+        let s = released_floored();
+        let long = ReclaimRule {
+            after_ms: 10_000,
+            longest_lease_ms: 60_000,
+        };
+        assert!(!s.reclaimable(long, 100 + 59_999, wall_us(100 + 59_999)));
+        assert!(s.reclaimable(long, 100 + 60_000, wall_us(100 + 60_000)));
     }
 
     #[derive(Clone, Debug)]
@@ -393,6 +556,86 @@ mod tests {
                 .prop_map(|(owner, token)| Op::Fence { owner, token }),
             (0u64..150).prop_map(|ms| Op::Advance { ms }),
         ]
+    }
+
+    #[derive(Clone, Debug)]
+    enum ReclaimOp {
+        /// An acquisition; with a FLOOR = the client's clock (node clock + skew µs).
+        Acquire {
+            owner: u8,
+            ttl: u64,
+            floor: bool,
+            skew_us: i64,
+        },
+        Release {
+            owner: u8,
+        },
+        Advance {
+            ms: u64,
+        },
+        /// A sweep visits the record.
+        Sweep,
+    }
+
+    fn reclaim_op() -> impl Strategy<Value = ReclaimOp> {
+        prop_oneof![
+            (0u8..3, 1u64..1_000, any::<bool>(), -1_000_000i64..1_000_000).prop_map(
+                |(owner, ttl, floor, skew_us)| ReclaimOp::Acquire {
+                    owner,
+                    ttl,
+                    floor,
+                    skew_us
+                }
+            ),
+            (0u8..3).prop_map(|owner| ReclaimOp::Release { owner }),
+            (0u64..6_000).prop_map(|ms| ReclaimOp::Advance { ms }),
+            Just(ReclaimOp::Sweep),
+        ]
+    }
+
+    proptest! {
+        /// The rule only ever deletes free records, and with client clocks
+        /// within reclaim-after of the node's, a FLOOR grant after any number
+        /// of reclamations still gets a token above every earlier token.
+        #[test]
+        fn reclamation_never_lets_a_floored_token_go_back(
+            ops in proptest::collection::vec(reclaim_op(), 1..300),
+            after_ms in 1u64..5_000,
+        ) {
+            let rule = ReclaimRule { after_ms, longest_lease_ms: 1_000 };
+            let mut record: Option<LockState> = None;
+            let mut now: MonoMillis = 1;
+            let mut highest = 0u64;
+            for op in ops {
+                let wall = wall_us(now);
+                match op {
+                    ReclaimOp::Acquire { owner, ttl, floor, skew_us } => {
+                        // A skew below reclaim-after: what the safety argument assumes.
+                        let skew = skew_us.clamp(-(after_ms as i64) * 1000 + 1, after_ms as i64 * 1000 - 1);
+                        let floor = if floor { wall.saturating_add_signed(skew) } else { 0 };
+                        let s = record.get_or_insert_with(LockState::default);
+                        if let Ok(Acquired::Granted { token, .. }) = s.acquire(&o(owner), ttl, floor, now) {
+                            if floor > 0 {
+                                prop_assert!(token > highest, "token {} not above {}", token, highest);
+                            }
+                            highest = highest.max(token);
+                        }
+                    }
+                    ReclaimOp::Release { owner } => {
+                        if let Some(s) = record.as_mut() {
+                            s.release(&o(owner), now);
+                        }
+                    }
+                    ReclaimOp::Advance { ms } => now += ms,
+                    ReclaimOp::Sweep => {
+                        if record.as_ref().is_some_and(|s| s.reclaimable(rule, now, wall)) {
+                            prop_assert!(!record.as_ref().is_some_and(|s| s.is_held(now)));
+                            record = None;
+                        }
+                    }
+                }
+            }
+        }
     }
 
     proptest! {

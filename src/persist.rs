@@ -3,21 +3,27 @@
 //! replicas and the AOF (one emitter for both).
 //!
 //! What leaves the process is the counter, the *hash* of the holder (never
-//! the owner id itself, see [`crate::owner`]), and the lease twice: as its
+//! the owner id itself, see [`crate::owner`]), the lease twice: as its
 //! wall-clock end, for a reload after a restart, and as the time remaining,
-//! for a process that is running now (a replica, a full sync, `RESTORE`).
-//! [`Source`] says which one a reader uses.
+//! for a process that is running now (a replica, a full sync, `RESTORE`);
+//! and, for reclaiming idle records (DESIGN §8), whether the last grant
+//! carried a FLOOR and the idle time of a free lock, twice in the same way:
+//! the wall-clock instant since which it is unchanged, and how long it had
+//! been unchanged when written. [`Source`] says which one a reader uses.
 //!
 //! Encoding version 2 (RDB and `DUMP`):
 //! `counter (unsigned) · expiry (unsigned, wall-clock ms since the epoch,
 //! 0 = free) · remaining (unsigned, ms) · owner hash (string buffer of 16
-//! bytes, empty = free)`.
+//! bytes, empty = free) · floored (unsigned, 0 or 1) · idle-wall (unsigned,
+//! wall-clock ms since the epoch, 0 = held) · idle-ms (unsigned)`.
 //!
-//! `REDLOCK.APPLY key v2 counter expiry remaining [owner-hash]`.
+//! `REDLOCK.APPLY key v2 counter expiry remaining floored idle-wall idle-ms [owner-hash]`.
 //!
 //! Version 1, still read: RDB `counter · expiry · owner (clear)`, and
 //! `REDLOCK.APPLY key counter expiry [owner]`. Its owner is hashed on load;
 //! having no remaining time, its lease is always read from the wall-clock end.
+//! It has no FLOOR mark, so a version-1 record is never reclaimed until a
+//! new FLOOR grant.
 
 use std::os::raw::{c_char, c_longlong};
 
@@ -50,6 +56,14 @@ pub struct Persisted {
     /// Milliseconds left on the lease when it was written; `None` in
     /// version-1 records, which only have the wall-clock end.
     pub remaining: Option<u64>,
+    /// The last grant carried a FLOOR (always false in version 1).
+    pub floored: bool,
+    /// Wall-clock ms since the epoch since which a free lock is unchanged;
+    /// 0 when held (or unknown).
+    pub idle_wall: WallMillis,
+    /// How long a free lock had been unchanged when written, in ms; `None`
+    /// in version-1 records.
+    pub idle_ms: Option<u64>,
 }
 
 /// Where a persisted lock comes from, which decides how its lease is read.
@@ -72,7 +86,7 @@ pub enum Source {
 }
 
 /// The persisted form of `state` at the clock readings `mono` / `wall`. An
-/// expired lease is written as free.
+/// expired lease is written as free, idle since the lease ended.
 pub fn persist_at(state: &LockState, mono: MonoMillis, wall: WallMillis) -> Persisted {
     match (state.holder(mono), state.live_deadline(mono)) {
         (Some(owner), Some(deadline)) => Persisted {
@@ -80,13 +94,22 @@ pub fn persist_at(state: &LockState, mono: MonoMillis, wall: WallMillis) -> Pers
             owner: Some(*owner),
             expiry: to_wall(deadline, mono, wall),
             remaining: Some(deadline - mono),
+            floored: state.floored(),
+            idle_wall: 0,
+            idle_ms: Some(0),
         },
-        _ => Persisted {
-            counter: state.counter(),
-            owner: None,
-            expiry: 0,
-            remaining: Some(0),
-        },
+        _ => {
+            let idle = mono.saturating_sub(state.idle_since());
+            Persisted {
+                counter: state.counter(),
+                owner: None,
+                expiry: 0,
+                remaining: Some(0),
+                floored: state.floored(),
+                idle_wall: wall.saturating_sub(idle),
+                idle_ms: Some(idle),
+            }
+        }
     }
 }
 
@@ -105,12 +128,23 @@ pub fn restore(p: &Persisted, source: Source, mono: MonoMillis, wall: WallMillis
             }
         }
     };
-    match p.owner {
-        Some(owner) if lease_ms > 0 => {
-            LockState::from_parts(p.counter, Some(owner), mono.saturating_add(lease_ms))
-        }
-        _ => LockState::from_parts(p.counter, None, 0),
+    if let (Some(owner), true) = (p.owner, lease_ms > 0) {
+        let deadline = mono.saturating_add(lease_ms);
+        return LockState::from_parts(p.counter, Some(owner), deadline, 0, p.floored);
     }
+    // Free: how long it has been unchanged. Unknown (version 1, a wall clock
+    // set back) reads as "changed just now", which only delays reclamation.
+    let idle = match (source, p.idle_ms) {
+        _ if p.owner.is_some() && p.expiry != 0 => match (source, p.remaining) {
+            // A lease that ended before this load: idle since its end.
+            (Source::Stream { .. }, Some(_)) => 0,
+            _ => wall.saturating_sub(p.expiry),
+        },
+        (Source::Stream { .. }, Some(idle_ms)) => idle_ms,
+        (Source::Disk { .. }, Some(_)) if p.idle_wall != 0 => wall.saturating_sub(p.idle_wall),
+        _ => 0,
+    };
+    LockState::from_parts(p.counter, None, 0, mono.saturating_sub(idle), p.floored)
 }
 
 /// Reads one record of encoding `encver` from an RDB or `DUMP` payload.
@@ -141,6 +175,19 @@ pub unsafe fn read_record(rdb: *mut raw::RedisModuleIO, encver: i32) -> Option<P
         }
         _ => return None,
     };
+    let (floored, idle_wall, idle_ms) = match encver {
+        ENCODING_VERSION => {
+            let floored = match raw::load_unsigned(rdb).ok()? {
+                0 => false,
+                1 => true,
+                _ => return None,
+            };
+            let idle_wall = raw::load_unsigned(rdb).ok()?;
+            let idle_ms = raw::load_unsigned(rdb).ok()?;
+            (floored, idle_wall, Some(idle_ms))
+        }
+        _ => (false, 0, None),
+    };
     if counter > MAX_TOKEN {
         return None;
     }
@@ -149,6 +196,9 @@ pub unsafe fn read_record(rdb: *mut raw::RedisModuleIO, encver: i32) -> Option<P
         owner,
         expiry,
         remaining,
+        floored,
+        idle_wall,
+        idle_ms,
     })
 }
 
@@ -161,6 +211,9 @@ pub unsafe fn write_record(rdb: *mut raw::RedisModuleIO, p: &Persisted) {
     raw::save_unsigned(rdb, p.expiry);
     raw::save_unsigned(rdb, p.remaining.unwrap_or(0));
     raw::save_slice(rdb, p.owner.as_ref().map_or(&[][..], |h| &h[..]));
+    raw::save_unsigned(rdb, u64::from(p.floored));
+    raw::save_unsigned(rdb, p.idle_wall);
+    raw::save_unsigned(rdb, p.idle_ms.unwrap_or(0));
 }
 
 /// The name of the internal command.
@@ -168,7 +221,8 @@ const APPLY: &std::ffi::CStr = c"REDLOCK.APPLY";
 /// The version marker of the current `REDLOCK.APPLY` form.
 const APPLY_V2: &std::ffi::CStr = c"v2";
 
-/// Emits `REDLOCK.APPLY key v2 counter expiry remaining [owner-hash]`
+/// Emits `REDLOCK.APPLY key v2 counter expiry remaining floored idle-wall
+/// idle-ms [owner-hash]`
 /// through `emit`, which is `RedisModule_Replicate` (replicas and the AOF)
 /// or `RedisModule_EmitAOF` (AOF rewrite): both take a command name, a
 /// format string and the arguments it describes.
@@ -178,30 +232,39 @@ macro_rules! emit_apply {
         let counter = p.counter as c_longlong;
         let expiry = p.expiry as c_longlong;
         let remaining = p.remaining.unwrap_or(0) as c_longlong;
+        let floored = c_longlong::from(p.floored);
+        let idle_wall = p.idle_wall as c_longlong;
+        let idle_ms = p.idle_ms.unwrap_or(0) as c_longlong;
         let cmd: *const c_char = APPLY.as_ptr();
         match &p.owner {
             None => {
                 $emit(
                     $target,
                     cmd,
-                    c"sclll".as_ptr(),
+                    c"scllllll".as_ptr(),
                     $key,
                     APPLY_V2.as_ptr(),
                     counter,
                     expiry,
                     remaining,
+                    floored,
+                    idle_wall,
+                    idle_ms,
                 );
             }
             Some(hash) => {
                 $emit(
                     $target,
                     cmd,
-                    c"sclllb".as_ptr(),
+                    c"scllllllb".as_ptr(),
                     $key,
                     APPLY_V2.as_ptr(),
                     counter,
                     expiry,
                     remaining,
+                    floored,
+                    idle_wall,
+                    idle_ms,
                     hash.as_ptr(),
                     hash.len(),
                 );
@@ -242,7 +305,9 @@ pub unsafe fn rewrite(
 /// `args[1]` the key), in either form.
 pub fn parse_apply(args: &[&[u8]]) -> Result<Persisted, CommandError> {
     match args {
-        [_, _, v, counter, expiry, remaining, rest @ ..] if v.eq_ignore_ascii_case(b"v2") => {
+        [_, _, v, counter, expiry, remaining, floored, idle_wall, idle_ms, rest @ ..]
+            if v.eq_ignore_ascii_case(b"v2") =>
+        {
             let owner = match rest {
                 [] => None,
                 [hash] => Some(
@@ -256,6 +321,13 @@ pub fn parse_apply(args: &[&[u8]]) -> Result<Persisted, CommandError> {
                 owner,
                 expiry: args::non_negative("expiry", expiry)?,
                 remaining: Some(args::non_negative("remaining", remaining)?),
+                floored: match *floored {
+                    b"0" => false,
+                    b"1" => true,
+                    _ => return Err(CommandError::NotAnInteger("floored (0 or 1)")),
+                },
+                idle_wall: args::non_negative("idle-wall", idle_wall)?,
+                idle_ms: Some(args::non_negative("idle-ms", idle_ms)?),
             })
         }
         _ => {
@@ -265,6 +337,9 @@ pub fn parse_apply(args: &[&[u8]]) -> Result<Persisted, CommandError> {
                 owner: (!old.owner.is_empty()).then(|| hash_owner(old.owner)),
                 expiry: old.expiry,
                 remaining: None,
+                floored: false,
+                idle_wall: 0,
+                idle_ms: None,
             })
         }
     }
@@ -277,7 +352,7 @@ mod tests {
     const WALL: WallMillis = 1_796_000_000_000;
 
     fn held(counter: u64, deadline: MonoMillis) -> LockState {
-        LockState::from_parts(counter, Some([7; 16]), deadline)
+        LockState::from_parts(counter, Some([7; 16]), deadline, 0, true)
     }
 
     #[test]
@@ -290,12 +365,59 @@ mod tests {
                 owner: Some([7; 16]),
                 expiry: WALL + 500,
                 remaining: Some(500),
+                floored: true,
+                idle_wall: 0,
+                idle_ms: Some(0),
             }
         );
-        let free = persist_at(&held(5, 1_500), 1_500, WALL);
+        // Run out 250 ms ago: free, idle since the end of the lease.
+        let free = persist_at(&held(5, 1_500), 1_750, WALL);
         assert_eq!(free.owner, None);
         assert_eq!(free.expiry, 0);
         assert_eq!(free.counter, 5);
+        assert_eq!((free.idle_wall, free.idle_ms), (WALL - 250, Some(250)));
+    }
+
+    #[test]
+    fn the_idle_time_travels_like_the_lease() {
+        let mono = 1 << 40;
+        let freed = LockState::from_parts(9, None, 0, mono - 7_000, true);
+        let p = persist_at(&freed, mono, WALL);
+        assert_eq!(
+            (p.idle_wall, p.idle_ms, p.floored),
+            (WALL - 7_000, Some(7_000), true)
+        );
+        let idle = |s: &LockState, now: MonoMillis| now - s.idle_since();
+        // A running peer: the time since the change, whatever its wall clock.
+        let stream = Source::Stream { clamp_ms: 60_000 };
+        for peer_wall in [WALL - 3_600_000, WALL + 3_600_000] {
+            let s = restore(&p, stream, 1 << 41, peer_wall);
+            assert_eq!(idle(&s, 1 << 41), 7_000);
+            assert!(s.floored());
+        }
+        // From disk, 10 s later: through the wall clock.
+        let disk = Source::Disk { clamp_ms: 60_000 };
+        assert_eq!(
+            idle(&restore(&p, disk, 1 << 40, WALL + 10_000), 1 << 40),
+            17_000
+        );
+        // A wall clock set back: "changed just now", never negative.
+        assert_eq!(idle(&restore(&p, disk, 1 << 40, WALL - 60_000), 1 << 40), 0);
+        // A lease from disk that ended while the node was down: idle since its end.
+        let leased = persist_at(&held(5, 21_000), 1_000, WALL);
+        let s = restore(&leased, disk, 1 << 40, WALL + 50_000);
+        assert_eq!(idle(&s, 1 << 40), 30_000);
+        // Version 1 has no FLOOR mark: never reclaimable until a new FLOOR grant.
+        let v1 = Persisted {
+            floored: false,
+            idle_wall: 0,
+            idle_ms: None,
+            remaining: None,
+            ..p
+        };
+        let s = restore(&v1, disk, 1 << 40, WALL);
+        assert!(!s.floored());
+        assert_eq!(idle(&s, 1 << 40), 0);
     }
 
     #[test]
@@ -335,6 +457,9 @@ mod tests {
             owner: Some(hash_owner(b"old")),
             expiry: WALL + 90_000,
             remaining: None,
+            floored: false,
+            idle_wall: 0,
+            idle_ms: None,
         };
         let s = restore(&p, Source::Stream { clamp_ms: 60_000 }, 1, WALL);
         assert_eq!(s.inspect(1).pttl, Some(60_000));
@@ -344,7 +469,18 @@ mod tests {
     #[test]
     fn apply_parses_both_forms_and_hashes_old_owners() {
         let hash = hash_owner(b"me");
-        let v2: Vec<&[u8]> = vec![b"x", b"k", b"v2", b"5", b"1796000000500", b"500", &hash];
+        let v2: Vec<&[u8]> = vec![
+            b"x",
+            b"k",
+            b"v2",
+            b"5",
+            b"1796000000500",
+            b"500",
+            b"1",
+            b"0",
+            b"0",
+            &hash,
+        ];
         assert_eq!(
             parse_apply(&v2),
             Ok(Persisted {
@@ -352,9 +488,26 @@ mod tests {
                 owner: Some(hash),
                 expiry: 1_796_000_000_500,
                 remaining: Some(500),
+                floored: true,
+                idle_wall: 0,
+                idle_ms: Some(0),
             })
         );
-        let v2_free: Vec<&[u8]> = vec![b"x", b"k", b"V2", b"5", b"0", b"0"];
+        let v2_free: Vec<&[u8]> = vec![
+            b"x",
+            b"k",
+            b"V2",
+            b"5",
+            b"0",
+            b"0",
+            b"0",
+            b"1796000000000",
+            b"500",
+        ];
+        assert_eq!(
+            parse_apply(&v2_free).map(|p| (p.idle_wall, p.idle_ms)),
+            Ok((1_796_000_000_000, Some(500)))
+        );
         assert_eq!(parse_apply(&v2_free).map(|p| p.owner), Ok(None));
         let v1: Vec<&[u8]> = vec![b"x", b"k", b"5", b"1796000000500", b"me"];
         assert_eq!(
@@ -364,11 +517,18 @@ mod tests {
                 owner: Some(hash),
                 expiry: 1_796_000_000_500,
                 remaining: None,
+                floored: false,
+                idle_wall: 0,
+                idle_ms: None,
             })
         );
-        let short: Vec<&[u8]> = vec![b"x", b"k", b"v2", b"5", b"0", b"0", b"abc"];
+        let short: Vec<&[u8]> = vec![
+            b"x", b"k", b"v2", b"5", b"0", b"0", b"0", b"0", b"0", b"abc",
+        ];
         assert_eq!(parse_apply(&short), Err(CommandError::OwnerHashLength(3)));
-        let bad: Vec<&[u8]> = vec![b"x", b"k", b"v2", b"-5", b"0", b"0"];
+        let bad: Vec<&[u8]> = vec![b"x", b"k", b"v2", b"-5", b"0", b"0", b"0", b"0", b"0"];
         assert!(parse_apply(&bad).is_err());
+        let bad_flag: Vec<&[u8]> = vec![b"x", b"k", b"v2", b"5", b"0", b"0", b"2", b"0", b"0"];
+        assert!(parse_apply(&bad_flag).is_err());
     }
 }

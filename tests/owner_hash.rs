@@ -194,7 +194,8 @@ fn memory_per_record_does_not_depend_on_the_owner() {
     assert_eq!(release(&mut con, "lock:freed", "a"), 1);
     let short = usage(&mut con, "lock:short");
     assert_eq!(usage(&mut con, "lock:long1"), short);
-    assert_eq!(usage(&mut con, "lock:freed"), short);
+    // A released record drops the owner and the lease: it is smaller.
+    assert!(usage(&mut con, "lock:freed") < short);
     let _: () = redis::cmd("SET")
         .arg("plain:lock")
         .arg("0b9a4a2e-5c1f-4f7e-9d43-2f7c1d0e8a11")

@@ -190,6 +190,11 @@ pub struct RunConfig {
     pub no_aof_propagation: bool,
     /// Mutant: replicas grant at once when promoted (no promotion guard).
     pub no_promotion_guard: bool,
+    /// Reclamation of idle records: the nodes' `redlock.reclaim-after-ms`,
+    /// and the key phase of the short-lived names workload (see
+    /// [`WorkerSpec::key_phase_ms`]). `None`: the default (one day), keys
+    /// picked at random.
+    pub reclaim: Option<Reclaim>,
     /// The `safety` binary, re-executed as worker processes.
     pub worker_exe: PathBuf,
     /// Folder for histories.
@@ -214,9 +219,53 @@ impl RunConfig {
             checking: Checking::ReadsAndWrites,
             no_aof_propagation: false,
             no_promotion_guard: false,
+            reclaim: None,
             worker_exe,
             out,
         }
+    }
+}
+
+/// Settings of a run that reclaims idle records.
+#[derive(Clone, Copy, Debug)]
+pub struct Reclaim {
+    /// `redlock.reclaim-after-ms` of every node.
+    pub after_ms: u64,
+    /// How long each half of the names lies idle, ms.
+    pub phase_ms: u64,
+}
+
+impl Reclaim {
+    /// A few seconds' cycle: reclaim-after 1 s (max-ttl 1 s, leases of
+    /// 400 ms), names idle for 2 s at a time, so every name is reclaimed
+    /// and reused every 4 s.
+    pub const SHORT: Reclaim = Reclaim {
+        after_ms: 1_000,
+        phase_ms: 2_000,
+    };
+
+    /// Fault types combined with reclamation in the full matrix.
+    pub const FAULTS: [FaultType; 6] = [
+        FaultType::None,
+        FaultType::KillNone,
+        FaultType::KillEverysec,
+        FaultType::NodePause,
+        FaultType::ClockJump,
+        FaultType::PromoteLaggingReplica,
+    ];
+
+    /// Fault types combined with reclamation in the quick run.
+    pub const QUICK_FAULTS: [FaultType; 1] = [FaultType::KillNone];
+
+    /// Names used by a reclaim run.
+    pub const KEYS: usize = 16;
+
+    /// Applies the settings to a run: many names, the nodes' max-ttl no
+    /// longer than reclaim-after.
+    pub fn apply(self, cfg: &mut RunConfig) {
+        cfg.reclaim = Some(self);
+        cfg.keys = Self::KEYS;
+        cfg.max_ttl_ms = cfg.max_ttl_ms.min(self.after_ms).max(cfg.ttl_ms);
     }
 }
 
@@ -227,6 +276,9 @@ pub struct RunResult {
     pub report: Report,
     /// The merged history.
     pub history: PathBuf,
+    /// Records the nodes reclaimed (read at the end, from the nodes in
+    /// service; a node killed during the run loses its count).
+    pub reclaimed: u64,
 }
 
 struct Cluster {
@@ -339,6 +391,9 @@ pub fn run(cfg: &RunConfig) -> Result<RunResult, String> {
         // Restarts bring the guard back at its default (see `inject`).
         .config("redlock.restart-grace-ms", "0")
         .config("repl-diskless-sync-delay", "0");
+    if let Some(reclaim) = cfg.reclaim {
+        builder = builder.config("redlock.reclaim-after-ms", &reclaim.after_ms.to_string());
+    }
     builder = match persistence {
         Persistence::None => builder.config("appendonly", "no"),
         Persistence::AofEverysec => builder
@@ -437,6 +492,7 @@ pub fn run(cfg: &RunConfig) -> Result<RunResult, String> {
                 max: u64::from(cfg.fault_budget).div_ceil(cfg.workers as u64),
             }),
             fault_id_base: 1_000_000 * (w as u64 + 1),
+            key_phase_ms: cfg.reclaim.map(|r| r.phase_ms),
         };
         let json = serde_json::to_string(&spec).map_err(|e| e.to_string())?;
         let child = Command::new(&cfg.worker_exe)
@@ -493,6 +549,7 @@ pub fn run(cfg: &RunConfig) -> Result<RunResult, String> {
     drop(resource);
     res_rec.flush().map_err(|e| e.to_string())?;
     control.flush().map_err(|e| e.to_string())?;
+    let reclaimed = cluster.nodes.iter().filter_map(reclaimed_on).sum();
     drop(cluster);
     if !errors.is_empty() {
         return Err(errors.join("; "));
@@ -504,7 +561,17 @@ pub fn run(cfg: &RunConfig) -> Result<RunResult, String> {
     Ok(RunResult {
         report: checker::check(&events),
         history: merged,
+        reclaimed,
     })
+}
+
+/// `redlock_reclaimed` of `INFO redlock` on `node`.
+fn reclaimed_on(node: &Node) -> Option<u64> {
+    let mut con = direct(node)?;
+    let info: String = redis::cmd("INFO").arg("redlock").query(&mut con).ok()?;
+    info.lines()
+        .find_map(|l| l.strip_prefix("redlock_reclaimed:"))
+        .and_then(|v| v.trim().parse().ok())
 }
 
 fn sleep_until(t: u64) {

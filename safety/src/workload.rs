@@ -118,6 +118,28 @@ pub struct WorkerSpec {
     pub pauses: Option<PausePlan>,
     /// First fault id this worker may use (fault ids must be unique in a run).
     pub fault_id_base: u64,
+    /// Short-lived names: the keys are used half at a time, the halves
+    /// taking turns every this many ms (on `CLOCK_MONOTONIC`, so every
+    /// worker agrees), so each name lies idle for a whole phase and the
+    /// nodes can reclaim it before it is used again.
+    #[serde(default)]
+    pub key_phase_ms: Option<u64>,
+}
+
+/// The key a task uses next: any key, or with [`WorkerSpec::key_phase_ms`]
+/// one of the half in use during the current phase.
+fn pick_key<'a>(spec: &'a WorkerSpec, rng: &mut ChaCha8Rng) -> &'a String {
+    let n = spec.keys.len();
+    match spec.key_phase_ms {
+        Some(phase_ms) if n >= 2 && phase_ms > 0 => {
+            let half = n / 2;
+            let turn = (mono_ns() / (phase_ms * 1_000_000)) % 2;
+            let base = if turn == 0 { 0 } else { half };
+            let len = if turn == 0 { half } else { n - half };
+            &spec.keys[base + rng.gen_range(0..len)]
+        }
+        _ => &spec.keys[rng.gen_range(0..n)],
+    }
 }
 
 /// Builds the client for `spec`, applying the mutation switches.
@@ -267,7 +289,7 @@ async fn client_task(
         }
         n += 1;
         let op = format!("{name}.{n}");
-        let key = spec.keys[rng.gen_range(0..spec.keys.len())].clone();
+        let key = pick_key(&spec, &mut rng).clone();
         let result = {
             let mut fut = Box::pin(client.try_acquire(&key, ttl));
             // Stamped right before the client reads its own clock (first
