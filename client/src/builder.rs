@@ -6,6 +6,7 @@ use std::time::Duration;
 use rand::Rng;
 
 use crate::error::{Error, NodeFailure};
+use crate::identity::{identical_urls, same_servers, Endpoint};
 use crate::node::Node;
 use crate::quorum::Quorum;
 use crate::redlock::{Inner, Redlock};
@@ -222,7 +223,11 @@ impl RedlockBuilder {
     ///
     /// # Errors
     ///
-    /// - [`Error::InvalidArgument`]: a bad URL, no nodes, bad options.
+    /// - [`Error::InvalidArgument`]: a bad URL, no nodes, bad options, the
+    ///   same node listed twice (identical URLs once the host's case, the
+    ///   default port and database are normalised), or two members that
+    ///   turn out to be the same Redis server (same `run_id`: an alias,
+    ///   `localhost` next to `127.0.0.1`, two forwarded ports).
     /// - [`Error::ModuleNotLoaded`]: a reachable node runs without the module.
     /// - [`Error::NoQuorum`]: fewer than a majority of the nodes could be
     ///   reached and checked within the connect timeout.
@@ -268,8 +273,16 @@ impl RedlockBuilder {
             .iter()
             .map(|url| Node::new(url, self.node_timeout, self.connect_timeout))
             .collect::<Result<Box<[_]>, _>>()?;
+        let endpoints: Vec<Endpoint> = nodes.iter().map(|n| n.endpoint().clone()).collect();
+        if let Some(&(i, j)) = identical_urls(&endpoints).first() {
+            return Err(Error::InvalidArgument(format!(
+                "{} and {} are the same node: each server may be listed once (one server, one vote)",
+                nodes[i].url(),
+                nodes[j].url()
+            )));
+        }
         let n = nodes.len();
-        if n % 2 == 0 {
+        if n.is_multiple_of(2) {
             tracing::warn!(
                 nodes = n,
                 "an even number of nodes tolerates no more failures than {} nodes; use an odd number",
@@ -298,6 +311,19 @@ impl RedlockBuilder {
                 }
                 Err(e) => failed.push((i, e)),
             }
+        }
+        let ids: Vec<_> = quorum.nodes.iter().map(|n| n.server_id()).collect();
+        if let Some(&(i, j)) = same_servers(&ids).first() {
+            let (a, b) = (quorum.nodes[i].url(), quorum.nodes[j].url());
+            tracing::error!(
+                node = b,
+                same_server_as = a,
+                "two members of the quorum are the same Redis server"
+            );
+            return Err(Error::InvalidArgument(format!(
+                "{a} and {b} are the same Redis server (run_id {}): each server may be listed once (one server, one vote)",
+                ids[i].as_deref().unwrap_or("")
+            )));
         }
         if n - failed.len() < quorum.quorum {
             let answered = n - failed.len();

@@ -160,6 +160,12 @@ pub(crate) enum NodeFailure {
     Unexpected(String),
     /// Step 4: the write-back did not leave the node at the token.
     WriteBack(String),
+    /// The node's reply came from the same server as another member's,
+    /// which counted instead (one server, one vote).
+    SameServer {
+        /// The other member's URL (without credentials).
+        twin: String,
+    },
 }
 
 impl fmt::Display for NodeFailure {
@@ -173,6 +179,9 @@ impl fmt::Display for NodeFailure {
             NodeFailure::BadArgument(e) | NodeFailure::Refused(e) => f.write_str(e),
             NodeFailure::Unexpected(e) => write!(f, "unexpected reply: {e}"),
             NodeFailure::WriteBack(e) => write!(f, "write-back failed: {e}"),
+            NodeFailure::SameServer { twin } => {
+                write!(f, "same Redis server as {twin}, which counted instead")
+            }
         }
     }
 }
@@ -216,7 +225,10 @@ impl NodeFailure {
     pub(crate) fn maybe_executed(&self) -> bool {
         matches!(
             self,
-            NodeFailure::Timeout(_) | NodeFailure::Connection(_) | NodeFailure::WriteBack(_)
+            NodeFailure::Timeout(_)
+                | NodeFailure::Connection(_)
+                | NodeFailure::WriteBack(_)
+                | NodeFailure::SameServer { .. }
         )
     }
 }

@@ -8,6 +8,7 @@ pub struct RepositoryReadme;
 
 mod builder;
 mod error;
+mod identity;
 mod inspect;
 mod lock;
 mod node;

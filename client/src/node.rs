@@ -42,6 +42,7 @@ use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, Client, Cmd, Value};
 
 use crate::error::{Error, NodeFailure};
+use crate::identity::{parse_run_id, Endpoint, ServerId};
 
 /// The settings of every node's connection; see the module docs for what
 /// the rounds rely on.
@@ -68,6 +69,11 @@ const RECONNECT_MAX: Duration = Duration::from_secs(1);
 pub(crate) struct Node {
     /// `host:port`, for messages (the URL may hold a password).
     addr: Box<str>,
+    /// The URL without credentials, for naming the node in messages about
+    /// its identity.
+    url: Box<str>,
+    /// Where the URL connects, normalised (to find identical URLs).
+    endpoint: Endpoint,
     client: Client,
     /// Bound on every command's reply.
     timeout: Duration,
@@ -107,7 +113,9 @@ impl Drop for BlockingLoan<'_> {
 #[derive(Default)]
 struct ConnState {
     /// The live connection and its generation number.
-    current: Option<(u64, MultiplexedConnection)>,
+    current: Option<(u64, MultiplexedConnection, Option<ServerId>)>,
+    /// The identity learned on the latest connection, to log a change.
+    last_id: Option<ServerId>,
     /// Bumped at every new connection, so that an error seen on an old
     /// connection never tears down a newer one.
     generation: u64,
@@ -130,13 +138,13 @@ impl Node {
         }
         let client = Client::open(url)
             .map_err(|e| Error::InvalidArgument(format!("bad node URL {:?}: {e}", redact(url))))?;
-        let addr = client
-            .get_connection_info()
-            .addr()
-            .to_string()
-            .into_boxed_str();
+        let info = client.get_connection_info();
+        let addr = info.addr().to_string().into_boxed_str();
+        let endpoint = Endpoint::of(info);
         Ok(Arc::new(Node {
             addr,
+            url: redact(url).into_boxed_str(),
+            endpoint,
             client,
             timeout,
             connect_timeout,
@@ -148,6 +156,25 @@ impl Node {
     /// `host:port`.
     pub(crate) fn addr(&self) -> &str {
         &self.addr
+    }
+
+    /// The URL without credentials.
+    pub(crate) fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// Where the URL connects, normalised.
+    pub(crate) fn endpoint(&self) -> &Endpoint {
+        &self.endpoint
+    }
+
+    /// The identity of the server behind the current connection, when
+    /// connected and known.
+    pub(crate) fn server_id(&self) -> Option<ServerId> {
+        self.lock_state()
+            .current
+            .as_ref()
+            .and_then(|(_, _, id)| id.clone())
     }
 
     fn lock_state(&self) -> std::sync::MutexGuard<'_, ConnState> {
@@ -180,11 +207,19 @@ impl Node {
             Ok(Err(e)) => Err(e.to_string()),
             Ok(Ok(conn)) => Ok(conn),
         };
+        let result = match result {
+            Ok(mut conn) => self.learn_identity(&mut conn).await.map(|id| (conn, id)),
+            Err(e) => Err(e),
+        };
         let mut state = self.lock_state();
         match result {
-            Ok(conn) => {
+            Ok((conn, id)) => {
                 state.generation += 1;
-                state.current = Some((state.generation, conn));
+                if state.last_id.is_some() && id.is_some() && state.last_id != id {
+                    tracing::info!(node = %self.url, "the server's identity changed (restarted or replaced)");
+                }
+                state.last_id.clone_from(&id);
+                state.current = Some((state.generation, conn, id));
                 state.last_error = None;
                 tracing::debug!(node = %self.addr, "connected");
                 Ok(())
@@ -194,6 +229,45 @@ impl Node {
                 Err(NodeFailure::NotConnected(e))
             }
         }
+    }
+
+    /// The `run_id` of the server behind a new connection (`INFO server`),
+    /// within the connect timeout. `Ok(None)` when the server refuses INFO
+    /// (an ACL user without `+info`): the node then cannot be told apart
+    /// from the other members.
+    async fn learn_identity(
+        &self,
+        conn: &mut MultiplexedConnection,
+    ) -> Result<Option<ServerId>, String> {
+        let mut info = redis::cmd("INFO");
+        info.arg("server");
+        let reply =
+            match tokio::time::timeout(self.connect_timeout, conn.send_packed_command(&info)).await
+            {
+                Err(_) => {
+                    return Err(format!(
+                        "no reply to INFO within {} ms",
+                        self.connect_timeout.as_millis()
+                    ))
+                }
+                Ok(reply) => reply.and_then(Value::extract_error),
+            };
+        let text = match reply {
+            Ok(value) => redis::from_redis_value::<String>(value).map_err(|e| e.to_string())?,
+            Err(e) => {
+                let (failure, broken) = NodeFailure::from_redis(&e);
+                if broken {
+                    return Err(failure.to_string());
+                }
+                tracing::warn!(node = %self.url, reason = %failure, "INFO refused: this node cannot be told apart from the other members (grant +info to detect one server listed twice)");
+                return Ok(None);
+            }
+        };
+        let id = parse_run_id(&text).map(ServerId::from);
+        if id.is_none() {
+            tracing::warn!(node = %self.url, "no run_id in INFO server: this node cannot be told apart from the other members");
+        }
+        Ok(id)
     }
 
     /// Starts the reconnect task unless one runs (or no tokio runtime is
@@ -216,7 +290,7 @@ impl Node {
     fn mark_down(self: &Arc<Self>, generation: u64, reason: &NodeFailure) {
         {
             let mut state = self.lock_state();
-            if matches!(state.current, Some((g, _)) if g == generation) {
+            if matches!(state.current, Some((g, _, _)) if g == generation) {
                 state.current = None;
                 state.last_error = Some(match reason {
                     NodeFailure::Connection(e) => format!("connection lost: {e}"),
@@ -236,14 +310,18 @@ impl Node {
     /// Sends one command and waits at most the per-node timeout for its reply.
     /// Error replies come back as `Err` with their classification.
     pub(crate) async fn call(self: &Arc<Self>, cmd: &Cmd) -> Result<Value, NodeFailure> {
-        self.call_within(cmd, Some(self.timeout)).await
+        self.call_within(cmd, Some(self.timeout)).await.1
     }
 
     /// [`Node::call`] without a timer of its own, for the quorum rounds:
     /// they bound all their calls with one timer per round (the calls all
     /// start in the same poll, so it is the same bound), which saves a
-    /// timer registration per node and command.
-    pub(crate) async fn call_untimed(self: &Arc<Self>, cmd: &Cmd) -> Result<Value, NodeFailure> {
+    /// timer registration per node and command. Also returns the identity
+    /// of the server the command went to (see `identity.rs`).
+    pub(crate) async fn call_untimed(
+        self: &Arc<Self>,
+        cmd: &Cmd,
+    ) -> (Option<ServerId>, Result<Value, NodeFailure>) {
         self.call_within(cmd, None).await
     }
 
@@ -254,7 +332,7 @@ impl Node {
     /// no connection, is a failure.
     pub(crate) async fn check_module(self: &Arc<Self>) -> Result<(), NodeFailure> {
         let probe = redis::cmd("REDLOCK.INSPECT");
-        match self.call_within(&probe, Some(self.connect_timeout)).await {
+        match self.call_within(&probe, Some(self.connect_timeout)).await.1 {
             Ok(_)
             | Err(
                 NodeFailure::Refused(_) | NodeFailure::BadArgument(_) | NodeFailure::Grace { .. },
@@ -322,34 +400,34 @@ impl Node {
         self: &Arc<Self>,
         cmd: &Cmd,
         timeout: Option<Duration>,
-    ) -> Result<Value, NodeFailure> {
+    ) -> (Option<ServerId>, Result<Value, NodeFailure>) {
         let current = {
             let state = self.lock_state();
             match &state.current {
-                Some((generation, conn)) => Ok((*generation, conn.clone())),
+                Some((generation, conn, id)) => Ok((*generation, conn.clone(), id.clone())),
                 None => Err(state
                     .last_error
                     .clone()
                     .unwrap_or_else(|| "connecting".to_string())),
             }
         };
-        let (generation, mut conn) = match current {
+        let (generation, mut conn, id) = match current {
             Ok(c) => c,
             Err(reason) => {
                 self.spawn_reconnect();
-                return Err(NodeFailure::NotConnected(reason));
+                return (None, Err(NodeFailure::NotConnected(reason)));
             }
         };
         let reply = match timeout {
             Some(timeout) => {
                 match tokio::time::timeout(timeout, conn.send_packed_command(cmd)).await {
-                    Err(_) => return Err(NodeFailure::Timeout(timeout)),
+                    Err(_) => return (id, Err(NodeFailure::Timeout(timeout))),
                     Ok(reply) => reply,
                 }
             }
             None => conn.send_packed_command(cmd).await,
         };
-        match reply.and_then(Value::extract_error) {
+        let reply = match reply.and_then(Value::extract_error) {
             Ok(value) => Ok(value),
             Err(e) => {
                 let (failure, broken) = NodeFailure::from_redis(&e);
@@ -358,7 +436,8 @@ impl Node {
                 }
                 Err(failure)
             }
-        }
+        };
+        (id, reply)
     }
 }
 

@@ -21,6 +21,7 @@ use futures_util::stream::{FuturesUnordered, StreamExt};
 use redis::{Cmd, Value};
 
 use crate::error::{Error, NodeFailure};
+use crate::identity::{OneVotePerServer, ServerId};
 use crate::node::Node;
 use crate::tally::{
     AcquireOutcome, AcquireReply, AcquireTally, Confirmation, ConfirmationOutcome,
@@ -110,7 +111,8 @@ pub(crate) enum Leftovers {
 }
 
 /// Sends `cmd` to the nodes named by `targets`, all at once, and feeds each
-/// reply to `on_reply(node, reply)` until it returns true (the round is
+/// reply to `on_reply(node, server, reply)` (`server`: the identity of the
+/// server the command went to, when known) until it returns true (the round is
 /// decided), every target has answered, or the per-node timeout (one timer
 /// for the whole round) ran out. Returns how the round ended (after the
 /// timer, the caller fails the targets that did not answer) and the calls still
@@ -121,7 +123,7 @@ pub(crate) async fn fan_out(
     targets: impl Iterator<Item = usize> + Clone,
     cmd: Cmd,
     leftovers: Leftovers,
-    mut on_reply: impl FnMut(usize, Result<Value, NodeFailure>) -> bool,
+    mut on_reply: impl FnMut(usize, Option<ServerId>, Result<Value, NodeFailure>) -> bool,
 ) -> (RoundEnd, Unanswered) {
     // All nodes of one client share the timeout; take the largest anyway.
     let timeout = targets
@@ -150,10 +152,11 @@ pub(crate) async fn fan_out(
             let node = Arc::clone(&nodes[i]);
             let cmd = Arc::clone(&cmd);
             let mut call = Box::pin(tokio::task::unconstrained(async move {
-                (i, node.call_untimed(&cmd).await)
+                let (id, reply) = node.call_untimed(&cmd).await;
+                (i, id, reply)
             }));
             match call.as_mut().poll(cx) {
-                Poll::Ready((i, reply)) => decided |= on_reply(i, reply),
+                Poll::Ready((i, id, reply)) => decided |= on_reply(i, id, reply),
                 Poll::Pending => calls.push(call),
             }
         }
@@ -169,8 +172,8 @@ pub(crate) async fn fan_out(
             tokio::select! {
                 biased;
                 next = calls.next() => {
-                    let Some((i, reply)) = next else { break };
-                    if on_reply(i, reply) {
+                    let Some((i, id, reply)) = next else { break };
+                    if on_reply(i, id, reply) {
                         break;
                     }
                 }
@@ -258,6 +261,34 @@ impl Quorum {
         self.nodes.len()
     }
 
+    /// One server, one vote: a reply from the same server as a member that
+    /// already counted in this round becomes a [`NodeFailure::SameServer`]
+    /// (and an error event naming both members). Failures claim no vote.
+    fn one_vote(
+        &self,
+        votes: &mut OneVotePerServer,
+        node: usize,
+        server: Option<ServerId>,
+        reply: Result<Value, NodeFailure>,
+    ) -> Result<Value, NodeFailure> {
+        let Ok(value) = reply else { return reply };
+        match votes.admit(node, server.as_ref()) {
+            Ok(()) => Ok(value),
+            Err(twin) => {
+                let (node, twin) = (&self.nodes[node], &self.nodes[twin]);
+                tracing::error!(
+                    node = node.url(),
+                    same_server_as = twin.url(),
+                    run_id = server.as_deref().unwrap_or(""),
+                    "two members of the quorum are the same Redis server: it is counted once; list each server once"
+                );
+                Err(NodeFailure::SameServer {
+                    twin: twin.url().to_string(),
+                })
+            }
+        }
+    }
+
     /// The error for a round that did not reach a quorum and was not "busy":
     /// a specific variant when every failing node failed for the same
     /// specific reason, otherwise [`Error::NoQuorum`] listing them all.
@@ -331,13 +362,15 @@ impl Quorum {
             cmd.arg("FLOOR").arg(floor);
         }
         let mut tally = AcquireTally::new(self.node_count(), self.quorum);
+        let mut votes = OneVotePerServer::new(self.node_count());
         let mut decided = None;
         let (end, unanswered) = fan_out(
             &self.nodes,
             0..self.node_count(),
             cmd,
             Leftovers::Return,
-            |i, reply| {
+            |i, id, reply| {
+                let reply = self.one_vote(&mut votes, i, id, reply);
                 decided = tally.record(i, acquire_reply(reply));
                 decided.is_some()
             },
@@ -396,7 +429,8 @@ impl Quorum {
             targets.into_iter(),
             fence,
             Leftovers::Drop,
-            |i, reply| {
+            |i, id, reply| {
+                let reply = self.one_vote(&mut votes, i, id, reply);
                 decided = fencing.record(i, fence_reply(reply));
                 decided.is_some()
             },
@@ -429,7 +463,7 @@ impl Quorum {
             targets.iter().copied(),
             cmd,
             Leftovers::Finish,
-            |i, reply| {
+            |i, _, reply| {
                 replies[i] = Some(confirmation(reply));
                 false
             },
@@ -443,13 +477,15 @@ impl Quorum {
     /// decided it.
     async fn confirmation_round(&self, cmd: Cmd, what: &str) -> ConfirmationOutcome {
         let mut tally = ConfirmationTally::new(self.node_count(), self.quorum);
+        let mut votes = OneVotePerServer::new(self.node_count());
         let mut decided = None;
         let (end, _) = fan_out(
             &self.nodes,
             0..self.node_count(),
             cmd,
             Leftovers::Finish,
-            |i, reply| {
+            |i, id, reply| {
+                let reply = self.one_vote(&mut votes, i, id, reply);
                 decided = tally.record(i, confirmation(reply));
                 decided.is_some()
             },
