@@ -363,6 +363,7 @@ impl Redlock {
             key,
             owner,
             token,
+            start,
             deadline,
             unanswered,
         ))
