@@ -294,7 +294,7 @@ async fn client_task(
         }
         n += 1;
         let op = format!("{name}.{n}");
-        let key = pick_key(&spec, &mut rng).clone();
+        let key = pick_key(spec, &mut rng).clone();
         let result = if let Some(wait_ms) = spec.client.wait_ms {
             let called = mono_ns();
             let result = client
