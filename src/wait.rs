@@ -123,9 +123,19 @@ pub fn wait(call: &Call) -> Result<Reply, CommandError> {
             hash_owner(owner),
         )
     });
-    if deadline.is_none() && free_for(&waited, queued, now) {
-        stats::bump(&stats::WAIT_FREE);
-        return Ok(Reply::Integer(1));
+    if deadline.is_none() {
+        if free_for(&waited, queued, now) {
+            stats::bump(&stats::WAIT_FREE);
+            return Ok(Reply::Integer(1));
+        }
+        // Free but reserved for a waiter ahead in the queue, which may be
+        // blocked: let it look again.
+        // SAFETY: ctx and the key name belong to the command in progress.
+        unsafe {
+            if let Some(signal) = raw::RedisModule_SignalKeyAsReady {
+                signal(call.raw(), key_name);
+            }
+        }
     }
     let flags = call.ctx.get_flags();
     if flags.intersects(ContextFlags::MULTI | ContextFlags::LUA | ContextFlags::DENY_BLOCKING) {
