@@ -136,20 +136,10 @@ fn the_owner_in_clear_works_wherever_the_record_travels() {
 
     take(&mut con, "from-aof");
     take(&mut con, "from-rdb");
-    let replica = Node::builder()
-        .config("replicaof", &format!("127.0.0.1 {}", node.port()))
-        .start();
+    let replica = start_replica(&node, Node::builder());
     let mut r = replica.connection();
-    wait_until(Duration::from_secs(20), "replica link up", || {
-        info_field(&mut r, "replication", "master_link_status").as_deref() == Some("up")
-    });
     take(&mut con, "streamed");
-    let acked: i64 = redis::cmd("WAIT")
-        .arg(1)
-        .arg(5_000)
-        .query(&mut con)
-        .unwrap();
-    assert_eq!(acked, 1);
+    wait_replicated(&mut con);
     let _: () = redis::cmd("REPLICAOF")
         .arg("NO")
         .arg("ONE")

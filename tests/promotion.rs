@@ -9,15 +9,13 @@ use std::time::{Duration, Instant};
 use common::*;
 
 fn replica_with_guard(master: &Node, max_ttl: &str) -> Node {
-    let replica = Node::builder()
-        .config("replicaof", &format!("127.0.0.1 {}", master.port()))
-        .config("redlock.restart-grace-ms", "-1")
-        .config("redlock.max-ttl-ms", max_ttl)
-        .start();
+    let replica = start_replica(
+        master,
+        Node::builder()
+            .config("redlock.restart-grace-ms", "-1")
+            .config("redlock.max-ttl-ms", max_ttl),
+    );
     let mut r = replica.connection();
-    wait_until(Duration::from_secs(20), "replica link up", || {
-        info_field(&mut r, "replication", "master_link_status").as_deref() == Some("up")
-    });
     // Loaded long ago: its own load window is over.
     wait_until(Duration::from_secs(10), "load window end", || {
         info_field(&mut r, "redlock", "redlock_grace_active").as_deref() == Some("0")
@@ -42,8 +40,7 @@ fn a_promoted_replica_refuses_new_locks_for_the_guard_window() {
     let replica = replica_with_guard(&master, "2000");
     let mut r = replica.connection();
     assert_eq!(acquire(&mut m, "held", "alice", 1_500), Some(1));
-    let acked: i64 = redis::cmd("WAIT").arg(1).arg(5_000).query(&mut m).unwrap();
-    assert_eq!(acked, 1);
+    wait_replicated(&mut m);
 
     promote(&mut r);
     let promoted = Instant::now();
@@ -91,16 +88,14 @@ fn a_promoted_replica_refuses_new_locks_for_the_guard_window() {
 #[test]
 fn a_durable_replica_is_not_exempt_after_promotion() {
     let master = Node::start();
-    let replica = Node::builder()
-        .config("replicaof", &format!("127.0.0.1 {}", master.port()))
-        .config("redlock.restart-grace-ms", "1500")
-        .config("appendonly", "yes")
-        .config("appendfsync", "always")
-        .start();
+    let replica = start_replica(
+        &master,
+        Node::builder()
+            .config("redlock.restart-grace-ms", "1500")
+            .config("appendonly", "yes")
+            .config("appendfsync", "always"),
+    );
     let mut r = replica.connection();
-    wait_until(Duration::from_secs(20), "replica link up", || {
-        info_field(&mut r, "replication", "master_link_status").as_deref() == Some("up")
-    });
     promote(&mut r);
     let err = error_of(&mut r, &[b"REDLOCK.ACQUIRE", b"k", b"bob", b"1000"]);
     assert!(err.starts_with("GRACE"), "{err}");

@@ -18,17 +18,6 @@ fn set_rule(con: &mut redis::Connection, rule: &str) {
         .unwrap();
 }
 
-fn redlock_info(con: &mut redis::Connection, field: &str) -> u64 {
-    info_field(con, "redlock", &format!("redlock_{field}"))
-        .unwrap()
-        .parse()
-        .unwrap()
-}
-
-fn link_up(con: &mut redis::Connection) -> bool {
-    info_field(con, "replication", "master_link_status").as_deref() == Some("up")
-}
-
 /// Locks `prefix0..prefixN` with tokens 1.
 fn take(con: &mut redis::Connection, prefix: &str, n: usize) {
     for i in 0..n {

@@ -13,14 +13,6 @@ use common::*;
 
 const HOUR_MS: i64 = 3_600_000;
 
-fn wall_offset(con: &mut redis::Connection, ms: i64) {
-    let _: () = redis::cmd("REDLOCK.TESTHOOK")
-        .arg("WALLCLOCK-OFFSET")
-        .arg(ms)
-        .query(con)
-        .unwrap();
-}
-
 fn now_ms() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -29,19 +21,7 @@ fn now_ms() -> i64 {
 }
 
 fn start_replica_of(master: &Node) -> Node {
-    let replica = Node::builder()
-        .config("replicaof", &format!("127.0.0.1 {}", master.port()))
-        .start();
-    let mut r = replica.connection();
-    wait_until(Duration::from_secs(20), "replica link up", || {
-        info_field(&mut r, "replication", "master_link_status").as_deref() == Some("up")
-    });
-    replica
-}
-
-fn wait_replicated(m: &mut redis::Connection) {
-    let acked: i64 = redis::cmd("WAIT").arg(1).arg(5_000).query(m).unwrap();
-    assert_eq!(acked, 1);
+    start_replica(master, Node::builder())
 }
 
 /// Acceptance 1: the replica's lease follows the master's remaining time,
@@ -218,12 +198,7 @@ fn the_restart_guard_covers_leases_granted_under_a_raised_max_ttl() {
     wait_until(Duration::from_secs(5), "first grace window end", || {
         info_field(&mut con, "redlock", "redlock_grace_active").as_deref() == Some("0")
     });
-    let _: () = redis::cmd("CONFIG")
-        .arg("SET")
-        .arg("redlock.max-ttl-ms")
-        .arg("4000")
-        .query(&mut con)
-        .unwrap();
+    config_set(&mut con, "redlock.max-ttl-ms", "4000");
     assert_eq!(acquire(&mut con, "k", "alice", 4_000), Some(1));
     let recorded = std::fs::read_to_string(node.dir().join("redlock-longest-lease-ms")).unwrap();
     assert_eq!(recorded.trim(), "4000");
@@ -270,12 +245,7 @@ fn expect_no_owner_in(haystack: &[u8], owner: &str, what: &str) {
 fn monitor_and_slowlog_never_show_owner_ids() {
     let node = Node::start();
     let mut con = node.connection();
-    let _: () = redis::cmd("CONFIG")
-        .arg("SET")
-        .arg("slowlog-log-slower-than")
-        .arg("0")
-        .query(&mut con)
-        .unwrap();
+    config_set(&mut con, "slowlog-log-slower-than", "0");
     let mut monitor = std::net::TcpStream::connect(("127.0.0.1", node.port())).unwrap();
     monitor.write_all(b"MONITOR\r\n").unwrap();
     monitor

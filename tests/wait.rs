@@ -31,13 +31,6 @@ fn wait_now(con: &mut redis::Connection, key: &str, timeout_ms: u64) -> i64 {
         .unwrap()
 }
 
-fn redlock_info(con: &mut redis::Connection, field: &str) -> u64 {
-    info_field(con, "redlock", &format!("redlock_{field}"))
-        .unwrap_or_else(|| panic!("INFO redlock has no {field}"))
-        .parse()
-        .unwrap()
-}
-
 /// Waits until `n` clients are blocked in WAIT on the node.
 fn until_waiting(con: &mut redis::Connection, n: u64) {
     wait_until(Duration::from_secs(5), "blocked waiters", || {
@@ -308,16 +301,10 @@ fn wait_is_not_replicated_and_changes_nothing() {
 fn waiters_on_a_replica_wake_when_the_master_releases() {
     let master = Node::start();
     let mut m = master.connection();
-    let replica = Node::builder()
-        .config("replicaof", &format!("127.0.0.1 {}", master.port()))
-        .start();
+    let replica = start_replica(&master, Node::builder());
     let mut r = replica.connection();
-    wait_until(Duration::from_secs(20), "replica link up", || {
-        info_field(&mut r, "replication", "master_link_status").as_deref() == Some("up")
-    });
     assert_eq!(acquire(&mut m, "k", "holder", 30_000), Some(1));
-    let acked: i64 = redis::cmd("WAIT").arg(1).arg(5_000).query(&mut m).unwrap();
-    assert_eq!(acked, 1);
+    wait_replicated(&mut m);
     let waiter = spawn_wait(&replica, "k", 0);
     until_waiting(&mut r, 1);
     assert_eq!(release(&mut m, "k", "holder"), 1);
@@ -397,12 +384,7 @@ fn a_reservation_nobody_uses_passes_to_the_next_waiter() {
 fn queued_owners_are_redacted_and_bad_queue_arguments_refused() {
     let node = Node::start();
     let mut con = node.connection();
-    let _: () = redis::cmd("CONFIG")
-        .arg("SET")
-        .arg("slowlog-log-slower-than")
-        .arg("0")
-        .query(&mut con)
-        .unwrap();
+    config_set(&mut con, "slowlog-log-slower-than", "0");
     assert_eq!(
         redis::cmd("REDLOCK.WAIT")
             .arg("free")

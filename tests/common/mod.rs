@@ -143,3 +143,55 @@ pub fn error_of(con: &mut redis::Connection, args: &[&[u8]]) -> String {
         }
     }
 }
+
+/// The replica's link to its master is up.
+pub fn link_up(con: &mut redis::Connection) -> bool {
+    info_field(con, "replication", "master_link_status").as_deref() == Some("up")
+}
+
+/// Waits until the node behind `con` has an up link to its master.
+pub fn wait_for_link(con: &mut redis::Connection) {
+    wait_until(Duration::from_secs(20), "replica link up", || link_up(con));
+}
+
+/// Starts a replica of `master` from `builder` and waits for its link.
+pub fn start_replica(master: &Node, builder: redlock_testkit::NodeBuilder) -> Node {
+    let replica = builder
+        .config("replicaof", &format!("127.0.0.1 {}", master.port()))
+        .start();
+    wait_for_link(&mut replica.connection());
+    replica
+}
+
+/// A numeric field of `INFO redlock` (without the `redlock_` prefix).
+pub fn redlock_info(con: &mut redis::Connection, field: &str) -> u64 {
+    info_field(con, "redlock", &format!("redlock_{field}"))
+        .unwrap_or_else(|| panic!("INFO redlock has no {field}"))
+        .parse()
+        .unwrap_or_else(|e| panic!("INFO redlock {field}: {e}"))
+}
+
+/// `CONFIG SET name value`.
+pub fn config_set(con: &mut redis::Connection, name: &str, value: &str) {
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg(name)
+        .arg(value)
+        .query(con)
+        .unwrap_or_else(|e| panic!("CONFIG SET {name} {value}: {e}"));
+}
+
+/// Moves the node's wall clock by `ms` (test builds of the module).
+pub fn wall_offset(con: &mut redis::Connection, ms: i64) {
+    let _: () = redis::cmd("REDLOCK.TESTHOOK")
+        .arg("WALLCLOCK-OFFSET")
+        .arg(ms)
+        .query(con)
+        .unwrap();
+}
+
+/// Waits until one replica acknowledged everything the master wrote.
+pub fn wait_replicated(m: &mut redis::Connection) {
+    let acked: i64 = redis::cmd("WAIT").arg(1).arg(5_000).query(m).unwrap();
+    assert_eq!(acked, 1, "no replica acknowledged the writes");
+}
