@@ -55,7 +55,9 @@ pub enum FaultType {
     ProxyReset,
     /// Proxy: requests applied, replies dropped.
     ProxyDropReplies,
-    /// A node's wall clock jumps forward or backward.
+    /// A node's wall clock jumps forward or backward; every third fault
+    /// (the second, fifth, …) instead promotes a member's replica, whose
+    /// wall clock is an hour off its master's.
     ClockJump,
     /// Every member has a replica whose wall clock is an hour off its
     /// master's. A member's replica falls behind (SIGSTOP) while two other
@@ -124,7 +126,10 @@ impl FaultType {
 
     /// Whether every member runs with a replica.
     pub fn with_replicas(self) -> bool {
-        self == FaultType::PromoteLaggingReplica
+        matches!(
+            self,
+            FaultType::PromoteLaggingReplica | FaultType::ClockJump
+        )
     }
 
     fn pause_point(self) -> Option<PausePoint> {
@@ -477,9 +482,7 @@ pub fn run(cfg: &RunConfig) -> Result<RunResult, String> {
             ttl_ms: cfg.ttl_ms,
             extend_percent: 10,
             // Failovers only void a lock that is held across them.
-            hold_ms: cfg
-                .fault
-                .with_replicas()
+            hold_ms: (cfg.fault == FaultType::PromoteLaggingReplica)
                 .then_some((cfg.ttl_ms / 8, cfg.ttl_ms / 2)),
             seed: cfg.seed.wrapping_mul(31).wrapping_add(w as u64),
             deadline_ns: deadline,
@@ -572,6 +575,33 @@ fn reclaimed_on(node: &Node) -> Option<u64> {
     info.lines()
         .find_map(|l| l.strip_prefix("redlock_reclaimed:"))
         .and_then(|v| v.trim().parse().ok())
+}
+
+/// Member `i`'s master is gone: its replica (reached through the link,
+/// whose held-back bytes are dropped) becomes master and the member's proxy
+/// sends clients to it.
+fn promote(c: &mut Cluster, i: usize) {
+    c.links[i].reset_connections();
+    c.links[i].set(Fault::None);
+    if let Some(mut con) = direct(&c.replicas[i]) {
+        let _ = redis::cmd("REPLICAOF")
+            .arg("NO")
+            .arg("ONE")
+            .query::<()>(&mut con);
+    }
+    c.proxies[i].set_upstream(SocketAddr::from(([127, 0, 0, 1], c.replicas[i].port())));
+    c.proxies[i].reset_connections();
+}
+
+/// After [`promote`]: the promoted replica is the member now, and the old
+/// master comes back (empty) as its replica, with the member's skewed clock.
+fn replace_replica(cfg: &RunConfig, c: &mut Cluster, i: usize) {
+    std::mem::swap(&mut c.nodes[i], &mut c.replicas[i]);
+    c.links[i].set_upstream(SocketAddr::from(([127, 0, 0, 1], c.nodes[i].port())));
+    let configs = replica_configs(&c.links[i]);
+    let configs: Vec<(&str, &str)> = configs.iter().map(|(n, v)| (*n, v.as_str())).collect();
+    c.replicas[i].restart_with(&configs);
+    let _ = prepare_replica(cfg, &c.replicas[i], i);
 }
 
 fn sleep_until(t: u64) {
@@ -801,6 +831,31 @@ fn inject(cfg: &RunConfig, c: &mut Cluster, rec: &Recorder, pids: &[u32], deadli
                 }
                 rec.record(Kind::FaultStop { id });
             }
+            FaultType::ClockJump if count % 3 == 1 => {
+                // A replica whose wall clock is an hour off its master's
+                // takes over its member (a failover with nothing lost).
+                let i = rng.gen_range(0..NODES);
+                start(
+                    rec,
+                    id,
+                    "skewed_replica_promoted",
+                    format!("n{i}"),
+                    format!(
+                        "master killed, replica (clock {:+} ms) promoted",
+                        replica_skew_ms(i)
+                    ),
+                    // Not a timing fault: the replica times leases on its own
+                    // clock from the remaining time, so no overlap is excused.
+                    false,
+                );
+                if let Some(mut con) = direct(&c.nodes[i]) {
+                    let _ = redis::cmd("WAIT").arg(1).arg(200).query::<i64>(&mut con);
+                }
+                c.nodes[i].kill();
+                promote(c, i);
+                rec.record(Kind::FaultStop { id });
+                replace_replica(cfg, c, i);
+            }
             FaultType::ClockJump => {
                 let i = rng.gen_range(0..NODES);
                 let secs: i64 = rng.gen_range(1..=120);
@@ -917,32 +972,13 @@ fn inject(cfg: &RunConfig, c: &mut Cluster, rec: &Recorder, pids: &[u32], deadli
                 } else {
                     cut_now(true);
                 }
-                c.nodes[i].kill();
-                // What the link held back is lost with the master.
-                c.links[i].reset_connections();
-                c.links[i].set(Fault::None);
-                if let Some(mut con) = direct(&c.replicas[i]) {
-                    let _ = redis::cmd("REPLICAOF")
-                        .arg("NO")
-                        .arg("ONE")
-                        .query::<()>(&mut con);
-                }
-                c.proxies[i].set_upstream(SocketAddr::from(([127, 0, 0, 1], c.replicas[i].port())));
-                c.proxies[i].reset_connections();
+                promote(c, i);
                 for &j in cut {
                     c.proxies[j].reset_connections();
                     c.proxies[j].set(Fault::None);
                 }
                 rec.record(Kind::FaultStop { id });
-                // The promoted replica is the member now; the old master
-                // comes back (empty) as its replica.
-                std::mem::swap(&mut c.nodes[i], &mut c.replicas[i]);
-                c.links[i].set_upstream(SocketAddr::from(([127, 0, 0, 1], c.nodes[i].port())));
-                let configs = replica_configs(&c.links[i]);
-                let configs: Vec<(&str, &str)> =
-                    configs.iter().map(|(n, v)| (*n, v.as_str())).collect();
-                c.replicas[i].restart_with(&configs);
-                let _ = prepare_replica(cfg, &c.replicas[i], i);
+                replace_replica(cfg, c, i);
             }
             FaultType::PartitionRotate => {
                 let targets = pick(&mut rng, NODES, 2);
