@@ -289,7 +289,7 @@ async fn client_task(
         }
         n += 1;
         let op = format!("{name}.{n}");
-        let key = pick_key(&spec, &mut rng).clone();
+        let key = pick_key(spec, &mut rng).clone();
         let result = {
             let mut fut = Box::pin(client.try_acquire(&key, ttl));
             // Stamped right before the client reads its own clock (first
