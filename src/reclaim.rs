@@ -240,9 +240,18 @@ unsafe fn select_db(ctx: *mut raw::RedisModuleCtx, db: c_int) {
 }
 
 /// The scan callback: counts the key and keeps its name when it is a lock
-/// record that may go. Nothing is deleted while the scan step runs.
+/// record that may go. Nothing is deleted while the scan step runs. A panic
+/// must not unwind into Redis's C frames: it is caught here.
 unsafe extern "C" fn on_key(
     _ctx: *mut raw::RedisModuleCtx,
+    keyname: *mut raw::RedisModuleString,
+    key: *mut raw::RedisModuleKey,
+    privdata: *mut c_void,
+) {
+    let _ = catch_unwind(AssertUnwindSafe(|| visit(keyname, key, privdata)));
+}
+
+unsafe fn visit(
     keyname: *mut raw::RedisModuleString,
     key: *mut raw::RedisModuleKey,
     privdata: *mut c_void,
