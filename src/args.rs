@@ -125,6 +125,17 @@ pub fn inspect(args: &[&[u8]]) -> Result<(), CommandError> {
     }
 }
 
+/// Longest `REDLOCK.WAIT` timeout (one day); 0 means no limit.
+pub const MAX_WAIT_MS: i64 = 86_400_000;
+
+/// Parses WAIT's arguments: the timeout in ms, 0 for no limit.
+pub fn wait(args: &[&[u8]]) -> Result<u64, CommandError> {
+    match args {
+        [_, _, timeout] => Ok(bounded("timeout-ms", timeout, 0, MAX_WAIT_MS)? as u64),
+        _ => Err(CommandError::WrongArity("redlock.wait")),
+    }
+}
+
 /// Parses APPLY's arguments in the version-1 form.
 pub fn apply_v1<'a>(args: &[&'a [u8]]) -> Result<ApplyV1<'a>, CommandError> {
     let (counter, expiry, owner_bytes): (&[u8], &[u8], &[u8]) = match args {
@@ -348,6 +359,32 @@ mod tests {
             })
         );
         assert!(apply_v1(&[b"a", b"k", b"x", b"0"]).is_err());
+    }
+
+    #[test]
+    fn wait_takes_a_bounded_timeout() {
+        assert_eq!(wait(&[b"w", b"k", b"0"]), Ok(0));
+        assert_eq!(wait(&[b"w", b"k", b"86400000"]), Ok(86_400_000));
+        let cases: &[(&[&[u8]], &str)] = &[
+            (
+                &[b"w", b"k"],
+                "wrong number of arguments for 'redlock.wait'",
+            ),
+            (&[b"w", b"k", b"1", b"2"], "wrong number of arguments"),
+            (&[b"w", b"k", b"x"], "invalid timeout-ms: not an integer"),
+            (
+                &[b"w", b"k", b"-1"],
+                "invalid timeout-ms: must be between 0 and 86400000",
+            ),
+            (
+                &[b"w", b"k", b"86400001"],
+                "invalid timeout-ms: must be between 0 and 86400000",
+            ),
+        ];
+        for (args, expected) in cases {
+            let err = wait(args).unwrap_err().to_string();
+            assert!(err.contains(expected), "{args:?}: {err}");
+        }
     }
 
     #[test]

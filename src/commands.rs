@@ -30,6 +30,7 @@ use crate::lock::{Acquired, LockError, LockState, MonoMillis};
 use crate::owner::hash_owner;
 use crate::persist::{self, Source};
 use crate::store::LockKey;
+use crate::wait;
 
 /// Position of the owner argument in ACQUIRE, RELEASE, EXTEND and FENCE.
 const OWNER_ARG: usize = 2;
@@ -53,6 +54,7 @@ fn update<R>(
     if changed {
         key.put(&state)?;
         ffi::replicate_state(call, &persist::persist_at(&state, now, wall_now()));
+        wait::state_changed(call, &state, now);
         ffi::signal_modified(call, event);
     }
     Ok(result)
@@ -190,6 +192,7 @@ pub fn apply(call: &Call) -> Result<Reply, CommandError> {
     let (mono, wall) = (mono_now(), wall_now());
     let state = persist::restore(&p, source, mono, wall);
     let own = persist::persist_at(&state, mono, wall);
+    wait::state_changed(call, &state, mono);
     let mut key = LockKey::write(call.raw(), key_of(call)?);
     key.put(&state)?;
     ffi::signal_modified(call, c"redlock.apply");
@@ -198,7 +201,8 @@ pub fn apply(call: &Call) -> Result<Reply, CommandError> {
 }
 
 /// `REDLOCK.TESTHOOK WALLCLOCK-OFFSET ms | SKIP-REPLICATION 0|1 |
-/// PROMOTION-GUARD 0|1 | PANIC` (test builds only).
+/// PROMOTION-GUARD 0|1 | REPLICATION-RULE NAIVE|SAFE | PANIC` (test builds
+/// only).
 #[cfg(feature = "test-hooks")]
 pub fn test_hook(call: &Call) -> Result<Reply, CommandError> {
     match call.args.get(1..).unwrap_or_default() {
@@ -217,6 +221,19 @@ pub fn test_hook(call: &Call) -> Result<Reply, CommandError> {
                 _ => return Err(CommandError::NotAnInteger("SKIP-REPLICATION flag (0 or 1)")),
             };
             ffi::SKIP_REPLICATION.store(on, std::sync::atomic::Ordering::Relaxed);
+            Ok(Reply::Ok)
+        }
+        [sub, rule] if sub.eq_ignore_ascii_case(b"REPLICATION-RULE") => {
+            let naive = match &rule[..] {
+                r if r.eq_ignore_ascii_case(b"NAIVE") => true,
+                r if r.eq_ignore_ascii_case(b"SAFE") => false,
+                _ => {
+                    return Err(CommandError::UnknownHook(
+                        "REPLICATION-RULE takes NAIVE or SAFE".into(),
+                    ))
+                }
+            };
+            crate::replication::set_naive_rule(naive);
             Ok(Reply::Ok)
         }
         [sub, flag] if sub.eq_ignore_ascii_case(b"PROMOTION-GUARD") => {

@@ -22,6 +22,8 @@ pub enum Reply {
     Ok,
     /// INSPECT's map (a flat array for RESP2 clients).
     Inspect(Inspection),
+    /// No reply now: the client was blocked and is answered later.
+    Blocked,
 }
 
 /// One command invocation: the context, the argument bytes and the raw key name.
@@ -109,6 +111,7 @@ fn write_reply(ctx: *mut raw::RedisModuleCtx, reply: Result<Reply, CommandError>
         Ok(Reply::Ok) => {
             raw::reply_with_simple_string(ctx, c"OK".as_ptr());
         }
+        Ok(Reply::Blocked) => {}
         Ok(Reply::Inspect(i)) => {
             // A map for RESP3 clients; Redis flattens it to an array for RESP2.
             raw::reply_with_map(ctx, 3);
@@ -143,6 +146,9 @@ pub fn replicate_state(call: &Call, state: &crate::persist::Persisted) {
     let Some(key) = call.key() else {
         return;
     };
+    if !crate::replication::needed(&call.ctx) {
+        return;
+    }
     // SAFETY: ctx and key belong to the command invocation in progress.
     unsafe { crate::persist::replicate(call.raw(), key, state) };
 }

@@ -9,6 +9,8 @@ use redis_module::raw;
 use crate::clock::mono_now;
 use crate::config::{self, max_ttl};
 use crate::guard;
+use crate::replication;
+use crate::wait;
 
 /// Counters shown by `INFO redlock`.
 pub mod stats {
@@ -34,6 +36,16 @@ pub mod stats {
     pub static FENCED: AtomicU64 = AtomicU64::new(0);
     /// FENCE calls refused (not the holder).
     pub static FENCE_MISSED: AtomicU64 = AtomicU64::new(0);
+    /// WAIT calls.
+    pub static WAITS: AtomicU64 = AtomicU64::new(0);
+    /// WAITs answered 1 at once (the lock was free).
+    pub static WAIT_FREE: AtomicU64 = AtomicU64::new(0);
+    /// WAITs answered at once where blocking is not allowed (MULTI, scripts).
+    pub static WAIT_CANNOT_BLOCK: AtomicU64 = AtomicU64::new(0);
+    /// Blocked WAITs answered 1 when the lock became free.
+    pub static WAIT_WOKEN: AtomicU64 = AtomicU64::new(0);
+    /// Blocked WAITs answered 0 at their timeout.
+    pub static WAIT_TIMEOUTS: AtomicU64 = AtomicU64::new(0);
     /// Locks taken over after their lease ran out without a release.
     pub static EXPIRED: AtomicU64 = AtomicU64::new(0);
 
@@ -53,7 +65,7 @@ fn write_info(ctx: *mut raw::RedisModuleInfoCtx) {
         Some((_, remaining)) => (1, remaining),
         None => (0, 0),
     };
-    let counters: [(&CStr, u64); 13] = [
+    let counters: [(&CStr, u64); 22] = [
         (c"acquire_granted", stats::GRANTED.load(Relaxed)),
         (c"acquire_renewed", stats::RENEWED.load(Relaxed)),
         (c"acquire_busy", stats::BUSY.load(Relaxed)),
@@ -65,6 +77,18 @@ fn write_info(ctx: *mut raw::RedisModuleInfoCtx) {
         (c"fence_ok", stats::FENCED.load(Relaxed)),
         (c"fence_missed", stats::FENCE_MISSED.load(Relaxed)),
         (c"expired_leases", stats::EXPIRED.load(Relaxed)),
+        (c"wait_calls", stats::WAITS.load(Relaxed)),
+        (c"wait_free_at_once", stats::WAIT_FREE.load(Relaxed)),
+        (c"wait_not_blocking", stats::WAIT_CANNOT_BLOCK.load(Relaxed)),
+        (c"wait_woken", stats::WAIT_WOKEN.load(Relaxed)),
+        (c"wait_timeouts", stats::WAIT_TIMEOUTS.load(Relaxed)),
+        (c"waiting_clients", wait::waiting_clients()),
+        (c"wait_timers", wait::timers()),
+        (c"effects_unreplicated", replication::skipped()),
+        (
+            c"replication_skip_allowed",
+            u64::from(replication::skipping_allowed()),
+        ),
         (c"grace_active", grace_active),
         (c"grace_remaining_ms", grace_remaining),
     ];

@@ -134,7 +134,7 @@ fn inspect_is_a_map_for_resp3_clients() {
     };
     let keys: Vec<String> = pairs
         .iter()
-        .map(|(k, _)| redis::from_redis_value(k).unwrap())
+        .map(|(k, _)| redis::from_redis_value_ref(k).unwrap())
         .collect();
     assert_eq!(keys, ["held", "pttl", "token"]);
 }
@@ -632,7 +632,8 @@ fn release_build_registers_no_test_hooks() {
             "redlock.extend",
             "redlock.fence",
             "redlock.inspect",
-            "redlock.release"
+            "redlock.release",
+            "redlock.wait"
         ]
     );
 }

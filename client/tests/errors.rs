@@ -230,6 +230,24 @@ async fn expired_before_use_and_released() {
     );
     assert!(!err.is_transient());
 
+    // 2.9 ms is sent as 2 ms, and the validity comes from what was sent:
+    // with no drift factor, the fixed 2 ms margin leaves nothing, however
+    // fast the round (from the untruncated 2.9 ms, 0.9 ms would be left).
+    let exact = Redlock::builder(urls(&nodes))
+        .node_timeout(NODE_TIMEOUT)
+        .drift_factor(0.0)
+        .retry(RetryPolicy::no_retry())
+        .build()
+        .await
+        .unwrap();
+    for _ in 0..20 {
+        let err = exact
+            .try_acquire("truncated", Duration::from_micros(2_900))
+            .await
+            .unwrap_err();
+        assert!(matches!(err, Error::ExpiredBeforeUse { .. }), "{err:?}");
+    }
+
     // With a 2 s lease and a drift margin that eats all of it, the nodes
     // grant the lock and the client releases it at once, long before the
     // lease would end.
@@ -340,52 +358,60 @@ async fn invalid_arguments() {
     );
 }
 
-/// The safety suite's mutation switch: without step 5, a lease that leaves
-/// nothing after the drift margin is still handed out, and the validity is
-/// the full ttl from the end of the acquisition (and of an extension).
+/// A client whose wall clock runs two days ahead of the nodes' sends a
+/// `FLOOR` the nodes refuse: the client reports a clear invalid-argument
+/// error at once, without retrying.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn disabling_the_validity_check_skips_step_5() {
+async fn a_floor_far_ahead_of_the_nodes_clocks_is_a_clear_error_without_retries() {
     let nodes = five();
-    let broken = Redlock::builder(urls(&nodes))
+    for node in &nodes {
+        let mut con = node.connection();
+        // The nodes' clocks read two days earlier than the client's.
+        let _: () = redis::cmd("REDLOCK.TESTHOOK")
+            .arg("WALLCLOCK-OFFSET")
+            .arg(-2 * 86_400_000_i64)
+            .query(&mut con)
+            .unwrap();
+    }
+    let redlock = Redlock::builder(urls(&nodes))
         .node_timeout(NODE_TIMEOUT)
-        .retry(RetryPolicy::no_retry())
-        .unsafe_disable_validity_check()
+        .retry(RetryPolicy {
+            attempts: 5,
+            base_delay: Duration::from_millis(200),
+            jitter: Duration::from_millis(0),
+        })
         .build()
         .await
         .unwrap();
-    // 2 ms minus the 2 ms + 1 % margin leaves nothing: ExpiredBeforeUse
-    // normally (see above), a lock here.
-    let short = broken
-        .try_acquire("unchecked-short", Duration::from_millis(2))
+    let started = std::time::Instant::now();
+    let err = redlock
+        .acquire("ahead", Duration::from_secs(5))
         .await
-        .unwrap()
-        .expect("not busy");
-    drop(short);
-
-    let ttl = Duration::from_secs(2);
-    // ttl − (ttl × 0.01 + 2 ms): the most a checked lock can ever show.
-    let margin = ttl.mul_f64(0.01) + Duration::from_millis(2);
-    let checked_max = ttl - margin;
-    let before = std::time::Instant::now();
-    let mut lock = broken.acquire("unchecked", ttl).await.unwrap();
-    let validity = lock.validity();
+        .unwrap_err();
+    assert!(matches!(err, Error::InvalidArgument(_)), "{err:?}");
+    let text = err.to_string();
+    assert!(text.contains("more than one day ahead"), "{text}");
+    assert!(!err.is_transient());
     assert!(
-        validity > checked_max,
-        "validity {validity:?} after {:?}",
-        before.elapsed()
+        started.elapsed() < Duration::from_millis(200),
+        "retried: {:?}",
+        started.elapsed()
     );
-    assert!(validity <= ttl, "{validity:?}");
-    lock.extend(ttl).await.unwrap();
-    let validity = lock.validity();
-    assert!(validity > checked_max, "extended validity {validity:?}");
-    lock.release().await.unwrap();
-
-    // The same steps with the check: ttl − elapsed − margin, never more
-    // than ttl − margin.
-    let checked = client(&nodes).await;
-    let mut lock = checked.acquire("checked", ttl).await.unwrap();
-    assert!(lock.validity() <= checked_max, "{:?}", lock.validity());
-    lock.extend(ttl).await.unwrap();
-    assert!(lock.validity() <= checked_max, "{:?}", lock.validity());
-    lock.release().await.unwrap();
+    for node in &nodes {
+        let mut con = node.connection();
+        let stats: String = redis::cmd("INFO")
+            .arg("commandstats")
+            .query(&mut con)
+            .unwrap();
+        let line = stats
+            .lines()
+            .find(|l| l.to_lowercase().starts_with("cmdstat_redlock.acquire:"))
+            .unwrap_or_default();
+        assert!(line.contains("calls=1,"), "{line}");
+        let v: redis::Value = redis::cmd("REDLOCK.INSPECT")
+            .arg("ahead")
+            .query(&mut con)
+            .unwrap();
+        assert_eq!(v, redis::Value::Nil, "a refused ACQUIRE created the key");
+    }
 }

@@ -354,11 +354,13 @@ fn counter(node: &Node, key: &str) -> Option<u64> {
 
 /// One field of `REDLOCK.INSPECT key` on `node` (0 for a missing key).
 fn inspect_field(node: &Node, key: &str, field: &str) -> Option<u64> {
-    let mut con = direct(node)?;
-    let v: redis::Value = redis::cmd("REDLOCK.INSPECT")
-        .arg(key)
-        .query(&mut con)
-        .ok()?;
+    inspect_reply_field(&mut direct(node)?, key, field)
+}
+
+/// One field of `REDLOCK.INSPECT key` on an open connection (0 for a
+/// missing key).
+fn inspect_reply_field(con: &mut redis::Connection, key: &str, field: &str) -> Option<u64> {
+    let v: redis::Value = redis::cmd("REDLOCK.INSPECT").arg(key).query(con).ok()?;
     let items = match v {
         redis::Value::Nil => return Some(0),
         redis::Value::Array(items) => items,
@@ -367,10 +369,10 @@ fn inspect_field(node: &Node, key: &str, field: &str) -> Option<u64> {
     };
     let mut it = items.into_iter();
     while let Some(k) = it.next() {
-        let name: Option<String> = redis::from_redis_value(&k).ok();
+        let name: Option<String> = redis::from_redis_value(k).ok();
         let val = it.next()?;
         if name.as_deref() == Some(field) {
-            return redis::from_redis_value(&val).ok();
+            return redis::from_redis_value(val).ok();
         }
     }
     None
@@ -836,10 +838,27 @@ fn inject(cfg: &RunConfig, c: &mut Cluster, rec: &Recorder, pids: &[u32], deadli
             FaultType::PromoteLaggingReplica => {
                 let order = pick(&mut rng, NODES, 3);
                 let (i, cut) = (order[0], &order[1..]);
-                // Acquisitions now land on member i and the two others only.
-                for &j in cut {
-                    c.proxies[j].set(Fault::Blackhole);
-                }
+                // The danger: a lock granted by a quorum that includes
+                // member i, while i's replica falls behind (its link holds
+                // everything back) and is then promoted. Two members are cut
+                // off meanwhile, so that such a grant lands on a bare quorum.
+                // Start from a lock that is free on the master and on its
+                // replica (so that the replica missed a grant, not a release),
+                // then kill the master as soon as it holds a new grant (or,
+                // after a while, whatever it holds).
+                let cut_now = |on: bool| {
+                    let fault = if on { Fault::Blackhole } else { Fault::None };
+                    if !on {
+                        for &j in cut {
+                            c.proxies[j].reset_connections();
+                        }
+                        c.links[i].reset_connections();
+                    }
+                    for &j in cut {
+                        c.proxies[j].set(fault);
+                    }
+                    c.links[i].set(fault);
+                };
                 start(
                     rec,
                     id,
@@ -852,33 +871,51 @@ fn inject(cfg: &RunConfig, c: &mut Cluster, rec: &Recorder, pids: &[u32], deadli
                     ),
                     false,
                 );
-                // The replica falls behind: its link holds everything back.
-                c.links[i].set(Fault::Blackhole);
-                // Once the lock is free, kill the master as soon as it holds
-                // a lock granted after that: a grant that the replica and the
-                // two cut-off members never saw (or, after a while, whatever
-                // it holds).
-                let any_held = |node: &Node| {
-                    c.keys
-                        .iter()
-                        .any(|key| inspect_field(node, key, "held") == Some(1))
-                };
-                let free_until = mono_ns() + 2 * ttl * 1_000_000;
-                while mono_ns() < free_until && any_held(&c.nodes[i]) {
-                    std::thread::sleep(Duration::from_millis(2));
-                }
-                let tokens: Vec<Option<u64>> =
-                    c.keys.iter().map(|key| counter(&c.nodes[i], key)).collect();
-                let lag_until = mono_ns() + ms(300, 600, &mut rng).as_nanos() as u64;
-                while mono_ns() < lag_until {
-                    let held = c.keys.iter().zip(&tokens).any(|(key, before)| {
-                        inspect_field(&c.nodes[i], key, "held") == Some(1)
-                            && counter(&c.nodes[i], key) > *before
-                    });
-                    if held {
-                        break;
+                if let Some(mut con) = direct(&c.nodes[i]) {
+                    let any_held = |con: &mut redis::Connection| {
+                        c.keys
+                            .iter()
+                            .any(|key| inspect_reply_field(con, key, "held") == Some(1))
+                    };
+                    let give_up = mono_ns() + 3 * ttl * 1_000_000;
+                    let mut tokens = None;
+                    while tokens.is_none() && mono_ns() < give_up {
+                        if any_held(&mut con) {
+                            std::thread::sleep(Duration::from_micros(500));
+                            continue;
+                        }
+                        // The replica has everything up to the free lock.
+                        let _ = redis::cmd("WAIT").arg(1).arg(200).query::<i64>(&mut con);
+                        cut_now(true);
+                        if any_held(&mut con) {
+                            // Taken in between, possibly before the cut: again.
+                            cut_now(false);
+                            continue;
+                        }
+                        tokens = Some(
+                            c.keys
+                                .iter()
+                                .map(|key| inspect_reply_field(&mut con, key, "token"))
+                                .collect::<Vec<Option<u64>>>(),
+                        );
                     }
-                    std::thread::sleep(Duration::from_millis(2));
+                    if tokens.is_none() {
+                        cut_now(true);
+                    }
+                    let tokens = tokens.unwrap_or_default();
+                    let lag_until = mono_ns() + ms(300, 600, &mut rng).as_nanos() as u64;
+                    while mono_ns() < lag_until {
+                        let held = c.keys.iter().zip(&tokens).any(|(key, before)| {
+                            inspect_reply_field(&mut con, key, "held") == Some(1)
+                                && inspect_reply_field(&mut con, key, "token") > *before
+                        });
+                        if held {
+                            break;
+                        }
+                        std::thread::sleep(Duration::from_micros(500));
+                    }
+                } else {
+                    cut_now(true);
                 }
                 c.nodes[i].kill();
                 // What the link held back is lost with the master.

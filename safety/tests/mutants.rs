@@ -140,6 +140,9 @@ fn mutant_effects_not_replicated_to_aof_is_caught() {
 fn mutant_promotion_guard_off_is_caught() {
     let (mut cfg, _dir) = config("promotion_guard_off", FaultType::PromoteLaggingReplica, 15);
     cfg.no_promotion_guard = true;
+    if let Ok(dir) = std::env::var("REDLOCK_KEEP_HISTORY") {
+        cfg.out = dir.into();
+    }
     // Two tasks: few busy attempts, so few leftover grants block the quorum
     // of three that the failover leaves.
     cfg.tasks = 2;
