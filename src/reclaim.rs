@@ -3,8 +3,10 @@
 //! A module timer runs a tick every [`TICK_MS`]. A tick walks the keyspace
 //! with a `RedisModule_Scan` cursor kept across ticks (every database in
 //! turn) and stops after [`TICK_BUDGET_US`] or [`TICK_MAX_KEYS`] keys, so
-//! the work per tick is bounded whatever the number of records; when it ran
-//! out of budget, the next tick comes after [`BUSY_TICK_MS`] instead.
+//! the work per tick is bounded whatever the number of records. Like Redis's
+//! active expiry, the pace follows what a tick finds: when at least a
+//! quarter of the keys it visited were reclaimed, the next tick comes after
+//! [`BUSY_TICK_MS`] instead.
 //!
 //! Only a master sweeps: a replica (checked at every tick) keeps what its
 //! master sends, and the master's deletes reach it, and the AOF, as `DEL`.
@@ -33,11 +35,17 @@ use crate::store::LockKey;
 /// Pause between ticks when the last one finished its work.
 pub const TICK_MS: i64 = 100;
 /// Pause between ticks when the last one ran out of budget.
-pub const BUSY_TICK_MS: i64 = 10;
-/// Time budget of one tick, checked after every scan step.
-pub const TICK_BUDGET_US: u64 = 1_000;
+pub const BUSY_TICK_MS: i64 = 1;
+/// Time budget of one tick, checked after every scan step. Short and
+/// frequent ticks: a command that arrives during one waits at most this
+/// long, and a sweep with much to delete still uses about a sixth of the
+/// main thread.
+pub const TICK_BUDGET_US: u64 = 200;
 /// Keys one tick visits at most.
-pub const TICK_MAX_KEYS: u64 = 2_000;
+pub const TICK_MAX_KEYS: u64 = 1_000;
+/// A tick longer than this is counted as slow (`sweep_slow_ticks`): far
+/// over the budget, so the thread was descheduled or a step stalled.
+pub const SLOW_TICK_US: u64 = 1_000;
 
 /// Sweep statistics shown by `INFO redlock`.
 pub mod stats {
@@ -55,6 +63,11 @@ pub mod stats {
     pub static LONGEST_TICK_US: AtomicU64 = AtomicU64::new(0);
     /// The last tick, in µs.
     pub static LAST_TICK_US: AtomicU64 = AtomicU64::new(0);
+    /// Ticks longer than [`super::SLOW_TICK_US`].
+    pub static SLOW_TICKS: AtomicU64 = AtomicU64::new(0);
+    /// The most CPU time one tick used, in µs: its own work, without the
+    /// time the thread was descheduled.
+    pub static LONGEST_TICK_CPU_US: AtomicU64 = AtomicU64::new(0);
 }
 
 /// Number of databases (`databases`), read at load.
@@ -103,6 +116,7 @@ struct Step {
     now: MonoMillis,
     wall_us: u64,
     visited: u64,
+    deleted: u64,
     found: Vec<*mut raw::RedisModuleString>,
 }
 
@@ -113,6 +127,7 @@ fn tick(ctx: *mut raw::RedisModuleCtx) -> i64 {
         return TICK_MS;
     }
     let started = Instant::now();
+    let cpu_started = thread_cpu_us();
     let mut step = Step {
         rule: ReclaimRule {
             after_ms,
@@ -121,6 +136,7 @@ fn tick(ctx: *mut raw::RedisModuleCtx) -> i64 {
         now: mono_now(),
         wall_us: wall_now_us(),
         visited: 0,
+        deleted: 0,
         found: Vec::new(),
     };
     let delay = POSITION.with(|cell| {
@@ -145,6 +161,10 @@ fn tick(ctx: *mut raw::RedisModuleCtx) -> i64 {
     let took = started.elapsed().as_micros() as u64;
     stats::LAST_TICK_US.store(took, Relaxed);
     stats::LONGEST_TICK_US.fetch_max(took, Relaxed);
+    if took > SLOW_TICK_US {
+        stats::SLOW_TICKS.fetch_add(1, Relaxed);
+    }
+    stats::LONGEST_TICK_CPU_US.fetch_max(thread_cpu_us().saturating_sub(cpu_started), Relaxed);
     delay
 }
 
@@ -183,9 +203,26 @@ fn sweep(
             }
         }
         if step.visited >= TICK_MAX_KEYS || started.elapsed().as_micros() as u64 >= TICK_BUDGET_US {
-            return BUSY_TICK_MS;
+            return if step.deleted * 4 >= step.visited {
+                BUSY_TICK_MS
+            } else {
+                TICK_MS
+            };
         }
     }
+}
+
+/// CPU time of the calling thread in µs (0 when unavailable).
+fn thread_cpu_us() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: ts is a valid timespec for the call to fill.
+    if unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) } != 0 {
+        return 0;
+    }
+    (ts.tv_sec as u64).saturating_mul(1_000_000) + ts.tv_nsec as u64 / 1_000
 }
 
 /// A master that is not loading: a replica never reclaims by itself.
@@ -203,9 +240,18 @@ unsafe fn select_db(ctx: *mut raw::RedisModuleCtx, db: c_int) {
 }
 
 /// The scan callback: counts the key and keeps its name when it is a lock
-/// record that may go. Nothing is deleted while the scan step runs.
+/// record that may go. Nothing is deleted while the scan step runs. A panic
+/// must not unwind into Redis's C frames: it is caught here.
 unsafe extern "C" fn on_key(
     _ctx: *mut raw::RedisModuleCtx,
+    keyname: *mut raw::RedisModuleString,
+    key: *mut raw::RedisModuleKey,
+    privdata: *mut c_void,
+) {
+    let _ = catch_unwind(AssertUnwindSafe(|| visit(keyname, key, privdata)));
+}
+
+unsafe fn visit(
     keyname: *mut raw::RedisModuleString,
     key: *mut raw::RedisModuleKey,
     privdata: *mut c_void,
@@ -266,6 +312,7 @@ unsafe fn reclaim_found(ctx: *mut raw::RedisModuleCtx, step: &mut Step) {
                 );
             }
             stats::RECLAIMED.fetch_add(1, Relaxed);
+            step.deleted += 1;
         }
         if let Some(free) = raw::RedisModule_FreeString {
             free(std::ptr::null_mut(), name);

@@ -81,7 +81,12 @@ fn a_record_meeting_the_rule_disappears_after_reclaim_after() {
     let released = Instant::now();
     assert_eq!(info_u64(&mut con, "redlock_records"), 1);
     std::thread::sleep(Duration::from_millis(RECLAIM_AFTER_MS * 7 / 10));
-    assert!(exists(&mut con, "k"), "reclaimed before reclaim-after");
+    let present = exists(&mut con, "k");
+    let at = released.elapsed();
+    assert!(
+        present || at >= Duration::from_millis(RECLAIM_AFTER_MS),
+        "reclaimed {at:?} after its release"
+    );
     wait_gone(&mut con, "k", Duration::from_secs(3));
     let took = released.elapsed();
     assert!(
@@ -90,7 +95,7 @@ fn a_record_meeting_the_rule_disappears_after_reclaim_after() {
     );
     // About one sweep period (100 ms) late; the margin is for a loaded machine.
     assert!(
-        took < Duration::from_millis(RECLAIM_AFTER_MS + 700),
+        took < Duration::from_millis(RECLAIM_AFTER_MS + 1_000),
         "gone after {took:?}"
     );
     let mut seen = Vec::new();
@@ -133,18 +138,27 @@ fn a_held_record_stays() {
 /// and goes reclaim-after after that change.
 #[test]
 fn a_recently_changed_record_stays() {
-    let node = builder().start();
+    let after_ms = 3 * RECLAIM_AFTER_MS;
+    let node = builder()
+        .config("redlock.reclaim-after-ms", &after_ms.to_string())
+        .start();
     let mut con = node.connection();
     take_and_release(&mut con, "busy");
-    std::thread::sleep(Duration::from_millis(RECLAIM_AFTER_MS * 7 / 10));
+    let first = Instant::now();
+    std::thread::sleep(Duration::from_millis(after_ms * 7 / 10));
     take_and_release(&mut con, "busy");
     let changed = Instant::now();
-    control(&mut con);
-    std::thread::sleep(Duration::from_millis(RECLAIM_AFTER_MS * 6 / 10));
+    std::thread::sleep(Duration::from_millis(after_ms * 6 / 10));
     // The first release is reclaim-after old, the last change is not.
-    assert!(exists(&mut con, "busy"));
-    wait_gone(&mut con, "busy", Duration::from_secs(3));
-    assert!(changed.elapsed() >= Duration::from_millis(RECLAIM_AFTER_MS));
+    let present = exists(&mut con, "busy");
+    assert!(first.elapsed() >= Duration::from_millis(after_ms));
+    assert!(
+        present || changed.elapsed() >= Duration::from_millis(after_ms),
+        "reclaimed {:?} after its last change",
+        changed.elapsed()
+    );
+    wait_gone(&mut con, "busy", Duration::from_secs(6));
+    assert!(changed.elapsed() >= Duration::from_millis(after_ms));
 }
 
 /// Acquired without FLOOR (plain redis-cli): the record is kept for ever.
@@ -311,8 +325,12 @@ fn reclamation_is_replicated_and_replicas_never_reclaim_by_themselves() {
     for i in 0..50 {
         take_and_release(&mut m, &format!("idle:{i}"));
     }
+    // Two records the rule keeps, released so that the digest does not
+    // depend on when each node sees a lease end.
     assert_eq!(acquire(&mut m, "plain", "o", MAX_TTL_MS), Some(1));
+    assert_eq!(release(&mut m, "plain", "o"), 1);
     acquire_floor(&mut m, "ahead", "o", MAX_TTL_MS, now_us() + 3_600_000_000).unwrap();
+    assert_eq!(release(&mut m, "ahead", "o"), 1);
     wait_replicated(&mut m);
     assert_eq!(keys(&mut r).len(), 52);
     wait_until(Duration::from_secs(5), "reclaimed on the master", || {
@@ -343,7 +361,7 @@ fn reclamation_is_replicated_and_replicas_never_reclaim_by_themselves() {
 #[test]
 fn reclamation_and_idle_time_survive_restarts_from_aof_and_rdb() {
     for aof in [true, false] {
-        let reclaim_after: u64 = 3_000;
+        let reclaim_after: u64 = 4_000;
         let mut b = builder().config("redlock.reclaim-after-ms", &reclaim_after.to_string());
         if aof {
             b = b.config("appendonly", "yes");
@@ -355,7 +373,7 @@ fn reclamation_and_idle_time_survive_restarts_from_aof_and_rdb() {
         take_and_release(&mut con, "idle");
         let released = Instant::now();
         assert_eq!(acquire(&mut con, "plain", "o", MAX_TTL_MS), Some(1));
-        std::thread::sleep(Duration::from_millis(reclaim_after / 2));
+        std::thread::sleep(Duration::from_millis(reclaim_after * 3 / 4));
         if !aof {
             let _: () = redis::cmd("SAVE").query(&mut con).unwrap();
         }
@@ -367,13 +385,13 @@ fn reclamation_and_idle_time_survive_restarts_from_aof_and_rdb() {
         );
         assert!(exists(&mut con, "idle"), "aof {aof}");
         assert!(exists(&mut con, "plain"), "aof {aof}");
-        wait_gone(&mut con, "idle", Duration::from_secs(6));
+        wait_gone(&mut con, "idle", Duration::from_secs(10));
         // Idle time kept across the restart: gone reclaim-after after its
-        // release, not reclaim-after after the restart.
+        // release (4 s), not reclaim-after after the restart (7 s or more).
         let took = released.elapsed();
         assert!(
             took >= Duration::from_millis(reclaim_after)
-                && took < Duration::from_millis(reclaim_after + 1_200),
+                && took < Duration::from_millis(reclaim_after * 3 / 2),
             "aof {aof}: gone {took:?} after release"
         );
         assert!(exists(&mut con, "plain"), "aof {aof}");

@@ -51,8 +51,8 @@ impl ReclaimPlan {
     pub const SMOKE: ReclaimPlan = ReclaimPlan {
         rate: 500,
         reclaim_after_ms: 1_000,
-        duration: Duration::from_secs(3),
-        idle_records: 20_000,
+        duration: Duration::from_secs(2),
+        idle_records: 10_000,
     };
 }
 
@@ -77,7 +77,7 @@ pub struct SteadyRun {
     pub longest_tick_us: u64,
 }
 
-/// Both steady-state runs.
+/// Both steady-state runs (side by side).
 #[derive(Clone, Debug)]
 pub struct Steady {
     /// The plan.
@@ -99,6 +99,10 @@ pub struct IdleSweep {
     pub longest_tick_us: u64,
     /// Sweep ticks that did work.
     pub ticks: u64,
+    /// Ticks over 1 ms (`sweep_slow_ticks`).
+    pub slow_ticks: u64,
+    /// The most CPU time one tick used, µs (without descheduled time).
+    pub longest_tick_cpu_us: u64,
     /// `PING` latency before the sweep.
     pub ping_before: Percentiles,
     /// `PING` latency during the sweep.
@@ -133,12 +137,27 @@ fn node(builder: &NodeBuilder, reclaim_after_ms: u64) -> Node {
         .start()
 }
 
-/// Runs both scenarios on nodes built from `builder` (the module already set).
+/// Runs both scenarios on nodes built from `builder` (the module already
+/// set). The two steady-state runs go side by side, each on its own node
+/// and connection, so that whatever else loads the machine weighs on both.
 pub fn run(builder: &NodeBuilder, plan: ReclaimPlan) -> Result<(Steady, IdleSweep), String> {
-    let on = steady(builder, plan, plan.reclaim_after_ms)?;
-    let off = steady(builder, plan, 0)?;
+    let off = {
+        let builder = builder.clone();
+        std::thread::spawn(move || steady(&builder, plan, 0))
+    };
+    let on = steady(builder, plan, plan.reclaim_after_ms);
+    let off = off
+        .join()
+        .map_err(|_| "steady state without reclamation panicked".to_string())?;
     let idle = idle_sweep(builder, plan.idle_records)?;
-    Ok((Steady { plan, on, off }, idle))
+    Ok((
+        Steady {
+            plan,
+            on: on?,
+            off: off?,
+        },
+        idle,
+    ))
 }
 
 /// Fresh names at `plan.rate` for `plan.duration`, ACQUIRE (FLOOR, timed)
@@ -297,6 +316,8 @@ fn idle_sweep(builder: &NodeBuilder, n: u64) -> Result<IdleSweep, String> {
         took,
         longest_tick_us: info_u64(&mut con, "redlock_sweep_longest_tick_us")?,
         ticks: info_u64(&mut con, "redlock_sweep_ticks")?,
+        slow_ticks: info_u64(&mut con, "redlock_sweep_slow_ticks")?,
+        longest_tick_cpu_us: info_u64(&mut con, "redlock_sweep_longest_tick_cpu_us")?,
         ping_before: before.percentiles().ok_or("no PING before")?,
         ping_during: during.percentiles().ok_or("no PING during the sweep")?,
         ping_max_during_us: max,
@@ -370,12 +391,14 @@ impl IdleSweep {
     pub fn print(&self) {
         println!();
         println!(
-            "Reclamation, {} idle records at once: all gone in {:.1} s ({:.0} records/s) over {} ticks; longest tick {} µs",
+            "Reclamation, {} idle records at once: all gone in {:.1} s ({:.0} records/s) over {} ticks; longest tick {} µs wall clock, {} µs CPU; {} ticks over 1 ms",
             self.records,
             self.took.as_secs_f64(),
             self.records as f64 / self.took.as_secs_f64().max(1e-9),
             self.ticks,
-            self.longest_tick_us
+            self.longest_tick_us,
+            self.longest_tick_cpu_us,
+            self.slow_ticks
         );
         println!(
             "- PING p50 / p99 / p99.9 µs: before {:.0} / {:.0} / {:.0}, during the sweep {:.0} / {:.0} / {:.0} (max {:.0})",

@@ -1343,6 +1343,10 @@ async fn reclaim_section(module: &Path, smoke: bool, figures: &mut Figures) -> R
         "reclaim_longest_tick_us",
         Some(idle.longest_tick_us.max(steady.on.longest_tick_us) as f64),
     );
+    figures.put(
+        "reclaim_longest_tick_cpu_us",
+        Some(idle.longest_tick_cpu_us as f64),
+    );
     figures.put("reclaim_ping_p99_during_us", Some(idle.ping_during.p99));
     Ok(())
 }
