@@ -1,6 +1,9 @@
 //! `redlock`: take, release, inspect and run under fenced Redlock locks from
 //! the shell. See `redlock --help`.
 
+#[path = "redlock/job.rs"]
+mod job;
+
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -102,11 +105,29 @@ enum Command {
     /// Run a command while holding the lock, like flock(1) for a fleet.
     ///
     /// The lock is extended while the command runs; the token is passed in
-    /// REDLOCK_TOKEN (and the key in REDLOCK_KEY); if the lock is lost, the
-    /// command gets SIGTERM, then SIGKILL after --kill-after, and redlock
-    /// exits with code 4; otherwise redlock exits with the command's status.
-    /// The lock is released when the command exits. SIGTERM, SIGINT and
-    /// SIGHUP sent to redlock are passed on to the command.
+    /// REDLOCK_TOKEN (and the key in REDLOCK_KEY). The command runs in a
+    /// process group of its own, and every signal goes to that whole group,
+    /// so that no process it started outlives the lock:
+    ///
+    /// - lock lost: SIGTERM, then SIGKILL after --kill-after; exit code 4.
+    ///
+    /// - SIGTERM, SIGINT, SIGHUP or SIGQUIT sent to redlock: passed on, then
+    ///   SIGKILL after --kill-after; redlock exits with the command's status.
+    ///
+    /// - the command exits but left processes in its group: they get
+    ///   SIGTERM, then SIGKILL after --kill-after.
+    ///
+    /// The lock is released only once no process of the group is left;
+    /// redlock then exits with the command's status.
+    ///
+    /// Terminal: when redlock is the foreground job of a terminal, the
+    /// command's group gets the terminal while it runs (as a shell does for
+    /// a job): the command reads typed input, and Ctrl-C, Ctrl-\ and Ctrl-Z
+    /// reach its whole group (after Ctrl-C ended the command, redlock
+    /// releases the lock and dies of SIGINT too). Ctrl-Z stops redlock too (the lease is not
+    /// extended while stopped; a stop longer than the lease loses the lock);
+    /// `fg` resumes both. Run in the background or without a terminal, the
+    /// terminal is left alone.
     Run {
         /// The lock's name.
         key: String,
@@ -116,7 +137,8 @@ enum Command {
         /// Keep trying for about this long while the lock is busy.
         #[arg(long, default_value = "0s", value_parser = parse_duration)]
         wait: Duration,
-        /// When the lock is lost: time between SIGTERM and SIGKILL.
+        /// Time between SIGTERM (or the signal passed on) and SIGKILL to the
+        /// command's process group.
         #[arg(long, default_value = "10s", value_parser = parse_duration)]
         kill_after: Duration,
         /// The command and its arguments, after `--`.
@@ -383,9 +405,17 @@ async fn inspect(redlock: &Redlock, out: Out, key: &str) -> u8 {
 
 /// How the command under `run` ended.
 enum RunEnd {
-    Exited(std::process::ExitStatus),
+    /// The command exited (and its whole process group is gone);
+    /// `terminal`: its group had the terminal.
+    Exited {
+        status: std::process::ExitStatus,
+        terminal: bool,
+    },
+    /// The lock was lost; the group was terminated (the command's status).
     Lost(Option<std::process::ExitStatus>),
+    /// The command could not be started.
     NotStarted(std::io::Error),
+    /// Waiting for the command failed (its group was still terminated).
     WaitFailed(std::io::Error),
 }
 
@@ -398,30 +428,63 @@ fn status_code(status: std::process::ExitStatus) -> u8 {
     }
 }
 
-fn send_signal(child: &tokio::process::Child, sig: libc::c_int) {
-    if let Some(pid) = child.id() {
-        // SAFETY: kill(2) on the pid of our own child, which we have not reaped.
-        unsafe {
-            libc::kill(pid as libc::pid_t, sig);
+/// How often `run` checks whether the rest of the command's group is gone
+/// after the command itself exited.
+const GROUP_POLL: Duration = Duration::from_millis(10);
+
+/// The signals that ask `run` to stop; they are passed on to the
+/// command's group.
+struct StopSignals(Vec<(libc::c_int, tokio::signal::unix::Signal)>);
+
+impl StopSignals {
+    fn install() -> Self {
+        use tokio::signal::unix::{signal, SignalKind};
+        StopSignals(
+            [
+                (libc::SIGTERM, SignalKind::terminate()),
+                (libc::SIGINT, SignalKind::interrupt()),
+                (libc::SIGHUP, SignalKind::hangup()),
+                (libc::SIGQUIT, SignalKind::quit()),
+            ]
+            .into_iter()
+            .filter_map(|(number, kind)| signal(kind).ok().map(|s| (number, s)))
+            .collect(),
+        )
+    }
+
+    /// The next stop signal received.
+    async fn next(&mut self) -> libc::c_int {
+        if self.0.is_empty() {
+            return std::future::pending().await;
         }
+        let waits = self.0.iter_mut().map(|(number, s)| {
+            let number = *number;
+            Box::pin(async move {
+                s.recv().await;
+                number
+            })
+        });
+        futures_util::future::select_all(waits).await.0
     }
 }
 
-/// SIGTERM, then SIGKILL after `kill_after`; reaps the child.
-async fn terminate(
-    child: &mut tokio::process::Child,
-    kill_after: Duration,
-) -> Option<std::process::ExitStatus> {
-    send_signal(child, libc::SIGTERM);
-    match tokio::time::timeout(kill_after, child.wait()).await {
-        Ok(status) => status.ok(),
-        Err(_) => {
-            let _ = child.start_kill();
-            child.wait().await.ok()
+/// The next SIGCHLD (never, when it could not be watched).
+async fn child_changed(sigchld: &mut Option<tokio::signal::unix::Signal>) {
+    match sigchld {
+        Some(s) => {
+            s.recv().await;
         }
+        None => std::future::pending().await,
     }
 }
 
+/// Runs the command in a process group of its own while the lock is held.
+///
+/// The group is signalled as a whole: SIGTERM when the lock is lost or
+/// when the command exited and left processes behind, the received signal
+/// when `run` is asked to stop (SIGTERM, SIGINT, SIGHUP, SIGQUIT); SIGKILL
+/// `kill_after` after the first of these. The closure returns (and the lock
+/// is released) only once no process of the group is left.
 async fn run_command(
     redlock: &Redlock,
     out: Out,
@@ -430,46 +493,78 @@ async fn run_command(
     kill_after: Duration,
     argv: &[String],
 ) -> u8 {
-    use tokio::signal::unix::{signal, SignalKind};
     let Some((program, args)) = argv.split_first() else {
         return out.fail("invalid_argument", "no command given after --", EXIT_USAGE);
     };
     let result = redlock
         .with_lock(key, ttl, |guard| async move {
-            let spawned = tokio::process::Command::new(program)
+            // Installed before the command starts, so that no stop request
+            // can end `run` and leave the command running unlocked.
+            let mut stop_signals = StopSignals::install();
+            let mut sigchld =
+                tokio::signal::unix::signal(tokio::signal::unix::SignalKind::child()).ok();
+            job::adopt_orphans();
+            let terminal = job::Terminal::foreground();
+            let mut command = tokio::process::Command::new(program);
+            command
                 .args(args)
                 .env("REDLOCK_TOKEN", guard.token().to_string())
                 .env("REDLOCK_KEY", guard.key())
-                .kill_on_drop(true)
-                .spawn();
-            let mut child = match spawned {
-                Ok(child) => child,
+                .kill_on_drop(true);
+            let (mut child, group) = match job::spawn(&mut command, terminal.as_ref()) {
+                Ok(started) => started,
                 Err(e) => return RunEnd::NotStarted(e),
             };
-            // Forward termination signals to the command, and keep waiting
-            // for it (the lock is released after it exits).
-            let mut term = signal(SignalKind::terminate()).ok();
-            let mut int = signal(SignalKind::interrupt()).ok();
-            let mut hup = signal(SignalKind::hangup()).ok();
-            async fn recv(s: &mut Option<tokio::signal::unix::Signal>) {
-                match s {
-                    Some(s) => {
-                        s.recv().await;
+            let leader = child.id();
+            let mut status: Option<std::io::Result<std::process::ExitStatus>> = None;
+            let mut lost = false;
+            let mut kill_at: Option<tokio::time::Instant> = None;
+            let mut killed = false;
+            let stop = |sig: libc::c_int, kill_at: &mut Option<tokio::time::Instant>| {
+                group.signal(sig);
+                kill_at.get_or_insert_with(|| tokio::time::Instant::now() + kill_after);
+            };
+            loop {
+                if status.is_some() {
+                    if group.is_gone() {
+                        break;
                     }
-                    None => std::future::pending().await,
+                    if kill_at.is_none() {
+                        tracing::debug!("the command exited and left processes in its group: terminating them");
+                        stop(libc::SIGTERM, &mut kill_at);
+                    }
+                }
+                let escalate = kill_at.filter(|_| !killed);
+                tokio::select! {
+                    s = child.wait(), if status.is_none() => status = Some(s),
+                    _ = guard.lost(), if !lost => {
+                        lost = true;
+                        stop(libc::SIGTERM, &mut kill_at);
+                    }
+                    sig = stop_signals.next() => stop(sig, &mut kill_at),
+                    _ = child_changed(&mut sigchld), if terminal.is_some() && status.is_none() => {
+                        if let (Some(terminal), Some(pid)) = (&terminal, leader) {
+                            follow_stop(terminal, group, pid);
+                        }
+                    }
+                    _ = tokio::time::sleep_until(escalate.unwrap_or_else(tokio::time::Instant::now)), if escalate.is_some() => {
+                        group.signal(libc::SIGKILL);
+                        killed = true;
+                    }
+                    _ = tokio::time::sleep(GROUP_POLL), if status.is_some() => {}
                 }
             }
-            loop {
-                tokio::select! {
-                    status = child.wait() => return match status {
-                        Ok(s) => RunEnd::Exited(s),
-                        Err(e) => RunEnd::WaitFailed(e),
-                    },
-                    _ = guard.lost() => return RunEnd::Lost(terminate(&mut child, kill_after).await),
-                    _ = recv(&mut term) => send_signal(&child, libc::SIGTERM),
-                    _ = recv(&mut int) => send_signal(&child, libc::SIGINT),
-                    _ = recv(&mut hup) => send_signal(&child, libc::SIGHUP),
-                }
+            let had_terminal = terminal.is_some();
+            drop(terminal);
+            match (status, lost) {
+                (Some(Ok(s)), true) => RunEnd::Lost(Some(s)),
+                (_, true) => RunEnd::Lost(None),
+                (Some(Ok(status)), false) => RunEnd::Exited {
+                    status,
+                    terminal: had_terminal,
+                },
+                (Some(Err(e)), false) => RunEnd::WaitFailed(e),
+                (None, false) => RunEnd::WaitFailed(std::io::Error::other("no exit status")),
             }
         })
         .await;
@@ -480,7 +575,13 @@ async fn run_command(
             EXIT_BUSY,
         ),
         Err(e) => out.error(&e),
-        Ok(RunEnd::Exited(status)) => status_code(status),
+        Ok(RunEnd::Exited { status, terminal }) => {
+            use std::os::unix::process::ExitStatusExt;
+            if terminal && status.signal() == Some(libc::SIGINT) {
+                die_of_sigint();
+            }
+            status_code(status)
+        }
         Ok(RunEnd::Lost(status)) => out.fail(
             "lost",
             &format!(
@@ -507,6 +608,38 @@ async fn run_command(
             EXIT_ERROR,
         ),
     }
+}
+
+/// Ends `redlock` by SIGINT, after Ctrl-C ended the command that had the
+/// terminal (the lock is released by then). Ctrl-C reached only the
+/// command's group; dying of the same signal tells a calling shell script
+/// that the user interrupted it, so that the script stops as well instead
+/// of going on with its next command.
+fn die_of_sigint() -> ! {
+    // SAFETY: resets SIGINT to its default action and raises it; no memory
+    // is involved.
+    unsafe {
+        libc::signal(libc::SIGINT, libc::SIG_DFL);
+        libc::raise(libc::SIGINT);
+    }
+    std::process::exit(128 + libc::SIGINT)
+}
+
+/// The command was stopped from the terminal (Ctrl-Z): stop `redlock` as
+/// well, so that the shell sees the job stopped and gets the terminal back;
+/// when `redlock` is continued, continue the command's group (in the
+/// foreground again after `fg`). The lease is not extended while `redlock`
+/// is stopped: a stop longer than the lease loses the lock.
+fn follow_stop(terminal: &job::Terminal, group: job::ProcessGroup, leader: u32) {
+    if !job::leader_stopped(leader) {
+        return;
+    }
+    terminal.take_back();
+    job::stop_self();
+    if terminal.owned() {
+        terminal.give_to(group);
+    }
+    group.signal(libc::SIGCONT);
 }
 
 #[cfg(test)]
