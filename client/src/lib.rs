@@ -120,6 +120,7 @@ mod error;
 mod lock;
 mod node;
 mod quorum;
+mod tls;
 
 pub use error::Error;
 pub use lock::{

@@ -2,6 +2,7 @@
 //! [`Redlock::with_lock`] guard.
 
 use std::future::Future;
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -13,6 +14,7 @@ use tracing::Instrument;
 use crate::error::Error;
 use crate::node::Node;
 use crate::quorum::{Leftover, Quorum, Unanswered};
+use crate::tls::TlsFiles;
 
 /// Default bound on one node's reply.
 pub const DEFAULT_NODE_TIMEOUT: Duration = Duration::from_millis(100);
@@ -81,6 +83,7 @@ pub struct RedlockBuilder {
     clock_floor: bool,
     write_back: bool,
     validity_check: bool,
+    tls: TlsFiles,
 }
 
 impl RedlockBuilder {
@@ -96,6 +99,33 @@ impl RedlockBuilder {
     /// background reconnects (default 1 s).
     pub fn connect_timeout(mut self, timeout: Duration) -> Self {
         self.connect_timeout = timeout;
+        self
+    }
+
+    /// Trusts the CA certificate(s) in this PEM file for `rediss://` nodes,
+    /// instead of the operating system's trust store: the nodes'
+    /// certificates must be signed by it. Read by [`RedlockBuilder::build`],
+    /// which fails naming the file when it is missing or holds no
+    /// certificate.
+    ///
+    /// Certificate verification cannot be turned off: there is no such
+    /// option, and `rediss://…#insecure` URLs are refused.
+    pub fn tls_ca_file(mut self, path: impl Into<PathBuf>) -> Self {
+        self.tls.ca = Some(path.into());
+        self
+    }
+
+    /// Presents this client certificate (PEM, with any intermediate
+    /// certificates after it) and private key (PEM) to `rediss://` nodes:
+    /// mutual TLS, which Redis requires by default (`tls-auth-clients
+    /// yes`). Read by [`RedlockBuilder::build`], which fails naming the
+    /// file when one is missing or is not PEM of the right type.
+    pub fn tls_client_cert(
+        mut self,
+        cert_path: impl Into<PathBuf>,
+        key_path: impl Into<PathBuf>,
+    ) -> Self {
+        self.tls.client = Some((cert_path.into(), key_path.into()));
         self
     }
 
@@ -175,10 +205,11 @@ impl RedlockBuilder {
                 "retry attempts must be at least 1".into(),
             ));
         }
+        let tls = self.tls.load()?;
         let nodes = self
             .urls
             .iter()
-            .map(|url| Node::new(url, self.node_timeout, self.connect_timeout))
+            .map(|url| Node::new(url, self.node_timeout, self.connect_timeout, tls.as_ref()))
             .collect::<Result<Box<[_]>, _>>()?;
         let n = nodes.len();
         if n % 2 == 0 {
@@ -202,9 +233,10 @@ impl RedlockBuilder {
                 // INSPECT without a key: the module answers a wrong-arity
                 // error, a server without it "unknown command".
                 match node.probe(probe).await {
-                    Err(crate::error::NodeFailure::ModuleNotLoaded) => {
-                        Err(crate::error::NodeFailure::ModuleNotLoaded)
-                    }
+                    Err(
+                        e @ (crate::error::NodeFailure::ModuleNotLoaded
+                        | crate::error::NodeFailure::AuthFailed(_)),
+                    ) => Err(e),
                     _ => Ok(()),
                 }
             }
@@ -355,6 +387,7 @@ impl Redlock {
             clock_floor: true,
             write_back: true,
             validity_check: true,
+            tls: TlsFiles::default(),
         }
     }
 

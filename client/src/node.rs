@@ -14,6 +14,7 @@ use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, Client, Cmd, Value};
 
 use crate::error::{Error, NodeFailure};
+use crate::tls::TlsSettings;
 
 /// First and largest pause between two reconnect attempts.
 const RECONNECT_MIN: Duration = Duration::from_millis(20);
@@ -28,6 +29,8 @@ pub(crate) struct Node {
     timeout: Duration,
     /// Bound on establishing a connection (TCP, TLS, AUTH, setup).
     connect_timeout: Duration,
+    /// A `rediss://` node.
+    tls: bool,
     state: Mutex<ConnState>,
 }
 
@@ -51,19 +54,26 @@ impl Node {
         url: &str,
         timeout: Duration,
         connect_timeout: Duration,
+        tls_settings: Option<&TlsSettings>,
     ) -> Result<Arc<Self>, Error> {
-        let client = Client::open(url)
+        crate::tls::check_url(url, &redact(url), tls_settings)?;
+        let client = crate::tls::client(url, tls_settings)
             .map_err(|e| Error::InvalidArgument(format!("bad node URL {:?}: {e}", redact(url))))?;
         let addr = client
             .get_connection_info()
             .addr
             .to_string()
             .into_boxed_str();
+        let tls = matches!(
+            client.get_connection_info().addr,
+            redis::ConnectionAddr::TcpTls { .. }
+        );
         Ok(Arc::new(Node {
             addr,
             client,
             timeout,
             connect_timeout,
+            tls,
             state: Mutex::new(ConnState::default()),
         }))
     }
@@ -100,7 +110,7 @@ impl Node {
                 "connect timed out after {} ms",
                 self.connect_timeout.as_millis()
             )),
-            Ok(Err(e)) => Err(e.to_string()),
+            Ok(Err(e)) => Err(self.explain_connect_failure(&e).await),
             Ok(Ok(conn)) => Ok(conn),
         };
         let mut state = self.lock_state();
@@ -116,6 +126,28 @@ impl Node {
                 state.last_error = Some(e.clone());
                 Err(NodeFailure::NotConnected(e))
             }
+        }
+    }
+
+    /// Why a connection attempt failed, in words that say what to do.
+    ///
+    /// A TLS server that refuses the client (no client certificate, one it
+    /// does not trust) sends its alert after the handshake; the multiplexed
+    /// connection then only reports that its driver stopped. One plain
+    /// synchronous attempt, which reports the alert itself, finds the
+    /// reason.
+    async fn explain_connect_failure(&self, err: &redis::RedisError) -> String {
+        let text = crate::tls::describe_connect_error(err);
+        if !self.tls || !text.contains("unexpectedly terminated") {
+            return text;
+        }
+        let client = self.client.clone();
+        let timeout = self.connect_timeout;
+        let attempt =
+            tokio::task::spawn_blocking(move || client.get_connection_with_timeout(timeout).err());
+        match attempt.await {
+            Ok(Some(sync_err)) => crate::tls::describe_connect_error(&sync_err),
+            _ => text,
         }
     }
 
@@ -263,6 +295,7 @@ mod tests {
             "http://x:pw@nowhere",
             Duration::from_millis(1),
             Duration::from_millis(1),
+            None,
         )
         .err()
         .expect("bad scheme");

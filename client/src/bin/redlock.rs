@@ -4,6 +4,7 @@
 #[path = "redlock/job.rs"]
 mod job;
 
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -37,12 +38,17 @@ Exit codes:
 
 Durations: 500ms, 30s, 2m, 1h (decimals allowed: 1.5s).
 
+Environment: REDLOCK_NODES, REDLOCK_TLS_CA, REDLOCK_TLS_CERT and REDLOCK_TLS_KEY stand for
+--nodes, --tls-ca, --tls-cert and --tls-key.
+
 Examples:
   export REDLOCK_NODES=redis://10.0.0.1:6379,redis://10.0.0.2:6379,redis://10.0.0.3:6379
   redlock acquire reports --ttl 30s
   redlock release reports --owner 5c0e9f5e-1d7a-4b8e-9a56-3f1f0f6c2d11
   redlock inspect reports
-  redlock run nightly-backup --ttl 30s -- ./backup.sh --full   # token in $REDLOCK_TOKEN";
+  redlock run nightly-backup --ttl 30s -- ./backup.sh --full   # token in $REDLOCK_TOKEN
+  REDLOCK_NODES=rediss://locker:pw@10.0.0.1:6380,… \\
+    redlock --tls-ca ca.crt --tls-cert client.crt --tls-key client.key acquire locks:reports";
 
 /// Fenced distributed locks over a Redlock quorum of Redis masters running
 /// the redlock module.
@@ -50,7 +56,9 @@ Examples:
 #[command(name = "redlock", version, after_help = AFTER_HELP)]
 struct Cli {
     /// Node URLs, comma-separated: redis://host:port, rediss://host:port (TLS),
-    /// redis://user:password@host:port (ACL). Usually 5 independent masters.
+    /// redis://user:password@host:port (ACL user), redis://:password@host:port
+    /// (requirepass). Usually 5 independent masters. Prefer REDLOCK_NODES
+    /// for URLs with passwords: command lines are visible to other users.
     #[arg(
         long,
         env = "REDLOCK_NODES",
@@ -60,6 +68,33 @@ struct Cli {
     )]
     nodes: Vec<String>,
 
+    /// PEM file of the CA that signed the nodes' TLS certificates (for
+    /// rediss:// nodes; default: the system's trust store). Certificate
+    /// verification cannot be turned off.
+    #[arg(long, env = "REDLOCK_TLS_CA", value_name = "FILE", global = true)]
+    tls_ca: Option<PathBuf>,
+
+    /// PEM file of the client certificate for mutual TLS (Redis's default
+    /// `tls-auth-clients yes`); needs --tls-key.
+    #[arg(
+        long,
+        env = "REDLOCK_TLS_CERT",
+        value_name = "FILE",
+        requires = "tls_key",
+        global = true
+    )]
+    tls_cert: Option<PathBuf>,
+
+    /// PEM file of the client certificate's private key; needs --tls-cert.
+    #[arg(
+        long,
+        env = "REDLOCK_TLS_KEY",
+        value_name = "FILE",
+        requires = "tls_cert",
+        global = true
+    )]
+    tls_key: Option<PathBuf>,
+
     /// Print results as JSON on stdout (and errors as JSON on stderr).
     #[arg(long, global = true)]
     json: bool,
@@ -67,6 +102,10 @@ struct Cli {
     /// Longest wait for one node's reply.
     #[arg(long, default_value = "200ms", value_parser = parse_duration, global = true)]
     node_timeout: Duration,
+
+    /// Longest wait for a connection to one node (TCP, TLS handshake, AUTH).
+    #[arg(long, default_value = "1s", value_parser = parse_duration, global = true)]
+    connect_timeout: Duration,
 
     #[command(subcommand)]
     command: Command,
@@ -185,6 +224,7 @@ impl Out {
             Error::NoQuorum { .. } => ("no_quorum", EXIT_ERROR),
             Error::ModuleNotLoaded { .. } => ("module_not_loaded", EXIT_ERROR),
             Error::RestartGuard { .. } => ("restart_guard", EXIT_ERROR),
+            Error::PermissionDenied { .. } => ("permission_denied", EXIT_ERROR),
             Error::ExpiredBeforeUse { .. } => ("expired_before_use", EXIT_ERROR),
             Error::Lost { .. } => ("lost", EXIT_LOST),
             Error::InvalidArgument(_) => ("invalid_argument", EXIT_USAGE),
@@ -214,11 +254,16 @@ fn attempts_for(wait: Duration) -> RetryPolicy {
 }
 
 async fn connect(cli: &Cli, wait: Duration) -> Result<Redlock, Error> {
-    Redlock::builder(cli.nodes.iter().filter(|n| !n.trim().is_empty()).cloned())
+    let mut builder = Redlock::builder(cli.nodes.iter().filter(|n| !n.trim().is_empty()).cloned())
         .node_timeout(cli.node_timeout)
-        .retry(attempts_for(wait))
-        .build()
-        .await
+        .retry(attempts_for(wait));
+    if let Some(ca) = &cli.tls_ca {
+        builder = builder.tls_ca_file(ca);
+    }
+    if let (Some(cert), Some(key)) = (&cli.tls_cert, &cli.tls_key) {
+        builder = builder.tls_client_cert(cert, key);
+    }
+    builder.build().await
 }
 
 fn main() -> ExitCode {
