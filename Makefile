@@ -19,7 +19,7 @@ test: deps lint
 	$(CARGO) build --release -p redlock-module
 	$(CARGO) build -p redlock-module --features test-hooks
 	REDLOCK_RELEASE_MODULE=$(RELEASE_MODULE) REDLOCK_MODULE=$(TEST_MODULE) \
-		$(CARGO) test --workspace --features redlock-module/test-hooks
+		$(CARGO) test --workspace --features redlock-module/test-hooks,redlock-client/danger-test-switches
 	REDLOCK_MODULE=$(TEST_MODULE) \
 		$(CARGO) run -q -p redlock-safety --bin safety -- --quick --out target/safety-quick
 
@@ -27,6 +27,7 @@ lint:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 	$(CARGO) clippy -p redlock-module --all-targets --features test-hooks -- -D warnings
+	$(CARGO) clippy -p redlock-client --all-targets -- -D warnings
 
 ## demo: five local nodes loading the module through modules.conf, contending workers, a killed node, a stale write refused
 demo: build

@@ -140,7 +140,7 @@ impl fmt::Display for RetryHint {
 
 /// Why one node did not give a usable answer (internal; shown in
 /// [`Error::NoQuorum`] as the reason string).
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum NodeFailure {
     /// No reply within the per-node timeout.
     Timeout(Duration),

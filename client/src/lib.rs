@@ -116,17 +116,26 @@
 
 #![warn(missing_docs)]
 
+mod builder;
 mod error;
+mod inspect;
 mod lock;
 mod node;
 mod quorum;
+mod redlock;
+mod tally;
 mod tls;
+mod with_lock;
 
-pub use error::Error;
-pub use lock::{
-    Lock, LockGuard, NodeState, NodeView, Redlock, RedlockBuilder, RetryPolicy,
-    DEFAULT_CONNECT_TIMEOUT, DEFAULT_DRIFT_FACTOR, DEFAULT_NODE_TIMEOUT,
+pub use builder::{
+    RedlockBuilder, RetryPolicy, DEFAULT_CONNECT_TIMEOUT, DEFAULT_DRIFT_FACTOR,
+    DEFAULT_NODE_TIMEOUT,
 };
+pub use error::Error;
+pub use inspect::{NodeState, NodeView};
+pub use lock::{Lock, LockInfo};
+pub use redlock::Redlock;
 /// Re-exported so that users of [`LockGuard::lost_token`] need no direct
 /// `tokio-util` dependency.
 pub use tokio_util::sync::CancellationToken;
+pub use with_lock::LockGuard;

@@ -202,10 +202,23 @@ impl Node {
         self.call_within(cmd, None).await
     }
 
-    /// [`Node::call`] with the connect timeout (for the module check that is
-    /// part of connecting).
-    pub(crate) async fn probe(self: &Arc<Self>, cmd: &Cmd) -> Result<Value, NodeFailure> {
-        self.call_within(cmd, Some(self.connect_timeout)).await
+    /// Checks, within the connect timeout, that the node answers and runs
+    /// the module: `REDLOCK.INSPECT` without a key gets a wrong-arity error
+    /// from the module and "unknown command" from a server without it. Any
+    /// error reply other than that proves the module; no reply in time, or
+    /// no connection, is a failure.
+    pub(crate) async fn check_module(self: &Arc<Self>) -> Result<(), NodeFailure> {
+        let probe = redis::cmd("REDLOCK.INSPECT");
+        match self.call_within(&probe, Some(self.connect_timeout)).await {
+            Ok(_)
+            | Err(
+                NodeFailure::Refused(_)
+                | NodeFailure::BadArgument(_)
+                | NodeFailure::Grace { .. }
+                | NodeFailure::NoPermission(_),
+            ) => Ok(()),
+            Err(e) => Err(e),
+        }
     }
 
     async fn call_within(

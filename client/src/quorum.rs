@@ -12,16 +12,17 @@ use std::fmt;
 use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::task::Poll;
+use std::time::Duration;
 
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use redis::{Cmd, Value};
 
 use crate::error::{Error, NodeFailure};
 use crate::node::Node;
-
-/// One node's part of a round: `None` when the round did not wait for it
-/// (or did not send it anything).
-pub(crate) type Reply = Option<Result<Value, NodeFailure>>;
+use crate::tally::{
+    AcquireOutcome, AcquireReply, AcquireTally, Confirmation, ConfirmationOutcome,
+    ConfirmationTally, Failures, FenceReply, WriteBackOutcome,
+};
 
 /// Calls of an ACQUIRE round that it did not wait for, kept alive but never
 /// polled again: their commands are queued on the connections, and redis-rs
@@ -46,22 +47,19 @@ pub(crate) struct Quorum {
     pub(crate) quorum: usize,
 }
 
-/// The replies of one round, for tracing: `addr=reply` for every node.
-pub(crate) struct Outcomes<'a>(pub(crate) &'a [Arc<Node>], pub(crate) &'a [Reply]);
+/// The replies of one round, for tracing: `addr=reply` for every node
+/// (`-` for a node the round did not wait for).
+pub(crate) struct Outcomes<'a, R>(pub(crate) &'a [Arc<Node>], pub(crate) &'a [Option<R>]);
 
-impl fmt::Display for Outcomes<'_> {
+impl<R: fmt::Display> fmt::Display for Outcomes<'_, R> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         for (i, (node, reply)) in self.0.iter().zip(self.1).enumerate() {
             if i > 0 {
                 f.write_str(" ")?;
             }
-            write!(f, "{}=", node.addr())?;
             match reply {
-                None => f.write_str("-")?,
-                Some(Ok(Value::Int(n))) => write!(f, "{n}")?,
-                Some(Ok(Value::Nil)) => f.write_str("nil")?,
-                Some(Ok(v)) => write!(f, "{v:?}")?,
-                Some(Err(e)) => write!(f, "[{e}]")?,
+                None => write!(f, "{}=-", node.addr())?,
+                Some(r) => write!(f, "{}={r}", node.addr())?,
             }
         }
         Ok(())
@@ -106,20 +104,20 @@ pub(crate) enum Leftovers {
     Finish,
 }
 
-/// Sends `cmd` to the nodes named by `targets`, all at once, and collects
-/// replies until `done(replies, pending)` returns true, every target has
-/// answered, or the per-node timeout (one timer for the whole round) ran
-/// out; in the last case every target still pending gets
-/// [`NodeFailure::Timeout`]. The calls still pending when the round is
-/// decided are dropped, returned or finished in the background, per
-/// `leftovers`.
+/// Sends `cmd` to the nodes named by `targets`, all at once, and feeds each
+/// reply to `on_reply(node, reply)` until it returns true (the round is
+/// decided), every target has answered, or the per-node timeout (one timer
+/// for the whole round) ran out. Returns whether the timer ran out (the
+/// caller then fails the targets that did not answer) and the calls still
+/// pending when the round was decided, which are dropped, returned or
+/// finished in the background, per `leftovers`.
 pub(crate) async fn fan_out(
     nodes: &[Arc<Node>],
     targets: impl Iterator<Item = usize> + Clone,
     cmd: Cmd,
     leftovers: Leftovers,
-    mut done: impl FnMut(&[Reply], usize) -> bool,
-) -> (Vec<Reply>, Unanswered) {
+    mut on_reply: impl FnMut(usize, Result<Value, NodeFailure>) -> bool,
+) -> (RoundEnd, Unanswered) {
     // All nodes of one client share the timeout; take the largest anyway.
     let timeout = targets
         .clone()
@@ -133,15 +131,15 @@ pub(crate) async fn fan_out(
     // queued only later, possibly after a command the caller sends next
     // (a RELEASE overtaken by its own ACQUIRE would leave the node locked).
     let mut calls = FuturesUnordered::new();
-    let mut replies: Vec<Reply> = (0..nodes.len()).map(|_| None).collect();
-    let mut pending = 0;
+    let mut decided = false;
     // Start every call here, in this one poll and in target order, before
     // anything else: `FuturesUnordered` alone does not guarantee that. Its
     // first `poll_next` stops early when a reply already woke one of its
     // futures from another worker thread (measured: the first reply came
     // back while 4 of 5 calls had not been polled yet), and a call that was
-    // not polled has not queued its command. Calls that finish at once
-    // (no connection) are recorded now.
+    // not polled has not queued its command (see `node.rs`, "What the
+    // rounds rely on"). Calls that finish at once (no connection) are
+    // recorded now.
     std::future::poll_fn(|cx| {
         for i in targets.clone() {
             let node = Arc::clone(&nodes[i]);
@@ -150,17 +148,14 @@ pub(crate) async fn fan_out(
                 (i, node.call_untimed(&cmd).await)
             }));
             match call.as_mut().poll(cx) {
-                Poll::Ready((i, reply)) => replies[i] = Some(reply),
-                Poll::Pending => {
-                    calls.push(call);
-                    pending += 1;
-                }
+                Poll::Ready((i, reply)) => decided |= on_reply(i, reply),
+                Poll::Pending => calls.push(call),
             }
         }
         Poll::Ready(())
     })
     .await;
-    if pending > 0 && !done(&replies, pending) {
+    if !calls.is_empty() && !decided {
         // One timer for the round instead of one per call: every call was
         // started above, in the same poll, so this is the same bound.
         let timer = tokio::time::sleep_until(deadline);
@@ -170,26 +165,19 @@ pub(crate) async fn fan_out(
                 biased;
                 next = calls.next() => {
                     let Some((i, reply)) = next else { break };
-                    replies[i] = Some(reply);
-                    pending -= 1;
-                    if pending == 0 || done(&replies, pending) {
+                    if on_reply(i, reply) {
                         break;
                     }
                 }
                 () = &mut timer => {
-                    for i in targets {
-                        if replies[i].is_none() {
-                            replies[i] = Some(Err(NodeFailure::Timeout(timeout)));
-                        }
-                    }
                     // Past the bound: nothing left to finish.
-                    return (replies, Unanswered::default());
+                    return (RoundEnd::TimedOut(timeout), Unanswered::default());
                 }
             }
         }
     }
     if calls.is_empty() {
-        return (replies, Unanswered::default());
+        return (RoundEnd::Replied, Unanswered::default());
     }
     match leftovers {
         Leftovers::Drop => {}
@@ -197,7 +185,7 @@ pub(crate) async fn fan_out(
             let unanswered = Unanswered {
                 _calls: Some(Mutex::new(Box::new(calls))),
             };
-            return (replies, unanswered);
+            return (RoundEnd::Replied, unanswered);
         }
         Leftovers::Finish => {
             if let Ok(handle) = tokio::runtime::Handle::try_current() {
@@ -208,52 +196,56 @@ pub(crate) async fn fan_out(
             }
         }
     }
-    (replies, Unanswered::default())
+    (RoundEnd::Replied, Unanswered::default())
 }
 
-fn count(replies: &[Reply], pred: impl Fn(&Value) -> bool) -> usize {
-    replies
-        .iter()
-        .filter(|r| matches!(r, Some(Ok(v)) if pred(v)))
-        .count()
+/// How [`fan_out`] ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum RoundEnd {
+    /// Decided, or every target answered.
+    Replied,
+    /// The round's timer ran out after this long.
+    TimedOut(Duration),
 }
 
-fn is_grant(v: &Value) -> bool {
-    matches!(v, Value::Int(n) if *n > 0)
+impl RoundEnd {
+    /// The failure of a target that did not answer before the timer.
+    fn failure(self) -> NodeFailure {
+        match self {
+            RoundEnd::TimedOut(d) => NodeFailure::Timeout(d),
+            RoundEnd::Replied => NodeFailure::Timeout(Duration::ZERO),
+        }
+    }
 }
 
-fn is_one(v: &Value) -> bool {
-    matches!(v, Value::Int(1))
+/// An ACQUIRE reply as the tally sees it.
+fn acquire_reply(reply: Result<Value, NodeFailure>) -> AcquireReply {
+    match reply {
+        Ok(Value::Int(n)) if n > 0 => AcquireReply::Granted(n as u64),
+        Ok(Value::Nil) => AcquireReply::Held,
+        Ok(v) => AcquireReply::Failed(NodeFailure::Unexpected(format!("{v:?}"))),
+        Err(e) => AcquireReply::Failed(e),
+    }
 }
 
-fn is_zero(v: &Value) -> bool {
-    matches!(v, Value::Int(0))
+/// A FENCE reply as the tally sees it.
+fn fence_reply(reply: Result<Value, NodeFailure>) -> FenceReply {
+    match reply {
+        Ok(Value::Int(n)) if n >= 0 => FenceReply::Counter(n as u64),
+        Ok(Value::Nil) => FenceReply::NotHeld,
+        Ok(v) => FenceReply::Failed(NodeFailure::Unexpected(format!("{v:?}"))),
+        Err(e) => FenceReply::Failed(e),
+    }
 }
 
-/// Stop rule of a RELEASE or EXTEND round (replies 1 or 0): a quorum of 1s
-/// is in, or that became impossible and either a quorum answered ("not
-/// held") or too few nodes can still answer ("no quorum").
-fn confirmation_decided(replies: &[Reply], pending: usize, q: usize) -> bool {
-    let ones = count(replies, is_one);
-    let answered = ones + count(replies, is_zero);
-    ones >= q || (ones + pending < q && (answered >= q || answered + pending < q))
-}
-
-/// The reason list of a failed round: every node that failed, in node order.
-/// Nodes that were not waited for are not failures.
-fn failures(nodes: &[Arc<Node>], replies: &[Reply]) -> Vec<(usize, NodeFailure)> {
-    replies
-        .iter()
-        .enumerate()
-        .filter_map(|(i, r)| match r {
-            Some(Err(e)) => Some((i, e.clone())),
-            Some(Ok(v)) if !matches!(v, Value::Int(_) | Value::Nil) => {
-                Some((i, NodeFailure::Unexpected(format!("{v:?}"))))
-            }
-            _ => None,
-        })
-        .inspect(|(i, e)| tracing::trace!(node = nodes[*i].addr(), reason = %e, "node failed"))
-        .collect()
+/// A RELEASE or EXTEND reply as the tally sees it.
+fn confirmation(reply: Result<Value, NodeFailure>) -> Confirmation {
+    match reply {
+        Ok(Value::Int(1)) => Confirmation::Held,
+        Ok(Value::Int(0)) => Confirmation::NotHeld,
+        Ok(v) => Confirmation::Failed(NodeFailure::Unexpected(format!("{v:?}"))),
+        Err(e) => Confirmation::Failed(e),
+    }
 }
 
 impl Quorum {
@@ -264,11 +256,10 @@ impl Quorum {
     /// The error for a round that did not reach a quorum and was not "busy":
     /// a specific variant when every failing node failed for the same
     /// specific reason, otherwise [`Error::NoQuorum`] listing them all.
-    pub(crate) fn failure_error(
-        &self,
-        failed: Vec<(usize, NodeFailure)>,
-        answered: usize,
-    ) -> Error {
+    pub(crate) fn failure_error(&self, failed: Failures, answered: usize) -> Error {
+        for (i, e) in &failed {
+            tracing::trace!(node = self.nodes[*i].addr(), reason = %e, "node failed");
+        }
         if !failed.is_empty() {
             if failed
                 .iter()
@@ -332,136 +323,105 @@ impl Quorum {
     }
 
     /// Steps 2–4 of the algorithm (DESIGN.md section 4) for one attempt:
-    /// ACQUIRE on every node, then the write-back. Returns the token, or the
-    /// error together with the nodes that may hold the lock for `owner` and
-    /// must get a RELEASE.
+    /// ACQUIRE on every node, then the write-back; the decisions are the
+    /// [`AcquireTally`]'s. Returns the token, or the error together with
+    /// the nodes that may hold the lock for `owner` and must get a RELEASE.
     pub(crate) async fn acquire(
         &self,
         key: &str,
         owner: &str,
         ttl_ms: u64,
         floor: Option<u64>,
-        write_back: bool,
+        #[cfg(feature = "danger-test-switches")] write_back: bool,
     ) -> Result<(u64, Unanswered), (Error, Leftover)> {
-        let q = self.quorum;
         let mut cmd = redis::cmd("REDLOCK.ACQUIRE");
         cmd.arg(key).arg(owner).arg(ttl_ms);
         if let Some(floor) = floor {
             cmd.arg("FLOOR").arg(floor);
         }
-        // Stop at a quorum of grants; when no quorum is possible any more,
-        // stop as soon as "busy" or "no quorum" is decided.
-        let (replies, unanswered) = fan_out(
+        let mut tally = AcquireTally::new(self.node_count(), self.quorum);
+        let mut decided = None;
+        let (end, unanswered) = fan_out(
             &self.nodes,
             0..self.node_count(),
             cmd,
             Leftovers::Return,
-            |r, pending| {
-                let grants = count(r, is_grant);
-                let held = count(r, |v| matches!(v, Value::Nil));
-                grants >= q
-                    || (grants + pending < q && (held + grants >= q || held + grants + pending < q))
+            |i, reply| {
+                decided = tally.record(i, acquire_reply(reply));
+                decided.is_some()
             },
         )
         .await;
-        tracing::debug!(outcomes = %Outcomes(&self.nodes, &replies), "acquire replies");
-
-        let grant = |r: &Reply| match r {
-            Some(Ok(Value::Int(n))) if *n > 0 => Some(*n as u64),
-            _ => None,
+        let outcome = match decided {
+            Some(outcome) => outcome,
+            None => tally.expire(end.failure()),
         };
-        let granted = replies.iter().filter_map(grant).count();
-        // Nodes that may hold the lock for us: grants, calls not waited for,
-        // calls that timed out or broke after being sent.
-        let leftovers = |unanswered| Leftover {
-            nodes: replies
-                .iter()
-                .enumerate()
-                .filter(|(_, r)| match r {
-                    None => true,
-                    Some(Ok(v)) => is_grant(v),
-                    Some(Err(e)) => e.maybe_executed(),
-                })
-                .map(|(i, _)| i)
-                .collect(),
+        tracing::debug!(outcomes = %Outcomes(&self.nodes, tally.replies()), "acquire replies");
+        let leftover = |unanswered| Leftover {
+            nodes: tally.may_hold(),
             _unanswered: unanswered,
         };
-
-        if granted < q {
-            let held = count(&replies, |v| matches!(v, Value::Nil));
-            let error = if held + granted >= q {
-                Error::Busy {
-                    holders: held,
+        let mut fencing = match outcome {
+            AcquireOutcome::Acquired { token } => return Ok((token, unanswered)),
+            AcquireOutcome::Busy { holders } => {
+                let busy = Error::Busy {
+                    holders,
                     nodes: self.node_count(),
-                }
-            } else {
-                self.failure_error(failures(&self.nodes, &replies), held + granted)
-            };
-            return Err((error, leftovers(unanswered)));
-        }
-
-        // Step 4. T is the highest granted token; a node counts for T when it
-        // replied T.
-        let token = replies.iter().filter_map(grant).max().unwrap_or(0);
-        let mut counting = replies.iter().filter(|r| grant(r) == Some(token)).count();
-        if counting < q && write_back {
-            // Why: after failures the nodes' counters drift apart, and "max
-            // over a majority" alone can go backwards (A..E at 0; {A,B,C} → 1;
-            // {A,D,E} → 2 and 3; {A,B,C} → 4; {B,C,D} → max(3,3,3) = 3 < 4).
-            // Raising the counter of the other granted nodes to T (FENCE, only
-            // accepted while we hold the lock there) means that every
-            // majority that completes holds counter ≥ T before T is used; any
-            // later majority intersects it, so the next token is > T. A node
-            // reports T only for the one owner that moved its counter to T,
-            // so two holders never share a token.
-            let mut fence = redis::cmd("REDLOCK.FENCE");
-            fence.arg(key).arg(owner).arg(token);
-            let lagging = replies
-                .iter()
-                .enumerate()
-                .filter(|(_, r)| grant(r).is_some_and(|t| t < token))
-                .map(|(i, _)| i);
-            let base = counting;
-            let (fenced, _) = fan_out(&self.nodes, lagging, fence, Leftovers::Drop, |r, _| {
-                base + count(r, |v| matches!(v, Value::Int(n) if *n as u64 == token)) >= q
-            })
-            .await;
-            tracing::debug!(token, outcomes = %Outcomes(&self.nodes, &fenced), "write-back replies");
-            counting += count(
-                &fenced,
-                |v| matches!(v, Value::Int(n) if *n as u64 == token),
-            );
-            if counting < q {
-                let failed: Vec<(usize, NodeFailure)> = fenced
-                    .iter()
-                    .enumerate()
-                    .filter_map(|(i, r)| match r {
-                        Some(Ok(Value::Int(n))) if *n as u64 == token => None,
-                        Some(Ok(Value::Nil)) => Some((
-                            i,
-                            NodeFailure::WriteBack("the lock was no longer held there".into()),
-                        )),
-                        Some(Ok(v)) => Some((
-                            i,
-                            NodeFailure::WriteBack(format!("FENCE answered {v:?}, not {token}")),
-                        )),
-                        Some(Err(e)) => Some((i, NodeFailure::WriteBack(e.to_string()))),
-                        None => None,
-                    })
-                    .collect();
-                return Err((self.failure_error(failed, counting), leftovers(unanswered)));
+                };
+                return Err((busy, leftover(unanswered)));
             }
-        }
-        if counting < q {
-            // Only with the write-back switched off (tests): use the maximum
-            // anyway, which is exactly what makes tokens go backwards.
+            AcquireOutcome::NoQuorum { answered, failures } => {
+                let error = self.failure_error(failures, answered);
+                return Err((error, leftover(unanswered)));
+            }
+            AcquireOutcome::WriteBack(fencing) => fencing,
+        };
+        let token = fencing.token();
+        #[cfg(feature = "danger-test-switches")]
+        if !write_back {
+            // Deliberately broken: use the maximum anyway, which is exactly
+            // what makes tokens go backwards.
             tracing::warn!(
                 token,
-                counting,
                 "write-back disabled: using a token fewer than a quorum agree on"
             );
+            return Ok((token, unanswered));
         }
-        Ok((token, unanswered))
+        // Step 4. Why: after failures the nodes' counters drift apart, and
+        // "max over a majority" alone can go backwards (A..E at 0; {A,B,C}
+        // → 1; {A,D,E} → 2 and 3; {A,B,C} → 4; {B,C,D} → max(3,3,3) = 3 <
+        // 4). Raising the counter of the other granted nodes to T (FENCE,
+        // only accepted while we hold the lock there) means that every
+        // majority that completes holds counter ≥ T before T is used; any
+        // later majority intersects it, so the next token is > T. A node
+        // reports T only for the one owner that moved its counter to T, so
+        // two holders never share a token.
+        let mut fence = redis::cmd("REDLOCK.FENCE");
+        fence.arg(key).arg(owner).arg(token);
+        let targets = fencing.targets().to_vec();
+        let mut decided = None;
+        let (end, _) = fan_out(
+            &self.nodes,
+            targets.into_iter(),
+            fence,
+            Leftovers::Drop,
+            |i, reply| {
+                decided = fencing.record(i, fence_reply(reply));
+                decided.is_some()
+            },
+        )
+        .await;
+        let outcome = match decided {
+            Some(outcome) => outcome,
+            None => fencing.expire(end.failure()),
+        };
+        tracing::debug!(token, outcomes = %Outcomes(&self.nodes, fencing.replies()), "write-back replies");
+        match outcome {
+            WriteBackOutcome::Acquired { token } => Ok((token, unanswered)),
+            WriteBackOutcome::NoQuorum { answered, failures } => {
+                Err((self.failure_error(failures, answered), leftover(unanswered)))
+            }
+        }
     }
 
     /// RELEASE on the given nodes, waiting for all of them (each bounded by
@@ -472,34 +432,44 @@ impl Quorum {
         }
         let mut cmd = redis::cmd("REDLOCK.RELEASE");
         cmd.arg(key).arg(owner);
-        let (replies, _) = fan_out(
+        let mut replies: Vec<Option<Confirmation>> = vec![None; self.node_count()];
+        fan_out(
             &self.nodes,
             targets.iter().copied(),
             cmd,
             Leftovers::Finish,
-            |_, _| false,
+            |i, reply| {
+                replies[i] = Some(confirmation(reply));
+                false
+            },
         )
         .await;
         tracing::debug!(outcomes = %Outcomes(&self.nodes, &replies), "release of a failed attempt");
     }
 
     /// A RELEASE or EXTEND round on every node (replies 1 or 0), finished
-    /// in the background past the point where the outcome is decided.
-    /// Returns the replies, the 1s and the nodes that answered 1 or 0.
-    async fn confirmation_round(&self, cmd: Cmd, what: &str) -> (Vec<Reply>, usize, usize) {
-        let q = self.quorum;
-        let (replies, _) = fan_out(
+    /// in the background past the point where the [`ConfirmationTally`]
+    /// decided it.
+    async fn confirmation_round(&self, cmd: Cmd, what: &str) -> ConfirmationOutcome {
+        let mut tally = ConfirmationTally::new(self.node_count(), self.quorum);
+        let mut decided = None;
+        let (end, _) = fan_out(
             &self.nodes,
             0..self.node_count(),
             cmd,
             Leftovers::Finish,
-            |r, pending| confirmation_decided(r, pending, q),
+            |i, reply| {
+                decided = tally.record(i, confirmation(reply));
+                decided.is_some()
+            },
         )
         .await;
-        tracing::debug!(outcomes = %Outcomes(&self.nodes, &replies), "{what} replies");
-        let ones = count(&replies, is_one);
-        let answered = ones + count(&replies, is_zero);
-        (replies, ones, answered)
+        let outcome = match decided {
+            Some(outcome) => outcome,
+            None => tally.expire(end.failure()),
+        };
+        tracing::debug!(outcomes = %Outcomes(&self.nodes, tally.replies()), "{what} replies");
+        outcome
     }
 
     /// RELEASE on every node. Returns once a quorum confirmed the release
@@ -508,16 +478,14 @@ impl Quorum {
     /// `owner`, `NoQuorum` when too few nodes answered at all. Slow nodes
     /// still get the release in the background.
     pub(crate) async fn release(&self, key: &str, owner: &str) -> Result<bool, Error> {
-        let q = self.quorum;
         let mut cmd = redis::cmd("REDLOCK.RELEASE");
         cmd.arg(key).arg(owner);
-        let (replies, ones, answered) = self.confirmation_round(cmd, "release").await;
-        if ones >= q {
-            Ok(true)
-        } else if answered >= q {
-            Ok(false)
-        } else {
-            Err(self.failure_error(failures(&self.nodes, &replies), answered))
+        match self.confirmation_round(cmd, "release").await {
+            ConfirmationOutcome::Confirmed => Ok(true),
+            ConfirmationOutcome::NotHeld { .. } => Ok(false),
+            ConfirmationOutcome::NoQuorum { answered, failures } => {
+                Err(self.failure_error(failures, answered))
+            }
         }
     }
 
@@ -525,21 +493,47 @@ impl Quorum {
     /// quorum answered but fewer than a quorum still had the lock:
     /// [`Error::Lost`]; when too few answered at all: `NoQuorum`.
     pub(crate) async fn extend(&self, key: &str, owner: &str, ttl_ms: u64) -> Result<(), Error> {
-        let q = self.quorum;
         let mut cmd = redis::cmd("REDLOCK.EXTEND");
         cmd.arg(key).arg(owner).arg(ttl_ms);
-        let (replies, ones, answered) = self.confirmation_round(cmd, "extend").await;
-        if ones >= q {
-            Ok(())
-        } else if answered >= q {
-            Err(Error::Lost {
+        match self.confirmation_round(cmd, "extend").await {
+            ConfirmationOutcome::Confirmed => Ok(()),
+            ConfirmationOutcome::NotHeld { confirmed } => Err(Error::Lost {
                 key: key.to_string(),
-                confirmed: ones,
+                confirmed,
                 nodes: self.node_count(),
-                quorum: q,
-            })
-        } else {
-            Err(self.failure_error(failures(&self.nodes, &replies), answered))
+                quorum: self.quorum,
+            }),
+            ConfirmationOutcome::NoQuorum { answered, failures } => {
+                Err(self.failure_error(failures, answered))
+            }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn replies_are_classified_for_the_tallies() {
+        assert_eq!(acquire_reply(Ok(Value::Int(7))), AcquireReply::Granted(7));
+        assert_eq!(acquire_reply(Ok(Value::Nil)), AcquireReply::Held);
+        assert!(matches!(
+            acquire_reply(Ok(Value::Int(0))),
+            AcquireReply::Failed(NodeFailure::Unexpected(_))
+        ));
+        assert_eq!(fence_reply(Ok(Value::Int(7))), FenceReply::Counter(7));
+        assert_eq!(fence_reply(Ok(Value::Nil)), FenceReply::NotHeld);
+        assert_eq!(confirmation(Ok(Value::Int(1))), Confirmation::Held);
+        assert_eq!(confirmation(Ok(Value::Int(0))), Confirmation::NotHeld);
+        assert!(matches!(
+            confirmation(Ok(Value::Okay)),
+            Confirmation::Failed(NodeFailure::Unexpected(_))
+        ));
+        let timeout = NodeFailure::Timeout(Duration::from_millis(5));
+        assert_eq!(
+            confirmation(Err(timeout.clone())),
+            Confirmation::Failed(timeout)
+        );
     }
 }

@@ -526,6 +526,39 @@ impl Pty {
         )
     }
 
+    /// Waits at most 10 s for `redlock` to exit; on a timeout, the panic
+    /// shows what the terminal showed and the processes' states.
+    fn wait(&mut self, child: Child) -> Output {
+        let pid = child.id();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let mut child = child;
+        while child.try_wait().expect("wait").is_none() {
+            if Instant::now() > deadline {
+                while let Ok(b) = self.output.try_recv() {
+                    self.seen.push(b as char);
+                }
+                let states: Vec<_> = std::fs::read_dir("/proc")
+                    .unwrap()
+                    .flatten()
+                    .filter_map(|e| std::fs::read_to_string(e.path().join("stat")).ok())
+                    .filter(|stat| {
+                        stat.rsplit_once(')')
+                            .and_then(|(_, rest)| rest.split_whitespace().nth(1))
+                            == Some(&pid.to_string())
+                    })
+                    .collect();
+                let run_state = process_state(pid);
+                let _ = child.kill();
+                panic!(
+                    "redlock ({run_state:?}) did not exit within 10 s; terminal: {:?}; children: {states:?}",
+                    self.seen
+                );
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        child.wait_with_output().expect("output")
+    }
+
     fn type_text(&mut self, text: &[u8]) {
         use std::io::Write;
         self.master.write_all(text).expect("write to the pty");
@@ -569,7 +602,7 @@ fn run_keeps_the_terminal_usable() {
     pty.expect("ready");
     pty.type_text(b"hello\n");
     pty.expect("got:hello");
-    let out = wait_bounded(child, Duration::from_secs(10));
+    let out = pty.wait(child);
     assert_eq!(out.status.code(), Some(0), "{}", pty.seen);
 
     // Ctrl-Z stops the command and `run` (so that a shell would get the
@@ -598,7 +631,7 @@ fn run_keeps_the_terminal_usable() {
     }
     pty.type_text(b"again\n");
     pty.expect("got:again");
-    let out = wait_bounded(child, Duration::from_secs(10));
+    let out = pty.wait(child);
     assert_eq!(out.status.code(), Some(0), "{}", pty.seen);
 
     let scratch = Scratch::new("tty");
@@ -620,7 +653,7 @@ fn run_keeps_the_terminal_usable() {
     let pgid = read_pid(&pidfile);
     wait_for_members(pgid, 3);
     pty.type_text(b"\x03");
-    let out = wait_bounded(child, Duration::from_secs(10));
+    let out = pty.wait(child);
     // The command died of SIGINT, and so does `run` (so that a calling
     // script stops too), after its group is gone, long before --kill-after.
     use std::os::unix::process::ExitStatusExt;

@@ -8,7 +8,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::{
-    addr, client, five, five_with, held_on, held_on_reachable, urls, Frozen, CONNECT_TIMEOUT,
+    addr, client, divergent_trace, five, held_on, held_on_reachable, urls, Frozen, CONNECT_TIMEOUT,
     NODE_TIMEOUT,
 };
 use redlock_client::{Error, NodeState, Redlock, RetryPolicy};
@@ -262,83 +262,15 @@ async fn frozen_node_costs_at_most_the_node_timeout() {
     assert!(started.elapsed() < bound, "busy: {:?}", started.elapsed());
 }
 
-/// Runs the divergent-counter trace of DESIGN.md section 4 and returns the
-/// tokens L1..L5. Nodes keep their counters across kills (AOF, fsync always);
-/// a killed node is "unreachable". Clock floor off: counters count 1, 2, 3.
-async fn divergent_trace(write_back: bool) -> Vec<u64> {
-    let builder = Node::builder()
-        .config("appendonly", "yes")
-        .config("appendfsync", "always");
-    let mut n = five_with(&builder);
-    const A: usize = 0;
-    const B: usize = 1;
-    const C: usize = 2;
-    const D: usize = 3;
-    const E: usize = 4;
-
-    async fn take(nodes: &[Node], write_back: bool) -> u64 {
-        let mut builder = Redlock::builder(urls(nodes))
-            .node_timeout(NODE_TIMEOUT)
-            .connect_timeout(CONNECT_TIMEOUT)
-            .retry(RetryPolicy::no_retry())
-            .clock_floor(false);
-        if !write_back {
-            builder = builder.unsafe_disable_write_back();
-        }
-        let redlock = builder.build().await.unwrap();
-        let lock = redlock
-            .try_acquire("trace", Duration::from_secs(10))
-            .await
-            .unwrap()
-            .expect("lock is free");
-        let token = lock.token();
-        assert!(lock.release().await.unwrap());
-        token
-    }
-
-    let mut tokens = Vec::new();
-    // L1 on {A, B, C}.
-    n[D].kill();
-    n[E].kill();
-    tokens.push(take(&n, write_back).await);
-    // L2 and L3 on {A, D, E}.
-    n[D].restart();
-    n[E].restart();
-    n[B].kill();
-    n[C].kill();
-    tokens.push(take(&n, write_back).await);
-    tokens.push(take(&n, write_back).await);
-    // L4 on {A, B, C}.
-    n[B].restart();
-    n[C].restart();
-    n[D].kill();
-    n[E].kill();
-    tokens.push(take(&n, write_back).await);
-    // L5 on {B, C, D}.
-    n[D].restart();
-    n[A].kill();
-    tokens.push(take(&n, write_back).await);
-    tokens
-}
-
 /// 4a. With the write-back, tokens strictly increase across the trace.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn divergent_counters_tokens_increase_with_write_back() {
-    let tokens = divergent_trace(true).await;
+    let tokens = divergent_trace(|builder| builder).await;
     assert!(
         tokens.windows(2).all(|w| w[0] < w[1]),
         "tokens must strictly increase: {tokens:?}"
     );
     assert_eq!(tokens, vec![1, 2, 3, 4, 5]);
-}
-
-/// 4b. The same trace without the write-back goes backwards at L5:
-/// max(3, 3, 3) = 3 < 4. This is why step 4 exists.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn divergent_counters_go_backwards_without_write_back() {
-    let tokens = divergent_trace(false).await;
-    assert_eq!(tokens, vec![1, 2, 3, 4, 3], "expected the inversion");
-    assert!(tokens[4] < tokens[3]);
 }
 
 /// 5. Clock floor: a node restarted empty (no persistence), in every

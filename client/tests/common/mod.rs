@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use redlock_client::{NodeState, Redlock, RetryPolicy};
+use redlock_client::{NodeState, Redlock, RedlockBuilder, RetryPolicy};
 use redlock_testkit::{start_nodes, Node, NodeBuilder};
 
 /// Per-node timeout used by the tests (loopback replies take well under a
@@ -95,4 +95,61 @@ impl Drop for Frozen<'_> {
             n.resume();
         }
     }
+}
+
+/// Runs the divergent-counter trace of DESIGN.md section 4 and returns the
+/// tokens L1..L5. Nodes keep their counters across kills (AOF, fsync always);
+/// a killed node is "unreachable". Clock floor off: counters count 1, 2, 3.
+/// `configure` adjusts each client's builder.
+pub async fn divergent_trace(configure: fn(RedlockBuilder) -> RedlockBuilder) -> Vec<u64> {
+    let builder = Node::builder()
+        .config("appendonly", "yes")
+        .config("appendfsync", "always");
+    let mut n = five_with(&builder);
+    const A: usize = 0;
+    const B: usize = 1;
+    const C: usize = 2;
+    const D: usize = 3;
+    const E: usize = 4;
+
+    async fn take(nodes: &[Node], configure: fn(RedlockBuilder) -> RedlockBuilder) -> u64 {
+        let builder = Redlock::builder(urls(nodes))
+            .node_timeout(NODE_TIMEOUT)
+            .connect_timeout(CONNECT_TIMEOUT)
+            .retry(RetryPolicy::no_retry())
+            .clock_floor(false);
+        let redlock = configure(builder).build().await.unwrap();
+        let lock = redlock
+            .try_acquire("trace", Duration::from_secs(10))
+            .await
+            .unwrap()
+            .expect("lock is free");
+        let token = lock.token();
+        assert!(lock.release().await.unwrap());
+        token
+    }
+
+    let mut tokens = Vec::new();
+    // L1 on {A, B, C}.
+    n[D].kill();
+    n[E].kill();
+    tokens.push(take(&n, configure).await);
+    // L2 and L3 on {A, D, E}.
+    n[D].restart();
+    n[E].restart();
+    n[B].kill();
+    n[C].kill();
+    tokens.push(take(&n, configure).await);
+    tokens.push(take(&n, configure).await);
+    // L4 on {A, B, C}.
+    n[B].restart();
+    n[C].restart();
+    n[D].kill();
+    n[E].kill();
+    tokens.push(take(&n, configure).await);
+    // L5 on {B, C, D}.
+    n[D].restart();
+    n[A].kill();
+    tokens.push(take(&n, configure).await);
+    tokens
 }

@@ -1,0 +1,352 @@
+//! [`RedlockBuilder`] (options, checks, connecting) and [`RetryPolicy`].
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use rand::Rng;
+
+use crate::error::{Error, NodeFailure};
+use crate::node::Node;
+use crate::quorum::Quorum;
+use crate::redlock::{Inner, Redlock};
+use crate::tls::TlsFiles;
+
+/// Default bound on one node's reply.
+pub const DEFAULT_NODE_TIMEOUT: Duration = Duration::from_millis(100);
+/// Default bound on opening a connection to a node.
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+/// Default clock drift factor: 1 % of the TTL (plus 2 ms) is kept as margin.
+pub const DEFAULT_DRIFT_FACTOR: f64 = 0.01;
+
+/// How [`Redlock::acquire`] retries when the lock is busy, no quorum
+/// answered or nodes are in their restart grace window.
+///
+/// Attempt `n + 1` starts `base_delay` plus a uniformly random
+/// `0..=jitter` after attempt `n` failed (the random part keeps contending
+/// clients from retrying in lock step).
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use redlock_client::RetryPolicy;
+///
+/// let patient = RetryPolicy {
+///     attempts: 10,
+///     base_delay: Duration::from_millis(200),
+///     jitter: Duration::from_millis(50),
+/// };
+/// assert_eq!(RetryPolicy::no_retry().attempts, 1);
+/// # let _ = patient;
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RetryPolicy {
+    /// Total attempts, at least 1.
+    pub attempts: u32,
+    /// Fixed pause between attempts.
+    pub base_delay: Duration,
+    /// Upper bound of the random pause added to `base_delay`.
+    pub jitter: Duration,
+}
+
+impl Default for RetryPolicy {
+    /// 3 attempts, 100 ms apart plus up to 100 ms of jitter.
+    fn default() -> Self {
+        RetryPolicy {
+            attempts: 3,
+            base_delay: Duration::from_millis(100),
+            jitter: Duration::from_millis(100),
+        }
+    }
+}
+
+impl RetryPolicy {
+    /// One attempt, no retry.
+    pub fn no_retry() -> Self {
+        RetryPolicy {
+            attempts: 1,
+            ..Self::default()
+        }
+    }
+
+    /// The pause before the next attempt.
+    pub(crate) fn delay(&self) -> Duration {
+        let jitter_us = self.jitter.as_micros().min(u64::MAX as u128) as u64;
+        let extra = if jitter_us == 0 {
+            0
+        } else {
+            rand::thread_rng().gen_range(0..=jitter_us)
+        };
+        self.base_delay + Duration::from_micros(extra)
+    }
+}
+
+/// Switches that break the algorithm on purpose, for tests that show why a
+/// step is needed (feature `danger-test-switches`).
+#[cfg(feature = "danger-test-switches")]
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct DangerSwitches {
+    /// Step 4 (the write-back) is skipped.
+    pub(crate) no_write_back: bool,
+    /// Step 5 (the validity check) is skipped.
+    pub(crate) no_validity_check: bool,
+}
+
+/// Options for a [`Redlock`]; made by [`Redlock::builder`].
+#[derive(Clone, Debug)]
+pub struct RedlockBuilder {
+    pub(crate) urls: Vec<String>,
+    pub(crate) node_timeout: Duration,
+    pub(crate) connect_timeout: Duration,
+    pub(crate) retry: RetryPolicy,
+    pub(crate) drift_factor: f64,
+    pub(crate) clock_floor: bool,
+    pub(crate) tls: TlsFiles,
+    #[cfg(feature = "danger-test-switches")]
+    pub(crate) danger: DangerSwitches,
+}
+
+impl RedlockBuilder {
+    /// Bound on each node's reply to one command (default 100 ms). A dead
+    /// or frozen node costs at most this much per call. Keep it well below
+    /// the TTLs you use.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let builder = redlock_client::Redlock::builder(["redis://127.0.0.1:7001"])
+    ///     .node_timeout(Duration::from_millis(50));
+    /// # let _ = builder;
+    /// ```
+    pub fn node_timeout(mut self, timeout: Duration) -> Self {
+        self.node_timeout = timeout;
+        self
+    }
+
+    /// Bound on opening a connection (TCP, TLS, AUTH) and on the module
+    /// check, at build time and for background reconnects (default 1 s).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let builder = redlock_client::Redlock::builder(["redis://127.0.0.1:7001"])
+    ///     .connect_timeout(Duration::from_millis(500));
+    /// # let _ = builder;
+    /// ```
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// Trusts the CA certificate(s) in this PEM file for `rediss://` nodes,
+    /// instead of the operating system's trust store: the nodes'
+    /// certificates must be signed by it. Read by [`RedlockBuilder::build`].
+    ///
+    /// Certificate verification cannot be turned off: there is no such
+    /// option, and `rediss://…#insecure` URLs are refused.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let builder = redlock_client::Redlock::builder(["rediss://10.0.0.1:6380"])
+    ///     .tls_ca_file("/etc/redlock/ca.crt")
+    ///     .tls_client_cert("/etc/redlock/client.crt", "/etc/redlock/client.key");
+    /// # let _ = builder;
+    /// ```
+    pub fn tls_ca_file(mut self, path: impl Into<PathBuf>) -> Self {
+        self.tls.ca = Some(path.into());
+        self
+    }
+
+    /// Presents this client certificate (PEM, any intermediate certificates
+    /// after it) and private key (PEM) to `rediss://` nodes: mutual TLS,
+    /// which Redis requires by default (`tls-auth-clients yes`). Read by
+    /// [`RedlockBuilder::build`].
+    pub fn tls_client_cert(
+        mut self,
+        cert_path: impl Into<PathBuf>,
+        key_path: impl Into<PathBuf>,
+    ) -> Self {
+        self.tls.client = Some((cert_path.into(), key_path.into()));
+        self
+    }
+
+    /// How [`Redlock::acquire`] retries (default: [`RetryPolicy::default`]).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use redlock_client::{Redlock, RetryPolicy};
+    /// let builder = Redlock::builder(["redis://127.0.0.1:7001"]).retry(RetryPolicy::no_retry());
+    /// # let _ = builder;
+    /// ```
+    pub fn retry(mut self, policy: RetryPolicy) -> Self {
+        self.retry = policy;
+        self
+    }
+
+    /// Fraction of the TTL kept as margin for clock drift between the client
+    /// and the nodes (default 0.01; 2 ms are always added). Must be in `0..1`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let builder = redlock_client::Redlock::builder(["redis://127.0.0.1:7001"]).drift_factor(0.02);
+    /// # let _ = builder;
+    /// ```
+    pub fn drift_factor(mut self, factor: f64) -> Self {
+        self.drift_factor = factor;
+        self
+    }
+
+    /// Passes the client's wall clock, in microseconds since the Unix epoch,
+    /// as `FLOOR` to every ACQUIRE (default: on). Tokens then keep
+    /// increasing even when a node loses its counter (restart without
+    /// persistence, FLUSHALL), as long as client clocks are roughly right.
+    /// Tokens are then large numbers (around 1.7e15); with it off they count
+    /// 1, 2, 3, …
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let builder = redlock_client::Redlock::builder(["redis://127.0.0.1:7001"]).clock_floor(false);
+    /// # let _ = builder;
+    /// ```
+    pub fn clock_floor(mut self, on: bool) -> Self {
+        self.clock_floor = on;
+        self
+    }
+
+    /// Turns off step 4 of the algorithm (the write-back). **Unsafe: tokens
+    /// can go backwards.** Exists only so that a test can show why the step
+    /// is needed; only with the `danger-test-switches` feature.
+    #[cfg(feature = "danger-test-switches")]
+    pub fn unsafe_disable_write_back(mut self) -> Self {
+        self.danger.no_write_back = true;
+        self
+    }
+
+    /// Turns off step 5 of the algorithm (the validity check). **Unsafe: a
+    /// deliberately broken variant for the safety suite's mutation checks**;
+    /// only with the `danger-test-switches` feature. Acquire and extend
+    /// never fail with [`Error::ExpiredBeforeUse`], and the lock's deadline
+    /// becomes the end of the acquisition (or extension) plus the full ttl,
+    /// with nothing subtracted for the time the round took or for clock
+    /// drift.
+    #[cfg(feature = "danger-test-switches")]
+    pub fn unsafe_disable_validity_check(mut self) -> Self {
+        self.danger.no_validity_check = true;
+        self
+    }
+
+    /// Checks the options and connects to every node in parallel.
+    ///
+    /// Nodes that are down (a minority) are connected in the background. An
+    /// even number of nodes works but is logged as a warning: it tolerates
+    /// no more failures than one node fewer.
+    ///
+    /// # Errors
+    ///
+    /// - [`Error::InvalidArgument`]: a bad URL, no nodes, bad options; a TLS
+    ///   file that is missing or holds no PEM of the right type (the message
+    ///   names the file); a URL with a `#fragment`; a plain `redis://` URL
+    ///   when TLS files are given.
+    /// - [`Error::ModuleNotLoaded`]: a reachable node runs without the module.
+    /// - [`Error::NoQuorum`]: fewer than a majority of the nodes could be
+    ///   reached and checked within the connect timeout.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn run() -> Result<(), redlock_client::Error> {
+    /// let redlock = redlock_client::Redlock::builder([
+    ///     "redis://10.0.0.1:6379",
+    ///     "redis://10.0.0.2:6379",
+    ///     "redis://10.0.0.3:6379",
+    /// ])
+    /// .build()
+    /// .await?;
+    /// assert_eq!(redlock.quorum(), 2);
+    /// # Ok(()) }
+    /// ```
+    pub async fn build(self) -> Result<Redlock, Error> {
+        if self.urls.is_empty() {
+            return Err(Error::InvalidArgument(
+                "no nodes given: pass at least one redis:// URL (5 independent masters are the usual setup)".into(),
+            ));
+        }
+        if self.node_timeout.is_zero() || self.connect_timeout.is_zero() {
+            return Err(Error::InvalidArgument(
+                "node and connect timeouts must be above zero".into(),
+            ));
+        }
+        if !(0.0..1.0).contains(&self.drift_factor) {
+            return Err(Error::InvalidArgument(format!(
+                "drift factor {} is outside 0..1",
+                self.drift_factor
+            )));
+        }
+        if self.retry.attempts == 0 {
+            return Err(Error::InvalidArgument(
+                "retry attempts must be at least 1".into(),
+            ));
+        }
+        let tls = self.tls.load()?;
+        let nodes = self
+            .urls
+            .iter()
+            .map(|url| Node::new(url, self.node_timeout, self.connect_timeout, tls.as_ref()))
+            .collect::<Result<Box<[_]>, _>>()?;
+        let n = nodes.len();
+        if n % 2 == 0 {
+            tracing::warn!(
+                nodes = n,
+                "an even number of nodes tolerates no more failures than {} nodes; use an odd number",
+                n - 1
+            );
+        }
+        let quorum = Quorum {
+            nodes,
+            quorum: n / 2 + 1,
+        };
+
+        // Connect and check for the module, all nodes at once.
+        let checks = quorum.nodes.iter().map(|node| async move {
+            node.connect().await?;
+            node.check_module().await
+        });
+        let results = futures_util::future::join_all(checks).await;
+        let mut failed = Vec::new();
+        for (i, result) in results.into_iter().enumerate() {
+            match result {
+                Ok(()) => {}
+                Err(NodeFailure::ModuleNotLoaded) => {
+                    return Err(Error::ModuleNotLoaded {
+                        node: quorum.nodes[i].addr().to_string(),
+                    })
+                }
+                Err(e) => failed.push((i, e)),
+            }
+        }
+        if n - failed.len() < quorum.quorum {
+            let answered = n - failed.len();
+            return Err(quorum.failure_error(failed, answered));
+        }
+        for (i, e) in &failed {
+            tracing::warn!(node = quorum.nodes[*i].addr(), reason = %e, "node unreachable at start; reconnecting in the background");
+        }
+        Ok(Redlock {
+            inner: Arc::new(Inner {
+                quorum,
+                retry: self.retry,
+                drift_factor: self.drift_factor,
+                clock_floor: self.clock_floor,
+                #[cfg(feature = "danger-test-switches")]
+                danger: self.danger,
+            }),
+        })
+    }
+}

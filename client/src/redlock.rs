@@ -1,0 +1,444 @@
+//! [`Redlock`]: the client, its acquire paths and `release_owner`.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use tracing::Instrument;
+
+use crate::builder::{
+    RedlockBuilder, RetryPolicy, DEFAULT_CONNECT_TIMEOUT, DEFAULT_DRIFT_FACTOR,
+    DEFAULT_NODE_TIMEOUT,
+};
+use crate::error::Error;
+use crate::lock::{Lock, OwnerId};
+use crate::quorum::{Leftover, Quorum, Unanswered};
+
+/// Fixed part of the drift margin.
+const DRIFT_FIXED: Duration = Duration::from_millis(2);
+
+/// What every clone of a [`Redlock`] and every [`Lock`] share.
+pub(crate) struct Inner {
+    pub(crate) quorum: Quorum,
+    pub(crate) retry: RetryPolicy,
+    pub(crate) drift_factor: f64,
+    pub(crate) clock_floor: bool,
+    #[cfg(feature = "danger-test-switches")]
+    pub(crate) danger: crate::builder::DangerSwitches,
+}
+
+impl Inner {
+    /// Step 5: how long a lease of `ttl_ms` (what the nodes were sent) can
+    /// be used after a round that took `elapsed`: ttl − elapsed − (ttl ×
+    /// drift + 2 ms), measured from the start of the round. `None` when
+    /// nothing is left. Returns the usable span from the start of the round.
+    pub(crate) fn usable(&self, ttl_ms: u64, elapsed: Duration) -> Option<Duration> {
+        usable(ttl_ms, self.drift_factor, elapsed)
+    }
+
+    /// Whether step 5 runs (always, unless a test switched it off).
+    pub(crate) fn validity_check(&self) -> bool {
+        #[cfg(feature = "danger-test-switches")]
+        if self.danger.no_validity_check {
+            return false;
+        }
+        true
+    }
+}
+
+/// See [`Inner::usable`].
+fn usable(ttl_ms: u64, drift_factor: f64, elapsed: Duration) -> Option<Duration> {
+    let ttl = Duration::from_millis(ttl_ms);
+    ttl.checked_sub(ttl.mul_f64(drift_factor) + DRIFT_FIXED)
+        .filter(|usable| *usable > elapsed)
+}
+
+/// The lease the nodes are sent for `ttl`: whole milliseconds, at least 1.
+pub(crate) fn ttl_millis(ttl: Duration) -> Result<u64, Error> {
+    let ms = ttl.as_millis();
+    if ms == 0 {
+        return Err(Error::InvalidArgument(format!(
+            "ttl {ttl:?} is below 1 ms: locks need a lease of at least 1 ms"
+        )));
+    }
+    Ok(ms.min(i64::MAX as u128) as u64)
+}
+
+fn now_micros() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_micros().min(i64::MAX as u128) as u64)
+        .unwrap_or(0)
+}
+
+/// A Redlock client over N independent Redis masters that run the redlock
+/// module. Cheap to clone (all clones share the connections).
+///
+/// # Examples
+///
+/// ```no_run
+/// use std::time::Duration;
+/// use redlock_client::Redlock;
+///
+/// # async fn run() -> Result<(), redlock_client::Error> {
+/// let redlock = Redlock::builder([
+///     "redis://10.0.0.1:6379",
+///     "redis://10.0.0.2:6379",
+///     "redis://10.0.0.3:6379",
+///     "redis://10.0.0.4:6379",
+///     "redis://10.0.0.5:6379",
+/// ])
+/// .build()
+/// .await?;
+/// let lock = redlock.acquire("invoices", Duration::from_secs(5)).await?;
+/// println!("token {}", lock.token());
+/// lock.release().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct Redlock {
+    pub(crate) inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Redlock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Redlock")
+            .field("nodes", &self.nodes())
+            .field("quorum", &self.quorum())
+            .finish()
+    }
+}
+
+impl Redlock {
+    /// Starts configuring a client for `nodes` (redis URLs: `redis://host:port`,
+    /// `rediss://` for TLS, `redis://user:password@host:port` for ACL auth).
+    /// Five independent masters is the usual setup; one node is a plain
+    /// fenced lock without fault tolerance.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let builder = redlock_client::Redlock::builder(["redis://127.0.0.1:7001"])
+    ///     .node_timeout(Duration::from_millis(50));
+    /// # let _ = builder;
+    /// ```
+    pub fn builder<I, S>(nodes: I) -> RedlockBuilder
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        RedlockBuilder {
+            urls: nodes.into_iter().map(Into::into).collect(),
+            node_timeout: DEFAULT_NODE_TIMEOUT,
+            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            retry: RetryPolicy::default(),
+            drift_factor: DEFAULT_DRIFT_FACTOR,
+            clock_floor: true,
+            tls: Default::default(),
+            #[cfg(feature = "danger-test-switches")]
+            danger: Default::default(),
+        }
+    }
+
+    /// The nodes' addresses (`host:port`), in the order given.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn run(redlock: redlock_client::Redlock) {
+    /// for node in redlock.nodes() {
+    ///     println!("{node}");
+    /// }
+    /// # }
+    /// ```
+    pub fn nodes(&self) -> Vec<String> {
+        self.inner
+            .quorum
+            .nodes
+            .iter()
+            .map(|n| n.addr().to_string())
+            .collect()
+    }
+
+    /// How many nodes must agree: `N / 2 + 1`.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn run(redlock: redlock_client::Redlock) {
+    /// assert_eq!(redlock.quorum(), redlock.nodes().len() / 2 + 1);
+    /// # }
+    /// ```
+    pub fn quorum(&self) -> usize {
+        self.inner.quorum.quorum
+    }
+
+    /// Takes the lock for `ttl`, retrying per the [`RetryPolicy`] while it
+    /// is busy (or no quorum answers, or nodes are in their restart grace
+    /// window).
+    ///
+    /// One owner id is used for all attempts of one call, and every failed
+    /// attempt is released on every node that may have granted it before
+    /// the next attempt starts. The nodes get the lease in whole
+    /// milliseconds (`ttl` rounded down); the validity is computed from
+    /// that.
+    ///
+    /// # Errors
+    ///
+    /// The last attempt's error: [`Error::Busy`], [`Error::NoQuorum`],
+    /// [`Error::RestartGuard`], [`Error::ModuleNotLoaded`],
+    /// [`Error::ExpiredBeforeUse`] when the round ate the whole lease, or
+    /// [`Error::InvalidArgument`] (a ttl below 1 ms, or one the nodes
+    /// refuse).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # use std::time::Duration;
+    /// # async fn run(redlock: redlock_client::Redlock) -> Result<(), redlock_client::Error> {
+    /// let lock = redlock.acquire("reports", Duration::from_secs(30)).await?;
+    /// // … pass lock.token() with every write to the protected resource …
+    /// lock.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn acquire(&self, key: &str, ttl: Duration) -> Result<Lock, Error> {
+        let owner = OwnerId::new();
+        let span = tracing::debug_span!(
+            "redlock.acquire",
+            key,
+            owner = owner.as_str(),
+            ttl_ms = ttl.as_millis() as u64,
+            token = tracing::field::Empty
+        );
+        async {
+            let attempts = self.inner.retry.attempts.max(1);
+            let mut attempt = 1;
+            loop {
+                match self.attempt(key, ttl, owner).await {
+                    Ok(lock) => return Ok(lock),
+                    Err((error, leftovers)) => {
+                        if attempt >= attempts || !error.is_transient() {
+                            self.inner
+                                .quorum
+                                .release_on(key, owner.as_str(), &leftovers.nodes)
+                                .await;
+                            return Err(error);
+                        }
+                        tracing::debug!(attempt, %error, "attempt failed; retrying");
+                        let delay = self.inner.retry.delay();
+                        tokio::join!(
+                            self.inner
+                                .quorum
+                                .release_on(key, owner.as_str(), &leftovers.nodes),
+                            tokio::time::sleep(delay)
+                        );
+                        attempt += 1;
+                    }
+                }
+            }
+        }
+        .instrument(span)
+        .await
+    }
+
+    /// Makes one attempt: `Ok(None)` when another owner holds the lock.
+    ///
+    /// A failed attempt is released on the nodes that may have granted it
+    /// (those that did not answer yet, timed out, or granted). When busy,
+    /// that release runs in the background so that the "busy" answer costs
+    /// one round trip; otherwise it completes before this returns.
+    ///
+    /// # Errors
+    ///
+    /// As [`Redlock::acquire`], except that busy is `Ok(None)`.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # use std::time::Duration;
+    /// # async fn run(redlock: redlock_client::Redlock) -> Result<(), redlock_client::Error> {
+    /// match redlock.try_acquire("reports", Duration::from_secs(30)).await? {
+    ///     Some(lock) => {
+    ///         println!("mine, token {}", lock.token());
+    ///         lock.release().await?;
+    ///     }
+    ///     None => println!("someone else holds it"),
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn try_acquire(&self, key: &str, ttl: Duration) -> Result<Option<Lock>, Error> {
+        let owner = OwnerId::new();
+        let span = tracing::debug_span!(
+            "redlock.acquire",
+            key,
+            owner = owner.as_str(),
+            ttl_ms = ttl.as_millis() as u64,
+            token = tracing::field::Empty
+        );
+        async {
+            match self.attempt(key, ttl, owner).await {
+                Ok(lock) => Ok(Some(lock)),
+                Err((Error::Busy { .. }, leftovers)) => {
+                    if !leftovers.nodes.is_empty() {
+                        let inner = Arc::clone(&self.inner);
+                        let key = key.to_string();
+                        tokio::spawn(
+                            async move {
+                                inner
+                                    .quorum
+                                    .release_on(&key, owner.as_str(), &leftovers.nodes)
+                                    .await
+                            }
+                            .in_current_span(),
+                        );
+                    }
+                    Ok(None)
+                }
+                Err((error, leftovers)) => {
+                    self.inner
+                        .quorum
+                        .release_on(key, owner.as_str(), &leftovers.nodes)
+                        .await;
+                    Err(error)
+                }
+            }
+        }
+        .instrument(span)
+        .await
+    }
+
+    /// One attempt: steps 1–6 of the algorithm. On failure, the error and
+    /// the nodes to release.
+    async fn attempt(
+        &self,
+        key: &str,
+        ttl: Duration,
+        owner: OwnerId,
+    ) -> Result<Lock, (Error, Leftover)> {
+        let inner = &self.inner;
+        let ttl_ms = ttl_millis(ttl).map_err(|e| {
+            let nothing = Leftover {
+                nodes: Vec::new(),
+                _unanswered: Unanswered::default(),
+            };
+            (e, nothing)
+        })?;
+        let start = Instant::now();
+        let floor = inner.clock_floor.then(now_micros);
+        let (token, unanswered) = inner
+            .quorum
+            .acquire(
+                key,
+                owner.as_str(),
+                ttl_ms,
+                floor,
+                #[cfg(feature = "danger-test-switches")]
+                !inner.danger.no_write_back,
+            )
+            .await?;
+        // Step 5: validity = ttl − elapsed − (ttl × drift + 2 ms).
+        let deadline = if inner.validity_check() {
+            let elapsed = start.elapsed();
+            let Some(usable) = inner.usable(ttl_ms, elapsed) else {
+                let all = Leftover {
+                    nodes: (0..inner.quorum.nodes.len()).collect(),
+                    _unanswered: unanswered,
+                };
+                return Err((Error::ExpiredBeforeUse { ttl, elapsed }, all));
+            };
+            tracing::debug!(
+                token,
+                validity_ms = (usable - elapsed).as_millis() as u64,
+                "acquired"
+            );
+            start + usable
+        } else {
+            // Deliberately broken (safety-suite mutation): the full ttl from
+            // the end of the acquisition.
+            tracing::debug!(token, "acquired without the validity check");
+            Instant::now() + ttl
+        };
+        tracing::Span::current().record("token", token);
+        Ok(Lock::new(
+            Arc::clone(inner),
+            key,
+            owner,
+            token,
+            deadline,
+            unanswered,
+        ))
+    }
+
+    /// Releases `key` for the owner id `owner` (as printed by
+    /// [`LockInfo::owner`](crate::LockInfo::owner) or `redlock acquire`),
+    /// e.g. from another process. Anyone who knows the owner id can release
+    /// the lock: treat it as a secret.
+    ///
+    /// Returns `Ok(true)` when a quorum confirmed that `owner` held the lock
+    /// and it is now free, `Ok(false)` when it was no longer held by `owner`
+    /// (expired or already released).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidArgument`] for an empty or over-long owner id;
+    /// [`Error::NoQuorum`] when too few nodes answered.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn run(redlock: redlock_client::Redlock) -> Result<(), redlock_client::Error> {
+    /// let freed = redlock
+    ///     .release_owner("reports", "5c0e9f5e-1d7a-4b8e-9a56-3f1f0f6c2d11")
+    ///     .await?;
+    /// println!("{}", if freed { "released" } else { "was not held by that owner" });
+    /// # Ok(()) }
+    /// ```
+    pub async fn release_owner(&self, key: &str, owner: &str) -> Result<bool, Error> {
+        if owner.is_empty() || owner.len() > 256 {
+            return Err(Error::InvalidArgument(format!(
+                "owner id must be 1 to 256 bytes, got {} bytes",
+                owner.len()
+            )));
+        }
+        let span = tracing::debug_span!("redlock.release", key, owner);
+        self.inner.quorum.release(key, owner).instrument(span).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn validity_is_computed_from_the_whole_milliseconds_sent() {
+        // 2.9 ms sends 2 ms; with no drift factor the 2 ms fixed margin
+        // leaves nothing, whatever the fraction of a millisecond dropped.
+        let ttl = Duration::from_micros(2_900);
+        let sent = ttl_millis(ttl).expect("valid ttl");
+        assert_eq!(sent, 2);
+        assert_eq!(usable(sent, 0.0, Duration::ZERO), None);
+        // 1000.9 ms: 1000 ms sent, 1000 − 10 − 2 = 988 ms usable.
+        let sent = ttl_millis(Duration::from_micros(1_000_900)).expect("valid ttl");
+        assert_eq!(
+            usable(sent, 0.01, Duration::from_millis(1)),
+            Some(Duration::from_millis(988))
+        );
+    }
+
+    #[test]
+    fn nothing_usable_once_the_round_took_the_margin() {
+        assert_eq!(usable(100, 0.01, Duration::from_millis(97)), None);
+        assert_eq!(
+            usable(100, 0.01, Duration::from_millis(96)),
+            Some(Duration::from_millis(97))
+        );
+    }
+
+    #[test]
+    fn ttls_below_a_millisecond_are_refused() {
+        assert!(matches!(
+            ttl_millis(Duration::from_micros(999)),
+            Err(Error::InvalidArgument(_))
+        ));
+    }
+}

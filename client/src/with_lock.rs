@@ -1,0 +1,227 @@
+//! [`Redlock::with_lock`]: run work under a lock that a background task
+//! keeps alive, with a [`LockGuard`] that says when it is lost.
+
+use std::future::Future;
+use std::ops::Deref;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio_util::sync::{CancellationToken, WaitForCancellationFuture};
+
+use crate::error::Error;
+use crate::lock::{Lock, LockInfo};
+use crate::redlock::Redlock;
+
+impl Redlock {
+    /// Runs `f` while holding `key`, and releases the lock when `f`'s future
+    /// ends, whatever it returned (also when it panics or is dropped).
+    ///
+    /// A background task extends the lock to `ttl` about every `ttl / 3`.
+    /// If an extension fails to reach a quorum, or the validity runs out
+    /// before an extension succeeds, [`LockGuard::lost`] fires at once: stop
+    /// using the token then. Returns `f`'s value.
+    ///
+    /// Needs a tokio runtime with the `time` driver (the extension runs as a
+    /// spawned task).
+    ///
+    /// # Errors
+    ///
+    /// The acquisition's error, after the retries of [`Redlock::acquire`];
+    /// `f` does not run then.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # use std::time::Duration;
+    /// # async fn copy_files(_token: u64) {}
+    /// # async fn run(redlock: redlock_client::Redlock) -> Result<(), redlock_client::Error> {
+    /// let finished = redlock
+    ///     .with_lock("nightly-backup", Duration::from_secs(30), |guard| async move {
+    ///         tokio::select! {
+    ///             () = copy_files(guard.token()) => true,
+    ///             () = guard.lost() => false,
+    ///         }
+    ///     })
+    ///     .await?;
+    /// # let _ = finished; Ok(()) }
+    /// ```
+    pub async fn with_lock<F, Fut, T>(&self, key: &str, ttl: Duration, f: F) -> Result<T, Error>
+    where
+        F: FnOnce(LockGuard) -> Fut,
+        Fut: Future<Output = T>,
+    {
+        let lock = self.acquire(key, ttl).await?;
+        let lost = CancellationToken::new();
+        let done = CancellationToken::new();
+        let guard = LockGuard {
+            info: Arc::clone(lock.info()),
+            lost: lost.clone(),
+        };
+        let keeper = tokio::spawn(keep_alive(lock, ttl, lost, done.clone()));
+        // Stops the keeper (which then releases) if `f` panics or this
+        // future is dropped.
+        let stop = done.drop_guard();
+        let value = f(guard).await;
+        drop(stop);
+        let _ = keeper.await;
+        Ok(value)
+    }
+}
+
+/// The background task of [`Redlock::with_lock`]: extends every `ttl / 3`,
+/// fires `lost` on a failed extension or when the validity runs out, and
+/// releases the lock when `done` fires.
+async fn keep_alive(
+    mut lock: Lock,
+    ttl: Duration,
+    lost: CancellationToken,
+    done: CancellationToken,
+) {
+    let interval = (ttl / 3).max(Duration::from_millis(1));
+    let mut next = Instant::now() + interval;
+    let token = lock.token();
+    let key = lock.key().to_string();
+    let mark_lost = |lock: &Lock| {
+        // The deadline first, so that a guard never sees a validity left
+        // on a lock it reports lost.
+        lock.info().set_deadline(Instant::now());
+        lost.cancel();
+    };
+    while !lost.is_cancelled() {
+        let deadline = tokio::time::Instant::from_std(lock.info().deadline());
+        tokio::select! {
+            _ = done.cancelled() => break,
+            _ = tokio::time::sleep_until(deadline) => {
+                tracing::warn!(key, token, "validity ran out before an extension succeeded: lock lost");
+                mark_lost(&lock);
+                break;
+            }
+            _ = tokio::time::sleep_until(tokio::time::Instant::from_std(next)) => {}
+        }
+        next = Instant::now() + interval;
+        let outcome = tokio::select! {
+            _ = done.cancelled() => break,
+            _ = tokio::time::sleep_until(deadline) => Err(None),
+            result = lock.extend(ttl) => result.map_err(Some),
+        };
+        match outcome {
+            Ok(()) => {}
+            Err(None) => {
+                tracing::warn!(
+                    key,
+                    token,
+                    "validity ran out before an extension succeeded: lock lost"
+                );
+                mark_lost(&lock);
+            }
+            Err(Some(error)) => {
+                tracing::warn!(key, token, %error, "extension failed: lock lost");
+                mark_lost(&lock);
+            }
+        }
+    }
+    if lost.is_cancelled() {
+        done.cancelled().await;
+    }
+    let _ = lock.release().await;
+}
+
+/// What the closure of [`Redlock::with_lock`] gets: the lock's
+/// [`LockInfo`] (it dereferences to it; the validity follows the
+/// extensions) and a signal that fires when the lock is lost.
+#[derive(Clone)]
+pub struct LockGuard {
+    info: Arc<LockInfo>,
+    lost: CancellationToken,
+}
+
+impl Deref for LockGuard {
+    type Target = LockInfo;
+
+    fn deref(&self) -> &LockInfo {
+        &self.info
+    }
+}
+
+impl std::fmt::Debug for LockGuard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LockGuard")
+            .field("key", &self.key())
+            .field("token", &self.token())
+            .field("lost", &self.is_lost())
+            .finish_non_exhaustive()
+    }
+}
+
+impl LockGuard {
+    /// Completes when the lock is lost (an extension failed or the validity
+    /// ran out first). Use it in `tokio::select!` next to the work.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # use std::time::Duration;
+    /// # async fn work() {}
+    /// # async fn run(redlock: redlock_client::Redlock) -> Result<(), redlock_client::Error> {
+    /// redlock
+    ///     .with_lock("job", Duration::from_secs(5), |guard| async move {
+    ///         tokio::select! {
+    ///             () = work() => {}
+    ///             () = guard.lost() => eprintln!("lock lost: work abandoned"),
+    ///         }
+    ///     })
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn lost(&self) -> WaitForCancellationFuture<'_> {
+        self.lost.cancelled()
+    }
+
+    /// A token that is cancelled when the lock is lost, to move into other
+    /// tasks.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # use std::time::Duration;
+    /// # async fn run(redlock: redlock_client::Redlock) -> Result<(), redlock_client::Error> {
+    /// redlock
+    ///     .with_lock("job", Duration::from_secs(5), |guard| async move {
+    ///         let lost = guard.lost_token();
+    ///         let worker = tokio::spawn(async move {
+    ///             while !lost.is_cancelled() {
+    ///                 tokio::time::sleep(Duration::from_millis(10)).await;
+    ///             }
+    ///         });
+    ///         let _ = worker.await;
+    ///     })
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn lost_token(&self) -> CancellationToken {
+        self.lost.clone()
+    }
+
+    /// Whether the lock was lost.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # use std::time::Duration;
+    /// # async fn run(redlock: redlock_client::Redlock) -> Result<(), redlock_client::Error> {
+    /// redlock
+    ///     .with_lock("job", Duration::from_secs(5), |guard| async move {
+    ///         for step in 0..10 {
+    ///             if guard.is_lost() {
+    ///                 break;
+    ///             }
+    ///             println!("step {step} under token {}", guard.token());
+    ///         }
+    ///     })
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn is_lost(&self) -> bool {
+        self.lost.is_cancelled()
+    }
+}
