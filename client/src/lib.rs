@@ -110,6 +110,17 @@
 //!   ([`RedlockBuilder::node_timeout`]); connections are persistent and
 //!   multiplexed, and reconnect in the background.
 //!
+//! # TLS and authentication
+//!
+//! `rediss://host:port` nodes use TLS; [`RedlockBuilder::tls_ca_file`] gives
+//! the CA that signed their certificates (default: the system's trust
+//! store) and [`RedlockBuilder::tls_client_cert`] a client certificate for
+//! mutual TLS (`tls-auth-clients yes`). Verification cannot be turned off.
+//! `redis://user:password@host:port` logs in as an ACL user,
+//! `redis://:password@host:port` with `requirepass`; a wrong password shows
+//! as "authentication failed" for that node, a key the user may not lock as
+//! [`Error::PermissionDenied`].
+//!
 //! Tracing: every acquire, extend and release runs in a `tracing` span
 //! (`redlock.acquire`, `redlock.extend`, `redlock.release`) with the key and
 //! token, and logs each node's reply at `DEBUG`.
