@@ -246,13 +246,25 @@ fn process_state(pid: u32) -> Option<char> {
         .next()
 }
 
-/// Waits until the group `pgid` has at least `count` processes.
-fn wait_for_members(pgid: u32, count: usize) {
+/// Waits until `count` processes of the group `pgid` run `sleep` (their
+/// shell has forked them and they have started the program: a signal sent
+/// earlier could reach a shell between fork and exec, where it handles
+/// signals its own way).
+fn wait_for_sleeps(pgid: u32, count: usize) {
+    let sleeping = || {
+        group_members(pgid)
+            .into_iter()
+            .filter(|pid| {
+                std::fs::read_to_string(format!("/proc/{pid}/comm"))
+                    .is_ok_and(|comm| comm.trim() == "sleep")
+            })
+            .count()
+    };
     let deadline = Instant::now() + Duration::from_secs(10);
-    while group_members(pgid).len() < count {
+    while sleeping() < count {
         assert!(
             Instant::now() < deadline,
-            "group {pgid} never reached {count} processes: {:?}",
+            "group {pgid} never had {count} sleep processes: {:?}",
             group_members(pgid)
         );
         std::thread::sleep(Duration::from_millis(10));
@@ -360,7 +372,7 @@ fn run_terminates_the_whole_group_when_the_lock_is_lost() {
         let pidfile = scratch.file(name);
         let child = spawn_run(&urls, name, "900ms", kill_after, script, &pidfile);
         let pgid = read_pid(&pidfile);
-        wait_for_members(pgid, 3);
+        wait_for_sleeps(pgid, 2);
         let started = Instant::now();
         let frozen = Frozen::new(&nodes[..3]);
         let out = wait_bounded(child, Duration::from_secs(15));
@@ -399,7 +411,7 @@ fn run_escalates_to_sigkill_when_asked_to_stop() {
         "trap '' TERM; echo $$ > \"$0\"; sh -c 'trap \"\" TERM; sleep 60' & sleep 60; echo done";
     let child = spawn_run(&urls, "stopped", "2s", "700ms", script, &pidfile);
     let pgid = read_pid(&pidfile);
-    wait_for_members(pgid, 3);
+    wait_for_sleeps(pgid, 2);
     let v = json(&redlock(&urls, &["--json", "inspect", "stopped"]));
     assert_eq!(v["held_on"], 5, "{v}");
 
@@ -651,7 +663,7 @@ fn run_keeps_the_terminal_usable() {
         ],
     );
     let pgid = read_pid(&pidfile);
-    wait_for_members(pgid, 3);
+    wait_for_sleeps(pgid, 2);
     pty.type_text(b"\x03");
     let out = pty.wait(child);
     // The command died of SIGINT, and so does `run` (so that a calling
