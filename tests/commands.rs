@@ -134,7 +134,7 @@ fn inspect_is_a_map_for_resp3_clients() {
     };
     let keys: Vec<String> = pairs
         .iter()
-        .map(|(k, _)| redis::from_redis_value(k).unwrap())
+        .map(|(k, _)| redis::from_redis_value_ref(k).unwrap())
         .collect();
     assert_eq!(keys, ["held", "pttl", "token"]);
 }

@@ -16,7 +16,11 @@ impl PingFloor {
         let mut conns = Vec::with_capacity(urls.len());
         for url in urls {
             let client = redis::Client::open(url.as_str())?;
-            conns.push(client.get_multiplexed_async_connection().await?);
+            conns.push(
+                client
+                    .get_multiplexed_async_connection_with_config(&crate::untimed_connection())
+                    .await?,
+            );
         }
         Ok(Self { conns })
     }

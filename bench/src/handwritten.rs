@@ -46,7 +46,9 @@ impl HandRedlock {
         let script = redis::Script::new(UNLOCK_SCRIPT);
         for url in urls {
             let client = redis::Client::open(url.as_str())?;
-            let mut con = client.get_multiplexed_async_connection().await?;
+            let mut con = client
+                .get_multiplexed_async_connection_with_config(&crate::untimed_connection())
+                .await?;
             script.prepare_invoke().load_async(&mut con).await?;
             conns.push(con);
         }

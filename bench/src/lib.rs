@@ -15,3 +15,10 @@ pub mod resp;
 pub mod server;
 pub mod stats;
 pub mod workload;
+
+/// The connection settings of the baselines: no response timeout inside the
+/// connection (redis 1.x adds a 500 ms one by default, a timer per call),
+/// like `redlock-client`'s connections, so that both pay the same per call.
+pub fn untimed_connection() -> redis::AsyncConnectionConfig {
+    redis::AsyncConnectionConfig::new().set_response_timeout(None)
+}

@@ -44,7 +44,7 @@ pub fn used_memory(con: &mut redis::Connection) -> redis::RedisResult<u64> {
     info.lines()
         .find_map(|l| l.strip_prefix("used_memory:"))
         .and_then(|v| v.trim().parse().ok())
-        .ok_or_else(|| (redis::ErrorKind::ParseError, "no used_memory in INFO").into())
+        .ok_or_else(|| (redis::ErrorKind::Parse, "no used_memory in INFO").into())
 }
 
 /// `used_memory` once it stopped moving (closed clients are freed lazily).

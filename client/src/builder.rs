@@ -7,6 +7,7 @@ use std::time::Duration;
 use rand::Rng;
 
 use crate::error::{Error, NodeFailure};
+use crate::identity::{identical_urls, same_servers, Endpoint};
 use crate::node::Node;
 use crate::quorum::Quorum;
 use crate::redlock::{Inner, Redlock};
@@ -63,6 +64,14 @@ impl Default for RetryPolicy {
 
 impl RetryPolicy {
     /// One attempt, no retry.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use redlock_client::{Redlock, RetryPolicy};
+    /// let builder = Redlock::builder(["redis://127.0.0.1:7001"]).retry(RetryPolicy::no_retry());
+    /// # let _ = builder;
+    /// ```
     pub fn no_retry() -> Self {
         RetryPolicy {
             attempts: 1,
@@ -250,8 +259,12 @@ impl RedlockBuilder {
     ///
     /// # Errors
     ///
-    /// - [`Error::InvalidArgument`]: a bad URL, no nodes, bad options; a TLS
-    ///   file that is missing or holds no PEM of the right type (the message
+    /// - [`Error::InvalidArgument`]: a bad URL, no nodes, bad options, the
+    ///   same node listed twice (identical URLs once the host's case, the
+    ///   default port and database are normalised), or two members that
+    ///   turn out to be the same Redis server (same `run_id`: an alias,
+    ///   `localhost` next to `127.0.0.1`, two forwarded ports); a TLS file
+    ///   that is missing or holds no PEM of the right type (the message
     ///   names the file); a URL with a `#fragment`; a plain `redis://` URL
     ///   when TLS files are given.
     /// - [`Error::ModuleNotLoaded`]: a reachable node runs without the module.
@@ -300,8 +313,16 @@ impl RedlockBuilder {
             .iter()
             .map(|url| Node::new(url, self.node_timeout, self.connect_timeout, tls.as_ref()))
             .collect::<Result<Box<[_]>, _>>()?;
+        let endpoints: Vec<Endpoint> = nodes.iter().map(|n| n.endpoint().clone()).collect();
+        if let Some(&(i, j)) = identical_urls(&endpoints).first() {
+            return Err(Error::InvalidArgument(format!(
+                "{} and {} are the same node: each server may be listed once (one server, one vote)",
+                nodes[i].url(),
+                nodes[j].url()
+            )));
+        }
         let n = nodes.len();
-        if n % 2 == 0 {
+        if n.is_multiple_of(2) {
             tracing::warn!(
                 nodes = n,
                 "an even number of nodes tolerates no more failures than {} nodes; use an odd number",
@@ -330,6 +351,19 @@ impl RedlockBuilder {
                 }
                 Err(e) => failed.push((i, e)),
             }
+        }
+        let ids: Vec<_> = quorum.nodes.iter().map(|n| n.server_id()).collect();
+        if let Some(&(i, j)) = same_servers(&ids).first() {
+            let (a, b) = (quorum.nodes[i].url(), quorum.nodes[j].url());
+            tracing::error!(
+                node = b,
+                same_server_as = a,
+                "two members of the quorum are the same Redis server"
+            );
+            return Err(Error::InvalidArgument(format!(
+                "{a} and {b} are the same Redis server (run_id {}): each server may be listed once (one server, one vote)",
+                ids[i].as_deref().unwrap_or("")
+            )));
         }
         if n - failed.len() < quorum.quorum {
             let answered = n - failed.len();

@@ -102,6 +102,14 @@ pub enum Error {
 impl Error {
     /// Whether trying again later may succeed (busy, no quorum, restart
     /// guard). [`Redlock::acquire`](crate::Redlock::acquire) retries these.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use redlock_client::Error;
+    /// assert!(Error::Busy { holders: 3, nodes: 5 }.is_transient());
+    /// assert!(!Error::InvalidArgument("ttl".into()).is_transient());
+    /// ```
     pub fn is_transient(&self) -> bool {
         matches!(
             self,
@@ -168,6 +176,12 @@ pub(crate) enum NodeFailure {
     Unexpected(String),
     /// Step 4: the write-back did not leave the node at the token.
     WriteBack(String),
+    /// The node's reply came from the same server as another member's,
+    /// which counted instead (one server, one vote).
+    SameServer {
+        /// The other member's URL (without credentials).
+        twin: String,
+    },
 }
 
 impl fmt::Display for NodeFailure {
@@ -183,6 +197,9 @@ impl fmt::Display for NodeFailure {
             NodeFailure::AuthFailed(e) => write!(f, "authentication failed: {e}"),
             NodeFailure::Unexpected(e) => write!(f, "unexpected reply: {e}"),
             NodeFailure::WriteBack(e) => write!(f, "write-back failed: {e}"),
+            NodeFailure::SameServer { twin } => {
+                write!(f, "same Redis server as {twin}, which counted instead")
+            }
         }
     }
 }
@@ -193,7 +210,7 @@ impl NodeFailure {
     pub(crate) fn from_redis(err: &redis::RedisError) -> (Self, bool) {
         use redis::ErrorKind;
         match err.kind() {
-            ErrorKind::ResponseError | ErrorKind::ExtensionError => {
+            ErrorKind::Server(_) | ErrorKind::Extension => {
                 let code = err.code().unwrap_or("ERR");
                 let detail = err.detail().unwrap_or("");
                 let text = format!("{code} {detail}");
@@ -230,7 +247,10 @@ impl NodeFailure {
     pub(crate) fn maybe_executed(&self) -> bool {
         matches!(
             self,
-            NodeFailure::Timeout(_) | NodeFailure::Connection(_) | NodeFailure::WriteBack(_)
+            NodeFailure::Timeout(_)
+                | NodeFailure::Connection(_)
+                | NodeFailure::WriteBack(_)
+                | NodeFailure::SameServer { .. }
         )
     }
 }

@@ -1,11 +1,39 @@
 //! One Redis master: a persistent multiplexed connection, a per-node timeout
 //! on every call (one timer per round for the quorum rounds), and a
-//! background reconnect when the connection is missing
-//! or breaks.
+//! background reconnect when the connection is missing or breaks.
 //!
 //! A node that is down never makes a call wait: with no connection, a call
 //! fails at once (and makes sure a reconnect task runs); with a connection to
 //! a frozen or partitioned node, a call fails after the per-node timeout.
+//!
+//! # What the quorum rounds rely on from the connection
+//!
+//! The rounds (`quorum.rs`: `fan_out`, `Leftovers`), in particular the
+//! release of a failed or finished acquisition whose ACQUIRE to a slow node
+//! is still unanswered, rely on three properties of redis-rs's
+//! `MultiplexedConnection` as configured by [`connection_config`]. They are
+//! pinned against a real server by `client/tests/connection_contract.rs`,
+//! which fails if a redis-rs release changes them:
+//!
+//! 1. **Queued on the first poll.** The first poll of
+//!    `send_packed_command` puts the command into the connection's queue
+//!    (the rounds poll it under `tokio::task::unconstrained`, so that
+//!    tokio's cooperative budget cannot delay it; no concurrency limit is
+//!    configured). A round therefore starts all its commands in one poll.
+//! 2. **Written in queue order.** One connection per node writes queued
+//!    commands in the order they were queued, so a RELEASE queued after an
+//!    ACQUIRE reaches the node after it: a dropped or unanswered ACQUIRE
+//!    can never be applied after the RELEASE that was meant to undo it.
+//! 3. **Skipped once abandoned.** A queued command whose caller was dropped
+//!    before the connection wrote it is not written at all. Safe (the node
+//!    never sees it), but a slow node would then miss the ACQUIRE of a held
+//!    lock, leaving it on a bare quorum; so an ACQUIRE round hands its
+//!    unanswered calls to the `Lock`, which keeps them until its RELEASE is
+//!    queued behind them, and RELEASE and EXTEND rounds finish theirs in the
+//!    background.
+//!
+//! The connection has no response timeout of its own: the rounds bound
+//! every call with one timer per round.
 
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
@@ -14,7 +42,25 @@ use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, Client, Cmd, Value};
 
 use crate::error::{Error, NodeFailure};
+use crate::identity::{parse_run_id, Endpoint, ServerId};
 use crate::tls::TlsSettings;
+
+/// The settings of every node's connection; see the module docs for what
+/// the rounds rely on.
+pub(crate) fn connection_config(connect_timeout: Duration) -> AsyncConnectionConfig {
+    AsyncConnectionConfig::new()
+        .set_connection_timeout(Some(connect_timeout))
+        .set_response_timeout(None)
+}
+
+/// Makes sure rustls has a crypto provider for `rediss://` nodes: the
+/// process default when one is installed, otherwise ring.
+fn ensure_tls_provider() {
+    if rustls::crypto::CryptoProvider::get_default().is_none() {
+        // Err: another thread installed one first, which is as good.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    }
+}
 
 /// First and largest pause between two reconnect attempts.
 const RECONNECT_MIN: Duration = Duration::from_millis(20);
@@ -24,6 +70,11 @@ const RECONNECT_MAX: Duration = Duration::from_secs(1);
 pub(crate) struct Node {
     /// `host:port`, for messages (the URL may hold a password).
     addr: Box<str>,
+    /// The URL without credentials, for naming the node in messages about
+    /// its identity.
+    url: Box<str>,
+    /// Where the URL connects, normalised (to find identical URLs).
+    endpoint: Endpoint,
     client: Client,
     /// Bound on every command's reply.
     timeout: Duration,
@@ -37,13 +88,15 @@ pub(crate) struct Node {
 #[derive(Default)]
 struct ConnState {
     /// The live connection and its generation number.
-    current: Option<(u64, MultiplexedConnection)>,
+    current: Option<(u64, MultiplexedConnection, Option<ServerId>)>,
+    /// The identity learned on the latest connection, to log a change.
+    last_id: Option<ServerId>,
     /// Bumped at every new connection, so that an error seen on an old
     /// connection never tears down a newer one.
     generation: u64,
     /// Why the node is down, for error messages.
     last_error: Option<String>,
-    /// A reconnect task is running.
+    /// A reconnect task exists (see [`ReconnectTask`]).
     reconnecting: bool,
 }
 
@@ -57,19 +110,22 @@ impl Node {
         tls_settings: Option<&TlsSettings>,
     ) -> Result<Arc<Self>, Error> {
         crate::tls::check_url(url, &redact(url), tls_settings)?;
+        if url
+            .get(..9)
+            .is_some_and(|s| s.eq_ignore_ascii_case("rediss://"))
+        {
+            ensure_tls_provider();
+        }
         let client = crate::tls::client(url, tls_settings)
             .map_err(|e| Error::InvalidArgument(format!("bad node URL {:?}: {e}", redact(url))))?;
-        let addr = client
-            .get_connection_info()
-            .addr
-            .to_string()
-            .into_boxed_str();
-        let tls = matches!(
-            client.get_connection_info().addr,
-            redis::ConnectionAddr::TcpTls { .. }
-        );
+        let info = client.get_connection_info();
+        let addr = info.addr().to_string().into_boxed_str();
+        let endpoint = Endpoint::of(info);
+        let tls = matches!(info.addr(), redis::ConnectionAddr::TcpTls { .. });
         Ok(Arc::new(Node {
             addr,
+            url: redact(url).into_boxed_str(),
+            endpoint,
             client,
             timeout,
             connect_timeout,
@@ -81,6 +137,25 @@ impl Node {
     /// `host:port`.
     pub(crate) fn addr(&self) -> &str {
         &self.addr
+    }
+
+    /// The URL without credentials.
+    pub(crate) fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// Where the URL connects, normalised.
+    pub(crate) fn endpoint(&self) -> &Endpoint {
+        &self.endpoint
+    }
+
+    /// The identity of the server behind the current connection, when
+    /// connected and known.
+    pub(crate) fn server_id(&self) -> Option<ServerId> {
+        self.lock_state()
+            .current
+            .as_ref()
+            .and_then(|(_, _, id)| id.clone())
     }
 
     fn lock_state(&self) -> std::sync::MutexGuard<'_, ConnState> {
@@ -101,7 +176,7 @@ impl Node {
     }
 
     async fn try_connect(&self) -> Result<(), NodeFailure> {
-        let config = AsyncConnectionConfig::new().set_connection_timeout(self.connect_timeout);
+        let config = connection_config(self.connect_timeout);
         let attempt = self
             .client
             .get_multiplexed_async_connection_with_config(&config);
@@ -113,11 +188,19 @@ impl Node {
             Ok(Err(e)) => Err(self.explain_connect_failure(&e).await),
             Ok(Ok(conn)) => Ok(conn),
         };
+        let result = match result {
+            Ok(mut conn) => self.learn_identity(&mut conn).await.map(|id| (conn, id)),
+            Err(e) => Err(e),
+        };
         let mut state = self.lock_state();
         match result {
-            Ok(conn) => {
+            Ok((conn, id)) => {
                 state.generation += 1;
-                state.current = Some((state.generation, conn));
+                if state.last_id.is_some() && id.is_some() && state.last_id != id {
+                    tracing::info!(node = %self.url, "the server's identity changed (restarted or replaced)");
+                }
+                state.last_id.clone_from(&id);
+                state.current = Some((state.generation, conn, id));
                 state.last_error = None;
                 tracing::debug!(node = %self.addr, "connected");
                 Ok(())
@@ -151,6 +234,45 @@ impl Node {
         }
     }
 
+    /// The `run_id` of the server behind a new connection (`INFO server`),
+    /// within the connect timeout. `Ok(None)` when the server refuses INFO
+    /// (an ACL user without `+info`): the node then cannot be told apart
+    /// from the other members.
+    async fn learn_identity(
+        &self,
+        conn: &mut MultiplexedConnection,
+    ) -> Result<Option<ServerId>, String> {
+        let mut info = redis::cmd("INFO");
+        info.arg("server");
+        let reply =
+            match tokio::time::timeout(self.connect_timeout, conn.send_packed_command(&info)).await
+            {
+                Err(_) => {
+                    return Err(format!(
+                        "no reply to INFO within {} ms",
+                        self.connect_timeout.as_millis()
+                    ))
+                }
+                Ok(reply) => reply.and_then(Value::extract_error),
+            };
+        let text = match reply {
+            Ok(value) => redis::from_redis_value::<String>(value).map_err(|e| e.to_string())?,
+            Err(e) => {
+                let (failure, broken) = NodeFailure::from_redis(&e);
+                if broken {
+                    return Err(failure.to_string());
+                }
+                tracing::warn!(node = %self.url, reason = %failure, "INFO refused: this node cannot be told apart from the other members (grant +info to detect one server listed twice)");
+                return Ok(None);
+            }
+        };
+        let id = parse_run_id(&text).map(ServerId::from);
+        if id.is_none() {
+            tracing::warn!(node = %self.url, "no run_id in INFO server: this node cannot be told apart from the other members");
+        }
+        Ok(id)
+    }
+
     /// Starts the reconnect task unless one runs (or no tokio runtime is
     /// available, in which case the next call tries again).
     fn spawn_reconnect(self: &Arc<Self>) {
@@ -164,14 +286,14 @@ impl Node {
             }
             state.reconnecting = true;
         }
-        handle.spawn(reconnect_loop(Arc::downgrade(self)));
+        handle.spawn(reconnect_loop(ReconnectTask(Arc::downgrade(self))));
     }
 
     /// Forgets the connection of generation `generation` after it broke.
     fn mark_down(self: &Arc<Self>, generation: u64, reason: &NodeFailure) {
         {
             let mut state = self.lock_state();
-            if matches!(state.current, Some((g, _)) if g == generation) {
+            if matches!(state.current, Some((g, _, _)) if g == generation) {
                 state.current = None;
                 state.last_error = Some(match reason {
                     NodeFailure::Connection(e) => format!("connection lost: {e}"),
@@ -191,14 +313,18 @@ impl Node {
     /// Sends one command and waits at most the per-node timeout for its reply.
     /// Error replies come back as `Err` with their classification.
     pub(crate) async fn call(self: &Arc<Self>, cmd: &Cmd) -> Result<Value, NodeFailure> {
-        self.call_within(cmd, Some(self.timeout)).await
+        self.call_within(cmd, Some(self.timeout)).await.1
     }
 
     /// [`Node::call`] without a timer of its own, for the quorum rounds:
     /// they bound all their calls with one timer per round (the calls all
     /// start in the same poll, so it is the same bound), which saves a
-    /// timer registration per node and command.
-    pub(crate) async fn call_untimed(self: &Arc<Self>, cmd: &Cmd) -> Result<Value, NodeFailure> {
+    /// timer registration per node and command. Also returns the identity
+    /// of the server the command went to (see `identity.rs`).
+    pub(crate) async fn call_untimed(
+        self: &Arc<Self>,
+        cmd: &Cmd,
+    ) -> (Option<ServerId>, Result<Value, NodeFailure>) {
         self.call_within(cmd, None).await
     }
 
@@ -209,7 +335,7 @@ impl Node {
     /// no connection, is a failure.
     pub(crate) async fn check_module(self: &Arc<Self>) -> Result<(), NodeFailure> {
         let probe = redis::cmd("REDLOCK.INSPECT");
-        match self.call_within(&probe, Some(self.connect_timeout)).await {
+        match self.call_within(&probe, Some(self.connect_timeout)).await.1 {
             Ok(_)
             | Err(
                 NodeFailure::Refused(_)
@@ -225,34 +351,34 @@ impl Node {
         self: &Arc<Self>,
         cmd: &Cmd,
         timeout: Option<Duration>,
-    ) -> Result<Value, NodeFailure> {
+    ) -> (Option<ServerId>, Result<Value, NodeFailure>) {
         let current = {
             let state = self.lock_state();
             match &state.current {
-                Some((generation, conn)) => Ok((*generation, conn.clone())),
+                Some((generation, conn, id)) => Ok((*generation, conn.clone(), id.clone())),
                 None => Err(state
                     .last_error
                     .clone()
                     .unwrap_or_else(|| "connecting".to_string())),
             }
         };
-        let (generation, mut conn) = match current {
+        let (generation, mut conn, id) = match current {
             Ok(c) => c,
             Err(reason) => {
                 self.spawn_reconnect();
-                return Err(NodeFailure::NotConnected(reason));
+                return (None, Err(NodeFailure::NotConnected(reason)));
             }
         };
         let reply = match timeout {
             Some(timeout) => {
                 match tokio::time::timeout(timeout, conn.send_packed_command(cmd)).await {
-                    Err(_) => return Err(NodeFailure::Timeout(timeout)),
+                    Err(_) => return (id, Err(NodeFailure::Timeout(timeout))),
                     Ok(reply) => reply,
                 }
             }
             None => conn.send_packed_command(cmd).await,
         };
-        match reply.and_then(Value::extract_error) {
+        let reply = match reply.and_then(Value::extract_error) {
             Ok(value) => Ok(value),
             Err(e) => {
                 let (failure, broken) = NodeFailure::from_redis(&e);
@@ -261,16 +387,31 @@ impl Node {
                 }
                 Err(failure)
             }
+        };
+        (id, reply)
+    }
+}
+
+/// The reconnect task's claim on its node: clears the node's
+/// `reconnecting` flag when the task ends, however it ends. A runtime that
+/// shuts down drops its tasks (also tasks never polled: this is an argument
+/// of the task's future, not a local), so a node whose reconnect task died
+/// with its runtime starts a new one at its next call.
+struct ReconnectTask(Weak<Node>);
+
+impl Drop for ReconnectTask {
+    fn drop(&mut self) {
+        if let Some(node) = self.0.upgrade() {
+            node.lock_state().reconnecting = false;
         }
     }
 }
 
-async fn reconnect_loop(node: Weak<Node>) {
+async fn reconnect_loop(task: ReconnectTask) {
     let mut pause = RECONNECT_MIN;
     loop {
-        let Some(n) = node.upgrade() else { return };
+        let Some(n) = task.0.upgrade() else { return };
         if n.try_connect().await.is_ok() {
-            n.lock_state().reconnecting = false;
             return;
         }
         drop(n);

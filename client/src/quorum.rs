@@ -7,6 +7,9 @@
 //! at most the per-node timeout (one timer per round). Calls the round did
 //! not wait for are dropped (FENCE), kept unpolled by the caller (ACQUIRE)
 //! or finished by a background task (RELEASE, EXTEND): see [`Leftovers`].
+//! What this needs from the connection is stated once, in `node.rs` ("What
+//! the quorum rounds rely on from the connection"); the decisions are the
+//! tallies' (`tally.rs`).
 
 use std::fmt;
 use std::future::Future;
@@ -18,6 +21,7 @@ use futures_util::stream::{FuturesUnordered, StreamExt};
 use redis::{Cmd, Value};
 
 use crate::error::{Error, NodeFailure};
+use crate::identity::{OneVotePerServer, ServerId};
 use crate::node::Node;
 use crate::tally::{
     AcquireOutcome, AcquireReply, AcquireTally, Confirmation, ConfirmationOutcome,
@@ -25,9 +29,9 @@ use crate::tally::{
 };
 
 /// Calls of an ACQUIRE round that it did not wait for, kept alive but never
-/// polled again: their commands are queued on the connections, and redis-rs
-/// writes a queued command only while its caller still exists (see
-/// [`Leftovers::Return`]). Replies that arrive are discarded.
+/// polled again: their commands are queued on the connections, and a queued
+/// command is written only while its caller still exists (property 3 in
+/// `node.rs`; see [`Leftovers::Return`]). Replies that arrive are discarded.
 #[derive(Default)]
 pub(crate) struct Unanswered {
     _calls: Option<Mutex<Box<dyn Send>>>,
@@ -75,14 +79,16 @@ pub(crate) enum Leftovers {
     Drop,
     /// Hand them back, unpolled, as [`Unanswered`] (ACQUIRE), instead of a
     /// background task (a `tokio::spawn` per acquisition). Their commands
-    /// are already queued (see `fan_out`); keeping the calls alive matters
-    /// because redis-rs skips a queued command whose caller is gone, and
-    /// then a slow node never gets the ACQUIRE and a held lock sits on a
+    /// are already queued (property 1 in `node.rs`); keeping the calls
+    /// alive matters because a queued command whose caller is gone is
+    /// skipped (property 3), and then a slow node never gets the ACQUIRE
+    /// and a held lock sits on a
     /// bare quorum, one failure from lost (measured with plain dropping:
     /// `acquire_extend_release_busy_and_increasing_tokens` failed in 1 of
     /// 12 runs). Dropping them would still be safe: a dropped ACQUIRE was
     /// either never written, or is written before any later command of ours
-    /// on that node's connection (one connection per node, FIFO), in
+    /// on that node's connection (property 2: one connection per node,
+    /// written in queue order), in
     /// particular before our RELEASE; and a node that did grant it is
     /// covered because every release goes to every node (a failed attempt
     /// releases the nodes that were not waited for; `Lock::release` and the
@@ -105,10 +111,11 @@ pub(crate) enum Leftovers {
 }
 
 /// Sends `cmd` to the nodes named by `targets`, all at once, and feeds each
-/// reply to `on_reply(node, reply)` until it returns true (the round is
+/// reply to `on_reply(node, server, reply)` (`server`: the identity of the
+/// server the command went to, when known) until it returns true (the round is
 /// decided), every target has answered, or the per-node timeout (one timer
-/// for the whole round) ran out. Returns whether the timer ran out (the
-/// caller then fails the targets that did not answer) and the calls still
+/// for the whole round) ran out. Returns how the round ended (after the
+/// timer, the caller fails the targets that did not answer) and the calls still
 /// pending when the round was decided, which are dropped, returned or
 /// finished in the background, per `leftovers`.
 pub(crate) async fn fan_out(
@@ -116,7 +123,7 @@ pub(crate) async fn fan_out(
     targets: impl Iterator<Item = usize> + Clone,
     cmd: Cmd,
     leftovers: Leftovers,
-    mut on_reply: impl FnMut(usize, Result<Value, NodeFailure>) -> bool,
+    mut on_reply: impl FnMut(usize, Option<ServerId>, Result<Value, NodeFailure>) -> bool,
 ) -> (RoundEnd, Unanswered) {
     // All nodes of one client share the timeout; take the largest anyway.
     let timeout = targets
@@ -145,10 +152,11 @@ pub(crate) async fn fan_out(
             let node = Arc::clone(&nodes[i]);
             let cmd = Arc::clone(&cmd);
             let mut call = Box::pin(tokio::task::unconstrained(async move {
-                (i, node.call_untimed(&cmd).await)
+                let (id, reply) = node.call_untimed(&cmd).await;
+                (i, id, reply)
             }));
             match call.as_mut().poll(cx) {
-                Poll::Ready((i, reply)) => decided |= on_reply(i, reply),
+                Poll::Ready((i, id, reply)) => decided |= on_reply(i, id, reply),
                 Poll::Pending => calls.push(call),
             }
         }
@@ -164,8 +172,8 @@ pub(crate) async fn fan_out(
             tokio::select! {
                 biased;
                 next = calls.next() => {
-                    let Some((i, reply)) = next else { break };
-                    if on_reply(i, reply) {
+                    let Some((i, id, reply)) = next else { break };
+                    if on_reply(i, id, reply) {
                         break;
                     }
                 }
@@ -251,6 +259,34 @@ fn confirmation(reply: Result<Value, NodeFailure>) -> Confirmation {
 impl Quorum {
     fn node_count(&self) -> usize {
         self.nodes.len()
+    }
+
+    /// One server, one vote: a reply from the same server as a member that
+    /// already counted in this round becomes a [`NodeFailure::SameServer`]
+    /// (and an error event naming both members). Failures claim no vote.
+    fn one_vote(
+        &self,
+        votes: &mut OneVotePerServer,
+        node: usize,
+        server: Option<ServerId>,
+        reply: Result<Value, NodeFailure>,
+    ) -> Result<Value, NodeFailure> {
+        let Ok(value) = reply else { return reply };
+        match votes.admit(node, server.as_ref()) {
+            Ok(()) => Ok(value),
+            Err(twin) => {
+                let (node, twin) = (&self.nodes[node], &self.nodes[twin]);
+                tracing::error!(
+                    node = node.url(),
+                    same_server_as = twin.url(),
+                    run_id = server.as_deref().unwrap_or(""),
+                    "two members of the quorum are the same Redis server: it is counted once; list each server once"
+                );
+                Err(NodeFailure::SameServer {
+                    twin: twin.url().to_string(),
+                })
+            }
+        }
     }
 
     /// The error for a round that did not reach a quorum and was not "busy":
@@ -340,13 +376,15 @@ impl Quorum {
             cmd.arg("FLOOR").arg(floor);
         }
         let mut tally = AcquireTally::new(self.node_count(), self.quorum);
+        let mut votes = OneVotePerServer::default();
         let mut decided = None;
         let (end, unanswered) = fan_out(
             &self.nodes,
             0..self.node_count(),
             cmd,
             Leftovers::Return,
-            |i, reply| {
+            |i, id, reply| {
+                let reply = self.one_vote(&mut votes, i, id, reply);
                 decided = tally.record(i, acquire_reply(reply));
                 decided.is_some()
             },
@@ -405,7 +443,8 @@ impl Quorum {
             targets.into_iter(),
             fence,
             Leftovers::Drop,
-            |i, reply| {
+            |i, id, reply| {
+                let reply = self.one_vote(&mut votes, i, id, reply);
                 decided = fencing.record(i, fence_reply(reply));
                 decided.is_some()
             },
@@ -438,7 +477,7 @@ impl Quorum {
             targets.iter().copied(),
             cmd,
             Leftovers::Finish,
-            |i, reply| {
+            |i, _, reply| {
                 replies[i] = Some(confirmation(reply));
                 false
             },
@@ -452,13 +491,15 @@ impl Quorum {
     /// decided it.
     async fn confirmation_round(&self, cmd: Cmd, what: &str) -> ConfirmationOutcome {
         let mut tally = ConfirmationTally::new(self.node_count(), self.quorum);
+        let mut votes = OneVotePerServer::default();
         let mut decided = None;
         let (end, _) = fan_out(
             &self.nodes,
             0..self.node_count(),
             cmd,
             Leftovers::Finish,
-            |i, reply| {
+            |i, id, reply| {
+                let reply = self.one_vote(&mut votes, i, id, reply);
                 decided = tally.record(i, confirmation(reply));
                 decided.is_some()
             },

@@ -230,6 +230,24 @@ async fn expired_before_use_and_released() {
     );
     assert!(!err.is_transient());
 
+    // 2.9 ms is sent as 2 ms, and the validity comes from what was sent:
+    // with no drift factor, the fixed 2 ms margin leaves nothing, however
+    // fast the round (from the untruncated 2.9 ms, 0.9 ms would be left).
+    let exact = Redlock::builder(urls(&nodes))
+        .node_timeout(NODE_TIMEOUT)
+        .drift_factor(0.0)
+        .retry(RetryPolicy::no_retry())
+        .build()
+        .await
+        .unwrap();
+    for _ in 0..20 {
+        let err = exact
+            .try_acquire("truncated", Duration::from_micros(2_900))
+            .await
+            .unwrap_err();
+        assert!(matches!(err, Error::ExpiredBeforeUse { .. }), "{err:?}");
+    }
+
     // With a 2 s lease and a drift margin that eats all of it, the nodes
     // grant the lock and the client releases it at once, long before the
     // lease would end.

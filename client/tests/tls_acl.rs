@@ -15,7 +15,7 @@ const BIN: &str = env!("CARGO_BIN_EXE_redlock");
 
 /// The ACL line of the README: a user that may run only the REDLOCK
 /// commands, only on keys under `locks:`.
-const LOCKER_ACL: &str = "locker on >s3cret-pw resetkeys ~locks:* resetchannels -@all +redlock.acquire +redlock.release +redlock.extend +redlock.fence +redlock.inspect";
+const LOCKER_ACL: &str = "locker on >s3cret-pw resetkeys ~locks:* resetchannels -@all +redlock.acquire +redlock.release +redlock.extend +redlock.fence +redlock.inspect +info";
 
 /// Bound on one connection: TLS handshakes of a debug build on a loaded
 /// machine can take a while.
@@ -307,6 +307,14 @@ async fn acl_user_with_only_the_lock_commands() {
         &["--json", "acquire", "locks:y", "--ttl", "5s"],
     );
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+
+    // `+info` in the line lets the client tell members apart: one server
+    // listed as 127.0.0.1 and as localhost is refused.
+    let mut aliased = urls.clone();
+    aliased[1] = aliased[0].replace("127.0.0.1", "localhost");
+    let text = err_text(builder(aliased).build().await);
+    assert!(text.contains("are the same Redis server"), "{text}");
+    assert!(!text.contains("s3cret"), "{text}");
 
     // A wrong password: every node is named with "authentication failed",
     // and the password appears nowhere.

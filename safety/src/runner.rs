@@ -243,10 +243,10 @@ fn counter(node: &Node, key: &str) -> Option<u64> {
     };
     let mut it = items.into_iter();
     while let Some(k) = it.next() {
-        let name: Option<String> = redis::from_redis_value(&k).ok();
+        let name: Option<String> = redis::from_redis_value(k).ok();
         let val = it.next()?;
         if name.as_deref() == Some("token") {
-            return redis::from_redis_value(&val).ok();
+            return redis::from_redis_value(val).ok();
         }
     }
     None

@@ -77,7 +77,6 @@ pub struct FaultProxy {
 }
 
 struct Shared {
-    upstream: SocketAddr,
     state: Mutex<State>,
     /// Signalled on every fault change and every connection close.
     changed: Condvar,
@@ -86,6 +85,8 @@ struct Shared {
 }
 
 struct State {
+    /// Where new connections go.
+    upstream: SocketAddr,
     fault: Fault,
     conns: Vec<Arc<Conn>>,
 }
@@ -131,8 +132,8 @@ impl FaultProxy {
             .set_nonblocking(true)
             .expect("nonblocking listener");
         let shared = Arc::new(Shared {
-            upstream,
             state: Mutex::new(State {
+                upstream,
                 fault: Fault::None,
                 conns: Vec::new(),
             }),
@@ -162,9 +163,17 @@ impl FaultProxy {
         format!("redis://127.0.0.1:{}", self.addr.port())
     }
 
-    /// The node behind the proxy.
+    /// The node behind the proxy (for new connections).
     pub fn upstream(&self) -> SocketAddr {
-        self.shared.upstream
+        lock(&self.shared.state).upstream
+    }
+
+    /// Sends new connections to `upstream` from now on; open connections
+    /// keep their node (pair it with [`FaultProxy::reset_connections`] to
+    /// move every client over), as a load balancer or a DNS alias that
+    /// changes its target does.
+    pub fn set_upstream(&self, upstream: SocketAddr) {
+        lock(&self.shared.state).upstream = upstream;
     }
 
     /// The fault in force.
@@ -235,7 +244,8 @@ fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
 }
 
 fn open_connection(client: TcpStream, shared: &Arc<Shared>) {
-    let server = match TcpStream::connect_timeout(&shared.upstream, CONNECT_TIMEOUT) {
+    let upstream = lock(&shared.state).upstream;
+    let server = match TcpStream::connect_timeout(&upstream, CONNECT_TIMEOUT) {
         Ok(s) => s,
         Err(_) => {
             // Node down: the client sees its connection reset.

@@ -81,8 +81,8 @@ pub fn inspect(con: &mut redis::Connection, key: &str) -> Option<View> {
         redis::cmd("REDLOCK.INSPECT").arg(key).query(con).unwrap();
     let fields = reply?;
     assert_eq!(fields.len(), 6, "INSPECT reply {fields:?}");
-    let name = |v: &redis::Value| -> String { redis::from_redis_value(v).unwrap() };
-    let int = |v: &redis::Value| -> i64 { redis::from_redis_value(v).unwrap() };
+    let name = |v: &redis::Value| -> String { redis::from_redis_value_ref(v).unwrap() };
+    let int = |v: &redis::Value| -> i64 { redis::from_redis_value_ref(v).unwrap() };
     assert_eq!(name(&fields[0]), "held");
     assert_eq!(name(&fields[2]), "pttl");
     assert_eq!(name(&fields[4]), "token");
