@@ -105,6 +105,13 @@ pub(crate) struct OneVotePerServer {
 }
 
 impl OneVotePerServer {
+    /// For a round over `nodes` members.
+    pub(crate) fn new(nodes: usize) -> Self {
+        OneVotePerServer {
+            counted: Vec::with_capacity(nodes),
+        }
+    }
+
     /// Whether member `node`, whose reply came over a connection to the
     /// server `id`, may count: `Err(twin)` when member `twin` already
     /// counted for that server. A member whose identity is unknown counts
@@ -112,7 +119,11 @@ impl OneVotePerServer {
     /// same server (a later round phase on the same node).
     pub(crate) fn admit(&mut self, node: usize, id: Option<&ServerId>) -> Result<(), usize> {
         let Some(id) = id else { return Ok(()) };
-        match self.counted.iter().find(|(seen, _)| seen == id) {
+        match self
+            .counted
+            .iter()
+            .find(|(seen, _)| Arc::ptr_eq(seen, id) || seen == id)
+        {
             Some(&(_, twin)) if twin != node => Err(twin),
             Some(_) => Ok(()),
             None => {

@@ -376,7 +376,7 @@ impl Quorum {
             cmd.arg("FLOOR").arg(floor);
         }
         let mut tally = AcquireTally::new(self.node_count(), self.quorum);
-        let mut votes = OneVotePerServer::default();
+        let mut votes = OneVotePerServer::new(self.node_count());
         let mut decided = None;
         let (end, unanswered) = fan_out(
             &self.nodes,
@@ -491,7 +491,7 @@ impl Quorum {
     /// decided it.
     async fn confirmation_round(&self, cmd: Cmd, what: &str) -> ConfirmationOutcome {
         let mut tally = ConfirmationTally::new(self.node_count(), self.quorum);
-        let mut votes = OneVotePerServer::default();
+        let mut votes = OneVotePerServer::new(self.node_count());
         let mut decided = None;
         let (end, _) = fan_out(
             &self.nodes,
