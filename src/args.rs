@@ -40,9 +40,12 @@ pub struct Fence<'a> {
     pub token: Option<u64>,
 }
 
-/// `REDLOCK.APPLY key counter expiry-unix-ms [owner]` (internal)
+/// `REDLOCK.APPLY key counter expiry-unix-ms [owner]` (internal): the form
+/// written by version 1 of the module, still read from old AOF files and
+/// from masters that run it. The current form is parsed by
+/// [`crate::persist::parse_apply`].
 #[derive(Debug, PartialEq, Eq)]
-pub struct Apply<'a> {
+pub struct ApplyV1<'a> {
     /// The resulting counter.
     pub counter: u64,
     /// Absolute wall-clock end of the lease, 0 when free.
@@ -122,18 +125,52 @@ pub fn inspect(args: &[&[u8]]) -> Result<(), CommandError> {
     }
 }
 
-/// Parses APPLY's arguments.
-pub fn apply<'a>(args: &[&'a [u8]]) -> Result<Apply<'a>, CommandError> {
+/// Longest `REDLOCK.WAIT` timeout (one day); 0 means no limit.
+pub const MAX_WAIT_MS: i64 = 86_400_000;
+
+/// Parses WAIT's arguments: the timeout in ms, 0 for no limit.
+pub fn wait(args: &[&[u8]]) -> Result<u64, CommandError> {
+    match args {
+        [_, _, timeout] => Ok(bounded("timeout-ms", timeout, 0, MAX_WAIT_MS)? as u64),
+        _ => Err(CommandError::WrongArity("redlock.wait")),
+    }
+}
+
+/// Parses APPLY's arguments in the version-1 form.
+pub fn apply_v1<'a>(args: &[&'a [u8]]) -> Result<ApplyV1<'a>, CommandError> {
     let (counter, expiry, owner_bytes): (&[u8], &[u8], &[u8]) = match args {
         [_, _, c, e] => (c, e, b""),
         [_, _, c, e, o] => (c, e, owner(o)?),
         _ => return Err(CommandError::WrongArity("redlock.apply")),
     };
-    Ok(Apply {
+    Ok(ApplyV1 {
         counter: token_value("counter", counter)?,
-        expiry: bounded("expiry", expiry, 0, i64::MAX)? as u64,
+        expiry: non_negative("expiry", expiry)?,
         owner: owner_bytes,
     })
+}
+
+/// An integer in `0..=i64::MAX`.
+pub fn non_negative(name: &'static str, bytes: &[u8]) -> Result<u64, CommandError> {
+    Ok(bounded(name, bytes, 0, i64::MAX)? as u64)
+}
+
+/// Refuses a `FLOOR` or FENCE token more than a day ahead of the node's
+/// wall clock (`wall_us`, microseconds since the epoch).
+pub fn token_within_reach(
+    name: &'static str,
+    token: u64,
+    wall_us: u64,
+) -> Result<(), CommandError> {
+    if crate::lock::token_within_reach(token, wall_us) {
+        Ok(())
+    } else {
+        Err(CommandError::TokenAhead {
+            name,
+            value: token,
+            node_clock_us: wall_us,
+        })
+    }
 }
 
 fn owner(bytes: &[u8]) -> Result<&[u8], CommandError> {
@@ -155,7 +192,8 @@ fn ttl(bytes: &[u8], max_ttl: i64) -> Result<u64, CommandError> {
     }
 }
 
-fn token_value(name: &'static str, bytes: &[u8]) -> Result<u64, CommandError> {
+/// A token value: an integer in `0..=i64::MAX`.
+pub fn token_value(name: &'static str, bytes: &[u8]) -> Result<u64, CommandError> {
     Ok(bounded(name, bytes, 0, MAX_TOKEN as i64)? as u64)
 }
 
@@ -305,21 +343,64 @@ mod tests {
     #[test]
     fn apply_parses_free_and_held_states() {
         assert_eq!(
-            apply(&[b"a", b"k", b"5", b"0"]),
-            Ok(Apply {
+            apply_v1(&[b"a", b"k", b"5", b"0"]),
+            Ok(ApplyV1 {
                 counter: 5,
                 expiry: 0,
                 owner: b""
             })
         );
         assert_eq!(
-            apply(&[b"a", b"k", b"5", b"1700000000000", b"me"]),
-            Ok(Apply {
+            apply_v1(&[b"a", b"k", b"5", b"1700000000000", b"me"]),
+            Ok(ApplyV1 {
                 counter: 5,
                 expiry: 1_700_000_000_000,
                 owner: b"me"
             })
         );
-        assert!(apply(&[b"a", b"k", b"x", b"0"]).is_err());
+        assert!(apply_v1(&[b"a", b"k", b"x", b"0"]).is_err());
+    }
+
+    #[test]
+    fn wait_takes_a_bounded_timeout() {
+        assert_eq!(wait(&[b"w", b"k", b"0"]), Ok(0));
+        assert_eq!(wait(&[b"w", b"k", b"86400000"]), Ok(86_400_000));
+        let cases: &[(&[&[u8]], &str)] = &[
+            (
+                &[b"w", b"k"],
+                "wrong number of arguments for 'redlock.wait'",
+            ),
+            (&[b"w", b"k", b"1", b"2"], "wrong number of arguments"),
+            (&[b"w", b"k", b"x"], "invalid timeout-ms: not an integer"),
+            (
+                &[b"w", b"k", b"-1"],
+                "invalid timeout-ms: must be between 0 and 86400000",
+            ),
+            (
+                &[b"w", b"k", b"86400001"],
+                "invalid timeout-ms: must be between 0 and 86400000",
+            ),
+        ];
+        for (args, expected) in cases {
+            let err = wait(args).unwrap_err().to_string();
+            assert!(err.contains(expected), "{args:?}: {err}");
+        }
+    }
+
+    #[test]
+    fn tokens_more_than_a_day_ahead_are_refused_by_name() {
+        let wall_us = 1_796_000_000_000_000;
+        assert!(token_within_reach("FLOOR", 5, wall_us).is_ok());
+        assert!(token_within_reach("FLOOR", wall_us + 3_600_000_000, wall_us).is_ok());
+        let err = token_within_reach("FLOOR", wall_us + 2 * 86_400_000_000, wall_us)
+            .unwrap_err()
+            .to_string();
+        assert!(err.starts_with("ERR invalid FLOOR: "), "{err}");
+        assert!(err.contains("more than one day ahead"), "{err}");
+        assert!(err.contains(&wall_us.to_string()), "{err}");
+        let err = token_within_reach("token", u64::MAX / 2, wall_us)
+            .unwrap_err()
+            .to_string();
+        assert!(err.starts_with("ERR invalid token: "), "{err}");
     }
 }

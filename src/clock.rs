@@ -13,8 +13,14 @@
 //! Within one process the round trip is exact up to the 1 ms resolution: the
 //! wall clock may jump between save and load of the same process (`DEBUG
 //! RELOAD`), but the same jump is in both readings and cancels out. Across a
-//! restart or between master and replica, the lease keeps its wall-clock end,
-//! as good as the two clocks agree.
+//! restart the lease keeps its wall-clock end, as good as the clock was kept;
+//! a lease loaded from disk is clamped to the longest lease the node may have
+//! granted, so a clock set back cannot hold a lock for hours.
+//!
+//! Between processes that are both running (a replica, a full sync, a
+//! `RESTORE`), the remaining time travels instead of the wall-clock end (see
+//! [`crate::persist`]): it does not depend on two clocks agreeing, and the
+//! transfer delay can only lengthen the lease, never shorten it.
 
 use std::sync::OnceLock;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
@@ -26,11 +32,16 @@ pub type WallMillis = u64;
 
 static MONO_EPOCH: OnceLock<Instant> = OnceLock::new();
 
-/// Milliseconds on the monotonic clock since the module was first asked.
+/// Where the monotonic clock starts (about 34 years in ms): a record loaded
+/// with a long idle time gets an "unchanged since" instant before the
+/// module loaded, which must still be a valid reading.
+pub const MONO_BASE: MonoMillis = 1 << 40;
+
+/// Milliseconds on the monotonic clock: [`MONO_BASE`] when the module was
+/// first asked. Never 0, so that 0 never reads as a live deadline.
 pub fn mono_now() -> MonoMillis {
     let epoch = *MONO_EPOCH.get_or_init(Instant::now);
-    // Starts at 1 so that 0 never reads as a live deadline.
-    epoch.elapsed().as_millis() as u64 + 1
+    epoch.elapsed().as_millis() as u64 + MONO_BASE
 }
 
 /// Milliseconds since the Unix epoch on the node's wall clock (plus the
@@ -43,8 +54,31 @@ pub fn wall_now() -> WallMillis {
     apply_offset(real)
 }
 
+/// Microseconds since the Unix epoch on the node's wall clock, for checking
+/// `FLOOR` and FENCE tokens (the client's floor is in microseconds).
+pub fn wall_now_us() -> u64 {
+    wall_now().saturating_mul(1000)
+}
+
 #[cfg(feature = "test-hooks")]
 static WALL_OFFSET_MS: std::sync::atomic::AtomicI64 = std::sync::atomic::AtomicI64::new(0);
+
+/// Environment variable with a wall-clock offset in ms applied from the
+/// moment the module loads (test builds only), so that a test can move a
+/// node's clock across a restart, before the data is loaded.
+#[cfg(feature = "test-hooks")]
+pub const WALL_OFFSET_ENV: &str = "REDLOCK_TEST_WALL_OFFSET_MS";
+
+/// Reads [`WALL_OFFSET_ENV`] (test builds only).
+#[cfg(feature = "test-hooks")]
+pub fn load_wall_offset_from_env() {
+    if let Some(offset) = std::env::var(WALL_OFFSET_ENV)
+        .ok()
+        .and_then(|v| v.trim().parse::<i64>().ok())
+    {
+        set_wall_offset(offset);
+    }
+}
 
 /// Moves the wall clock seen by the module (test builds only).
 #[cfg(feature = "test-hooks")]

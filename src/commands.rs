@@ -7,22 +7,33 @@
 //! keyspace event and replicates the effect.
 //!
 //! The effect, never the command, goes to replicas and the AOF as
-//! `REDLOCK.APPLY` with the absolute wall-clock expiry: replaying
-//! `ACQUIRE key owner ttl` later would run against another clock and could
-//! grant a lock that was never granted.
+//! `REDLOCK.APPLY` with the resulting state (see [`crate::persist`]):
+//! replaying `ACQUIRE key owner ttl` later would run against another clock
+//! and could grant a lock that was never granted.
+//!
+//! Owner ids are capabilities: every handler that takes one first redacts
+//! it from `MONITOR` and `SLOWLOG` (as Redis does for `AUTH` passwords) and
+//! works on its hash from then on.
 
 use std::ffi::CStr;
 
 use redis_module::ContextFlags;
 
 use crate::args;
-use crate::clock::{mono_now, wall_now};
-use crate::config::{self, stats};
-use crate::datatype::{persist_at, restore};
+use crate::clock::{mono_now, wall_now, wall_now_us};
+use crate::config;
 use crate::error::CommandError;
 use crate::ffi::{self, Call, Reply};
+use crate::guard;
+use crate::info::stats;
 use crate::lock::{Acquired, LockError, LockState, MonoMillis};
+use crate::owner::hash_owner;
+use crate::persist::{self, Source};
 use crate::store::LockKey;
+use crate::wait;
+
+/// Position of the owner argument in ACQUIRE, RELEASE, EXTEND and FENCE.
+const OWNER_ARG: usize = 2;
 
 fn key_of(call: &Call) -> Result<*mut redis_module::raw::RedisModuleString, CommandError> {
     call.key().ok_or(CommandError::WrongArity("redlock"))
@@ -38,23 +49,12 @@ fn update<R>(
     op: impl FnOnce(&mut LockState, MonoMillis) -> Result<(R, bool), CommandError>,
 ) -> Result<R, CommandError> {
     let mut key = LockKey::write(call.raw(), key_of(call)?);
-    let result = match key.get_mut()? {
-        Some(state) => op(state, now)?,
-        None => {
-            let mut fresh = LockState::default();
-            let (result, changed) = op(&mut fresh, now)?;
-            if changed {
-                key.put(fresh)?;
-            }
-            (result, changed)
-        }
-    };
-    let (result, changed) = result;
+    let mut state = key.get()?.unwrap_or_default();
+    let (result, changed) = op(&mut state, now)?;
     if changed {
-        if let Some(stored) = key.get()? {
-            let p = persist_at(stored, now, wall_now());
-            ffi::replicate_apply(call, p.counter, p.expiry, p.owner);
-        }
+        key.put(&state)?;
+        ffi::replicate_state(call, &persist::persist_at(&state, now, wall_now()));
+        wait::state_changed(call, &state, now);
         ffi::signal_modified(call, event);
     }
     Ok(result)
@@ -62,12 +62,18 @@ fn update<R>(
 
 /// `REDLOCK.ACQUIRE key owner ttl-ms [FLOOR n]`
 pub fn acquire(call: &Call) -> Result<Reply, CommandError> {
+    ffi::redact(call, OWNER_ARG);
     let a = args::acquire(&call.args, config::max_ttl())?;
+    if a.floor > 0 {
+        args::token_within_reach("FLOOR", a.floor, wall_now_us())?;
+    }
     let now = mono_now();
-    config::check_grace(&call.ctx, now)?;
+    guard::check(&call.ctx, now)?;
+    guard::record_lease(a.ttl)?;
+    let owner = hash_owner(a.owner);
     let outcome = update(call, now, c"redlock.acquire", |state, now| {
         let outcome = state
-            .acquire(a.owner, a.ttl, a.floor, now)
+            .acquire(&owner, a.ttl, a.floor, now)
             .map_err(|LockError::CounterExhausted| CommandError::CounterExhausted)?;
         Ok((outcome, outcome != Acquired::Busy))
     })?;
@@ -95,9 +101,11 @@ pub fn acquire(call: &Call) -> Result<Reply, CommandError> {
 
 /// `REDLOCK.RELEASE key owner`
 pub fn release(call: &Call) -> Result<Reply, CommandError> {
+    ffi::redact(call, OWNER_ARG);
     let a = args::release(&call.args)?;
+    let owner = hash_owner(a.owner);
     let released = update(call, mono_now(), c"redlock.release", |state, now| {
-        let released = state.release(a.owner, now);
+        let released = state.release(&owner, now);
         Ok((released, released))
     })?;
     stats::bump(if released {
@@ -110,9 +118,12 @@ pub fn release(call: &Call) -> Result<Reply, CommandError> {
 
 /// `REDLOCK.EXTEND key owner ttl-ms`
 pub fn extend(call: &Call) -> Result<Reply, CommandError> {
+    ffi::redact(call, OWNER_ARG);
     let a = args::extend(&call.args, config::max_ttl())?;
+    guard::record_lease(a.ttl)?;
+    let owner = hash_owner(a.owner);
     let extended = update(call, mono_now(), c"redlock.extend", |state, now| {
-        let extended = state.extend(a.owner, a.ttl, now);
+        let extended = state.extend(&owner, a.ttl, now);
         Ok((extended, extended))
     })?;
     stats::bump(if extended {
@@ -125,10 +136,15 @@ pub fn extend(call: &Call) -> Result<Reply, CommandError> {
 
 /// `REDLOCK.FENCE key owner [token]`
 pub fn fence(call: &Call) -> Result<Reply, CommandError> {
+    ffi::redact(call, OWNER_ARG);
     let a = args::fence(&call.args)?;
+    if let Some(token) = a.token.filter(|&t| t > 0) {
+        args::token_within_reach("token", token, wall_now_us())?;
+    }
+    let owner = hash_owner(a.owner);
     let counter = update(call, mono_now(), c"redlock.fence", |state, now| {
         let before = state.counter();
-        let counter = state.fence(a.owner, a.token, now);
+        let counter = state.fence(&owner, a.token, now);
         Ok((counter, counter.is_some_and(|c| c != before)))
     })?;
     Ok(match counter {
@@ -153,25 +169,40 @@ pub fn inspect(call: &Call) -> Result<Reply, CommandError> {
     })
 }
 
-/// `REDLOCK.APPLY key counter expiry [owner]`: sets the exact state that a
-/// master computed. Runs only from the replication link or while loading.
+/// `REDLOCK.APPLY key v2 counter expiry remaining [owner-hash]` (or the
+/// version-1 form): sets the exact state that a master computed. Runs only
+/// from the replication link or while loading the AOF.
+///
+/// From a master, the lease is timed from the remaining time on this node's
+/// monotonic clock (the master's wall clock means nothing here); from the
+/// AOF, from the wall-clock end, clamped to the longest lease. The state is
+/// then written to this node's own AOF with its own clock readings.
 pub fn apply(call: &Call) -> Result<Reply, CommandError> {
     let flags = call.ctx.get_flags();
     if !flags.intersects(ContextFlags::REPLICATED | ContextFlags::LOADING) {
         return Err(CommandError::InternalOnly);
     }
-    let a = args::apply(&call.args)?;
-    let state = restore(a.counter, a.expiry, a.owner);
+    let p = persist::parse_apply(&call.args)?;
+    let clamp_ms = guard::longest_lease();
+    let source = if flags.contains(ContextFlags::LOADING) {
+        Source::Disk { clamp_ms }
+    } else {
+        Source::Stream { clamp_ms }
+    };
+    let (mono, wall) = (mono_now(), wall_now());
+    let state = persist::restore(&p, source, mono, wall);
+    let own = persist::persist_at(&state, mono, wall);
+    wait::state_changed(call, &state, mono);
     let mut key = LockKey::write(call.raw(), key_of(call)?);
-    key.put(state)?;
+    key.put(&state)?;
     ffi::signal_modified(call, c"redlock.apply");
-    // A replica feeds its own AOF with what it applied.
-    ffi::replicate_verbatim(call);
+    ffi::replicate_state(call, &own);
     Ok(Reply::Ok)
 }
 
-/// `REDLOCK.TESTHOOK WALLCLOCK-OFFSET ms | SKIP-REPLICATION 0|1 | PANIC`
-/// (test builds only).
+/// `REDLOCK.TESTHOOK WALLCLOCK-OFFSET ms | SKIP-REPLICATION 0|1 |
+/// PROMOTION-GUARD 0|1 | REPLICATION-RULE NAIVE|SAFE | PANIC` (test builds
+/// only).
 #[cfg(feature = "test-hooks")]
 pub fn test_hook(call: &Call) -> Result<Reply, CommandError> {
     match call.args.get(1..).unwrap_or_default() {
@@ -190,6 +221,28 @@ pub fn test_hook(call: &Call) -> Result<Reply, CommandError> {
                 _ => return Err(CommandError::NotAnInteger("SKIP-REPLICATION flag (0 or 1)")),
             };
             ffi::SKIP_REPLICATION.store(on, std::sync::atomic::Ordering::Relaxed);
+            Ok(Reply::Ok)
+        }
+        [sub, rule] if sub.eq_ignore_ascii_case(b"REPLICATION-RULE") => {
+            let naive = match &rule[..] {
+                r if r.eq_ignore_ascii_case(b"NAIVE") => true,
+                r if r.eq_ignore_ascii_case(b"SAFE") => false,
+                _ => {
+                    return Err(CommandError::UnknownHook(
+                        "REPLICATION-RULE takes NAIVE or SAFE".into(),
+                    ))
+                }
+            };
+            crate::replication::set_naive_rule(naive);
+            Ok(Reply::Ok)
+        }
+        [sub, flag] if sub.eq_ignore_ascii_case(b"PROMOTION-GUARD") => {
+            let on = match &flag[..] {
+                b"1" => true,
+                b"0" => false,
+                _ => return Err(CommandError::NotAnInteger("PROMOTION-GUARD flag (0 or 1)")),
+            };
+            guard::set_promotion_guard(on);
             Ok(Reply::Ok)
         }
         [sub] if sub.eq_ignore_ascii_case(b"PANIC") => {

@@ -1,68 +1,33 @@
-//! Module configuration, the restart guard, statistics and `INFO redlock`.
+//! Module configuration: the `redlock.*` configs, `loadmodule` arguments,
+//! and the eviction-policy warning.
 
-use std::ffi::CStr;
 use std::os::raw::c_int;
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering::Relaxed};
-use std::sync::OnceLock;
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering::Relaxed};
 
-use redis_module::{raw, Context, ContextFlags, RedisValue};
-
-use crate::clock::mono_now;
-use crate::error::CommandError;
-use crate::lock::MonoMillis;
+use redis_module::{raw, Context, RedisValue};
 
 /// Default and range of `redlock.max-ttl-ms`.
 pub const MAX_TTL_DEFAULT: i64 = 60_000;
 /// Largest accepted `redlock.max-ttl-ms` (one day).
 pub const MAX_TTL_LIMIT: i64 = 86_400_000;
-/// `redlock.restart-grace-ms` value meaning "equal to max-ttl-ms at load".
+/// `redlock.restart-grace-ms` value meaning "as long as the longest lease".
 pub const GRACE_FOLLOWS_MAX_TTL: i64 = -1;
+
+/// Default of `redlock.reclaim-after-ms` (one day).
+pub const RECLAIM_AFTER_DEFAULT: i64 = 86_400_000;
+/// Largest accepted `redlock.reclaim-after-ms` (about ten years).
+pub const RECLAIM_AFTER_LIMIT: i64 = 315_360_000_000;
 
 /// `redlock.max-ttl-ms`: the longest lease a client may ask for.
 pub static MAX_TTL_MS: AtomicI64 = AtomicI64::new(MAX_TTL_DEFAULT);
 /// `redlock.restart-grace-ms`: how long after load ACQUIRE is refused.
 pub static RESTART_GRACE_MS: AtomicI64 = AtomicI64::new(GRACE_FOLLOWS_MAX_TTL);
 
-struct LoadTime {
-    at: MonoMillis,
-    max_ttl: i64,
-}
+/// `redlock.reclaim-after-ms`: how long a free lock stays unchanged before
+/// the sweep may delete it (DESIGN §8); 0 = never.
+pub static RECLAIM_AFTER_MS: AtomicI64 = AtomicI64::new(RECLAIM_AFTER_DEFAULT);
 
-static LOADED: OnceLock<LoadTime> = OnceLock::new();
 static EVICTION_WARNING: AtomicBool = AtomicBool::new(false);
-
-/// Counters shown by `INFO redlock`.
-pub mod stats {
-    use super::*;
-
-    /// ACQUIREs that issued a new token.
-    pub static GRANTED: AtomicU64 = AtomicU64::new(0);
-    /// ACQUIREs by the current holder (lease renewed, same token).
-    pub static RENEWED: AtomicU64 = AtomicU64::new(0);
-    /// ACQUIREs answered nil because another owner holds the lock.
-    pub static BUSY: AtomicU64 = AtomicU64::new(0);
-    /// ACQUIREs refused by the restart guard.
-    pub static GRACE_REFUSED: AtomicU64 = AtomicU64::new(0);
-    /// RELEASEs that freed a lock.
-    pub static RELEASED: AtomicU64 = AtomicU64::new(0);
-    /// RELEASEs by a non-holder or after expiry.
-    pub static RELEASE_MISSED: AtomicU64 = AtomicU64::new(0);
-    /// EXTENDs that renewed a lease.
-    pub static EXTENDED: AtomicU64 = AtomicU64::new(0);
-    /// EXTENDs by a non-holder or after expiry.
-    pub static EXTEND_MISSED: AtomicU64 = AtomicU64::new(0);
-    /// FENCE calls answered for the holder.
-    pub static FENCED: AtomicU64 = AtomicU64::new(0);
-    /// FENCE calls refused (not the holder).
-    pub static FENCE_MISSED: AtomicU64 = AtomicU64::new(0);
-    /// Locks taken over after their lease ran out without a release.
-    pub static EXPIRED: AtomicU64 = AtomicU64::new(0);
-
-    /// Adds one to a counter.
-    pub fn bump(counter: &AtomicU64) {
-        counter.fetch_add(1, Relaxed);
-    }
-}
 
 /// One numeric module config: name (without the `redlock.` prefix), value,
 /// default and range.
@@ -74,7 +39,7 @@ struct NumericConfig {
     max: i64,
 }
 
-const CONFIGS: [NumericConfig; 2] = [
+const CONFIGS: [NumericConfig; 3] = [
     NumericConfig {
         name: "max-ttl-ms",
         value: &MAX_TTL_MS,
@@ -89,11 +54,18 @@ const CONFIGS: [NumericConfig; 2] = [
         min: GRACE_FOLLOWS_MAX_TTL,
         max: MAX_TTL_LIMIT,
     },
+    NumericConfig {
+        name: "reclaim-after-ms",
+        value: &RECLAIM_AFTER_MS,
+        default: RECLAIM_AFTER_DEFAULT,
+        min: 0,
+        max: RECLAIM_AFTER_LIMIT,
+    },
 ];
 
 /// Reads `loadmodule` arguments (`max-ttl-ms 30000 restart-grace-ms 0`)
 /// into per-config defaults, refusing unknown names and bad values.
-pub fn parse_module_args(args: &[&[u8]]) -> Result<[i64; 2], String> {
+pub fn parse_module_args(args: &[&[u8]]) -> Result<[i64; CONFIGS.len()], String> {
     let mut defaults = CONFIGS.map(|c| c.default);
     let mut pairs = args.chunks(2);
     for pair in &mut pairs {
@@ -110,7 +82,8 @@ pub fn parse_module_args(args: &[&[u8]]) -> Result<[i64; 2], String> {
             .position(|c| c.name.eq_ignore_ascii_case(bare))
         else {
             return Err(format!(
-                "unknown module argument '{name}' (known: max-ttl-ms, restart-grace-ms)"
+                "unknown module argument '{name}' (known: max-ttl-ms, restart-grace-ms, \
+                 reclaim-after-ms)"
             ));
         };
         let c = &CONFIGS[i];
@@ -164,56 +137,23 @@ pub fn max_ttl() -> i64 {
     MAX_TTL_MS.load(Relaxed)
 }
 
-/// Starts the grace window; called once when the module loads.
-pub fn mark_loaded() {
-    let _ = LOADED.get_or_init(|| LoadTime {
-        at: mono_now(),
-        max_ttl: max_ttl(),
-    });
+/// The current `redlock.reclaim-after-ms` (0 = never).
+pub fn reclaim_after() -> u64 {
+    RECLAIM_AFTER_MS.load(Relaxed).max(0) as u64
 }
 
-/// The length of the grace window in ms, as configured now.
-pub fn grace_window() -> u64 {
-    let configured = RESTART_GRACE_MS.load(Relaxed);
-    if configured >= 0 {
-        return configured as u64;
-    }
-    LOADED.get().map_or(MAX_TTL_DEFAULT, |l| l.max_ttl).max(0) as u64
+/// The current `redlock.restart-grace-ms`.
+pub fn restart_grace() -> i64 {
+    RESTART_GRACE_MS.load(Relaxed)
 }
 
-/// `(elapsed, remaining)` ms when `now` is inside the grace window.
-pub fn grace_state(now: MonoMillis) -> Option<(u64, u64)> {
-    let loaded = LOADED.get()?.at;
-    let elapsed = now.saturating_sub(loaded);
-    let window = grace_window();
-    (elapsed < window).then(|| (elapsed, window - elapsed))
-}
-
-/// The restart guard for ACQUIRE. Inside the window a node refuses new
-/// locks unless it is durable (`appendonly yes` + `appendfsync always`):
-/// a node that lost acknowledged grants in a crash must not hand the same
-/// lock to someone else before every lease it may have granted has run out.
-pub fn check_grace(ctx: &Context, now: MonoMillis) -> Result<(), CommandError> {
-    let Some((elapsed_ms, remaining_ms)) = grace_state(now) else {
-        return Ok(());
-    };
-    if is_durable(ctx) {
-        return Ok(());
-    }
-    stats::bump(&stats::GRACE_REFUSED);
-    Err(CommandError::Grace {
-        elapsed_ms,
-        remaining_ms,
-    })
-}
-
-fn is_durable(ctx: &Context) -> bool {
-    ctx.get_flags().contains(ContextFlags::AOF)
-        && config_get(ctx, "appendfsync").is_some_and(|v| v.eq_ignore_ascii_case("always"))
+/// Whether the eviction-policy warning is on.
+pub fn eviction_warning() -> bool {
+    EVICTION_WARNING.load(Relaxed)
 }
 
 /// Reads one server config through `CONFIG GET`.
-fn config_get(ctx: &Context, name: &str) -> Option<String> {
+pub fn config_get(ctx: &Context, name: &str) -> Option<String> {
     let reply = ctx.call("CONFIG", &["GET", name]).ok()?;
     let RedisValue::Array(items) = reply else {
         return None;
@@ -241,94 +181,25 @@ pub fn check_eviction_policy(ctx: &Context) {
     }
 }
 
-/// Server event callback: re-checks the eviction policy after `CONFIG SET`.
-pub extern "C" fn on_config_change(
-    ctx: *mut raw::RedisModuleCtx,
-    _event: raw::RedisModuleEvent,
-    _subevent: u64,
-    _data: *mut std::os::raw::c_void,
-) {
-    let _ = std::panic::catch_unwind(|| check_eviction_policy(&Context::new(ctx)));
-}
-
-/// Subscribes to config changes.
-pub fn subscribe_config_events(ctx: &Context) {
-    let event = raw::RedisModuleEvent {
-        id: raw::REDISMODULE_EVENT_CONFIG,
-        dataver: 1,
-    };
-    raw::subscribe_to_server_event(ctx.ctx, event, Some(on_config_change));
-}
-
-/// `INFO redlock`.
-pub extern "C" fn info(ctx: *mut raw::RedisModuleInfoCtx, _for_crash_report: c_int) {
-    let _ = std::panic::catch_unwind(|| write_info(ctx));
-}
-
-fn write_info(ctx: *mut raw::RedisModuleInfoCtx) {
-    let (grace_active, grace_remaining) = match grace_state(mono_now()) {
-        Some((_, remaining)) => (1, remaining),
-        None => (0, 0),
-    };
-    let counters: [(&CStr, u64); 13] = [
-        (c"acquire_granted", stats::GRANTED.load(Relaxed)),
-        (c"acquire_renewed", stats::RENEWED.load(Relaxed)),
-        (c"acquire_busy", stats::BUSY.load(Relaxed)),
-        (c"acquire_refused_grace", stats::GRACE_REFUSED.load(Relaxed)),
-        (c"release_ok", stats::RELEASED.load(Relaxed)),
-        (c"release_missed", stats::RELEASE_MISSED.load(Relaxed)),
-        (c"extend_ok", stats::EXTENDED.load(Relaxed)),
-        (c"extend_missed", stats::EXTEND_MISSED.load(Relaxed)),
-        (c"fence_ok", stats::FENCED.load(Relaxed)),
-        (c"fence_missed", stats::FENCE_MISSED.load(Relaxed)),
-        (c"expired_leases", stats::EXPIRED.load(Relaxed)),
-        (c"grace_active", grace_active),
-        (c"grace_remaining_ms", grace_remaining),
-    ];
-    // SAFETY: called by Redis with a valid info context; names are NUL-terminated.
-    unsafe {
-        let Some(add_section) = raw::RedisModule_InfoAddSection else {
-            return;
-        };
-        let Some(add_u64) = raw::RedisModule_InfoAddFieldULongLong else {
-            return;
-        };
-        let Some(add_i64) = raw::RedisModule_InfoAddFieldLongLong else {
-            return;
-        };
-        add_section(ctx, c"".as_ptr().cast_mut());
-        for (name, value) in counters {
-            add_u64(ctx, name.as_ptr(), value);
-        }
-        add_u64(
-            ctx,
-            c"eviction_policy_warning".as_ptr(),
-            u64::from(EVICTION_WARNING.load(Relaxed)),
-        );
-        add_i64(ctx, c"max_ttl_ms".as_ptr(), max_ttl());
-        add_i64(
-            ctx,
-            c"restart_grace_ms".as_ptr(),
-            RESTART_GRACE_MS.load(Relaxed),
-        );
-        add_u64(ctx, c"grace_window_ms".as_ptr(), grace_window());
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn module_args_set_defaults() {
-        assert_eq!(parse_module_args(&[]), Ok([60_000, -1]));
+        assert_eq!(parse_module_args(&[]), Ok([60_000, -1, 86_400_000]));
         assert_eq!(
             parse_module_args(&[b"max-ttl-ms", b"30000", b"restart-grace-ms", b"0"]),
-            Ok([30_000, 0])
+            Ok([30_000, 0, 86_400_000])
         );
         assert_eq!(
-            parse_module_args(&[b"redlock.max-ttl-ms", b"5"]),
-            Ok([5, -1])
+            parse_module_args(&[b"redlock.max-ttl-ms", b"5", b"reclaim-after-ms", b"0"]),
+            Ok([5, -1, 0])
+        );
+        let err = parse_module_args(&[b"reclaim-after-ms", b"-1"]).unwrap_err();
+        assert!(
+            err.contains("reclaim-after-ms must be an integer between 0 and 315360000000"),
+            "{err}"
         );
     }
 

@@ -44,15 +44,34 @@ pub enum CommandError {
         /// 1-based position after the command name.
         position: usize,
     },
+    /// A `FLOOR` or FENCE token too far ahead of the node's wall clock.
+    #[error("ERR invalid {name}: {value} is more than one day ahead of this node's clock ({node_clock_us} microseconds since the epoch); a client clock is wrong")]
+    TokenAhead {
+        /// The argument's name.
+        name: &'static str,
+        /// The value given.
+        value: u64,
+        /// The node's wall clock in microseconds.
+        node_clock_us: u64,
+    },
+    /// An owner hash in `REDLOCK.APPLY` that is not 16 bytes.
+    #[error("ERR invalid owner hash: must be 16 bytes, got {0} bytes")]
+    OwnerHashLength(usize),
+    /// Recording the longest lease failed, so it cannot be granted safely.
+    #[error("ERR cannot record the lease length for the restart guard: {0}")]
+    GuardRecord(String),
     /// The key holds a value of another type.
     #[error("WRONGTYPE Operation against a key holding the wrong kind of value")]
     WrongType,
     /// The counter would pass i64::MAX.
     #[error("ERR fencing counter exhausted for this key (it reached 9223372036854775807)")]
     CounterExhausted,
-    /// The restart guard refuses new locks for a while after the module loads.
-    #[error("GRACE node restarted {elapsed_ms} ms ago: new locks are refused for {remaining_ms} more ms (redlock.restart-grace-ms)")]
+    /// The restart guard refuses new locks for a while after the module
+    /// loads or the node is promoted from replica to master.
+    #[error("GRACE node {reason} {elapsed_ms} ms ago: new locks are refused for {remaining_ms} more ms (redlock.restart-grace-ms)")]
     Grace {
+        /// What started the window: "restarted" or "was promoted to master".
+        reason: &'static str,
         /// Milliseconds since the module loaded.
         elapsed_ms: u64,
         /// Milliseconds until ACQUIRE is accepted.

@@ -2,7 +2,7 @@
 //! decoding, reply writing and effect replication.
 
 use std::ffi::CStr;
-use std::os::raw::{c_char, c_int, c_longlong};
+use std::os::raw::{c_int, c_longlong};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use redis_module::{raw, Context};
@@ -22,6 +22,8 @@ pub enum Reply {
     Ok,
     /// INSPECT's map (a flat array for RESP2 clients).
     Inspect(Inspection),
+    /// No reply now: the client was blocked and is answered later.
+    Blocked,
 }
 
 /// One command invocation: the context, the argument bytes and the raw key name.
@@ -109,6 +111,7 @@ fn write_reply(ctx: *mut raw::RedisModuleCtx, reply: Result<Reply, CommandError>
         Ok(Reply::Ok) => {
             raw::reply_with_simple_string(ctx, c"OK".as_ptr());
         }
+        Ok(Reply::Blocked) => {}
         Ok(Reply::Inspect(i)) => {
             // A map for RESP3 clients; Redis flattens it to an array for RESP2.
             raw::reply_with_map(ctx, 3);
@@ -133,39 +136,34 @@ fn reply_field(ctx: *mut raw::RedisModuleCtx, name: &CStr, value: i64) {
     raw::reply_with_long_long(ctx, value);
 }
 
-/// Carries the resulting state of a key to replicas and the AOF as
-/// `REDLOCK.APPLY key counter expiry [owner]`.
-pub fn replicate_apply(call: &Call, counter: u64, expiry: u64, owner: &[u8]) {
+/// Carries the resulting state of the call's key to replicas and the AOF
+/// as `REDLOCK.APPLY` (see [`crate::persist`]).
+pub fn replicate_state(call: &Call, state: &crate::persist::Persisted) {
     #[cfg(feature = "test-hooks")]
     if SKIP_REPLICATION.load(std::sync::atomic::Ordering::Relaxed) {
         return;
     }
-    let (Some(key), Some(replicate)) = (call.key(), unsafe { raw::RedisModule_Replicate }) else {
+    let Some(key) = call.key() else {
         return;
     };
-    let cmd: *const c_char = c"REDLOCK.APPLY".as_ptr();
-    // SAFETY: the format string matches the arguments that follow it.
+    if !crate::replication::needed(&call.ctx) {
+        return;
+    }
+    // SAFETY: ctx and key belong to the command invocation in progress.
+    unsafe { crate::persist::replicate(call.raw(), key, state) };
+}
+
+/// Hides argument `pos` of the current command from `MONITOR`, `SLOWLOG`
+/// and the other command logs (Redis 7.0+; a no-op when unavailable).
+pub fn redact(call: &Call, pos: usize) {
+    if pos >= call.args.len() {
+        return;
+    }
+    // SAFETY: ctx belongs to the command invocation in progress and `pos`
+    // is within its arguments.
     unsafe {
-        if owner.is_empty() {
-            replicate(
-                call.raw(),
-                cmd,
-                c"sll".as_ptr(),
-                key,
-                counter as c_longlong,
-                expiry as c_longlong,
-            );
-        } else {
-            replicate(
-                call.raw(),
-                cmd,
-                c"sllb".as_ptr(),
-                key,
-                counter as c_longlong,
-                expiry as c_longlong,
-                owner.as_ptr(),
-                owner.len(),
-            );
+        if let Some(redact) = raw::RedisModule_RedactClientCommandArgument {
+            redact(call.raw(), pos as c_int);
         }
     }
 }
@@ -196,11 +194,6 @@ pub fn signal_modified(call: &Call, event: &CStr) {
             );
         }
     }
-}
-
-/// Replicates the current command as it was received.
-pub fn replicate_verbatim(call: &Call) {
-    raw::replicate_verbatim(call.raw());
 }
 
 /// Declares an `extern "C"` command entry point that runs a handler through

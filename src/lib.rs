@@ -2,9 +2,14 @@
 //! tokens. See the README for the protocol.
 //!
 //! Layout: [`lock`] is the pure state machine (time passed in), [`args`]
-//! parses arguments, [`commands`] runs the handlers, [`datatype`] holds the
-//! `redlockfn` type callbacks, [`config`] the configuration, restart guard
-//! and `INFO`, [`ffi`] the boundary with Redis.
+//! parses arguments, [`commands`] runs the handlers, [`owner`] hashes owner
+//! ids, [`persist`] is the persisted form (RDB, AOF, replication),
+//! [`datatype`] holds the `redlockfn` type callbacks, [`config`] the
+//! configuration, [`guard`] the restart guard, [`info`] the statistics and
+//! `INFO`, [`events`] the server events, [`replication`] when effects must be
+//! replicated, [`wait`] the blocking WAIT, [`record`] the compact in-memory
+//! record, [`reclaim`] the sweep that deletes idle records, [`ffi`] the
+//! boundary with Redis.
 
 pub mod args;
 pub mod clock;
@@ -12,9 +17,18 @@ pub mod commands;
 pub mod config;
 pub mod datatype;
 pub mod error;
+pub mod events;
 pub mod ffi;
+pub mod guard;
+pub mod info;
 pub mod lock;
+pub mod owner;
+pub mod persist;
+pub mod reclaim;
+pub mod record;
+pub mod replication;
 pub mod store;
+pub mod wait;
 
 use redis_module::{redis_module, Context, ModuleOptions, RedisString, Status};
 
@@ -26,6 +40,7 @@ command_entry!(extend_entry, "REDLOCK.EXTEND", commands::extend);
 command_entry!(fence_entry, "REDLOCK.FENCE", commands::fence);
 command_entry!(inspect_entry, "REDLOCK.INSPECT", commands::inspect);
 command_entry!(apply_entry, "REDLOCK.APPLY", commands::apply);
+command_entry!(wait_entry, "REDLOCK.WAIT", wait::wait);
 #[cfg(feature = "test-hooks")]
 command_entry!(test_hook_entry, "REDLOCK.TESTHOOK", commands::test_hook);
 
@@ -46,6 +61,7 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
         (c"REDLOCK.FENCE", fence_entry, c"write fast"),
         (c"REDLOCK.INSPECT", inspect_entry, c"readonly fast"),
         (c"REDLOCK.APPLY", apply_entry, c"write fast"),
+        (c"REDLOCK.WAIT", wait_entry, c"readonly"),
     ];
     for (name, entry, flags) in table {
         if let Err(e) = ffi::register(ctx, name, *entry, flags, one_key) {
@@ -58,21 +74,25 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
         ctx,
         c"REDLOCK.TESTHOOK",
         test_hook_entry,
-        c"write",
+        c"admin",
         (0, 0, 0),
     ) {
         ctx.log_warning(&e);
         return Status::Err;
     }
-    clock::mono_now();
-    config::mark_loaded();
-    redis_module::raw::register_info_function(ctx.ctx, Some(config::info));
-    config::subscribe_config_events(ctx);
+    #[cfg(feature = "test-hooks")]
+    clock::load_wall_offset_from_env();
+    guard::on_load(ctx, clock::mono_now());
+    redis_module::raw::register_info_function(ctx.ctx, Some(info::info));
+    events::subscribe(ctx);
+    replication::check_server(ctx);
     config::check_eviction_policy(ctx);
+    reclaim::start(ctx);
     ctx.log_notice(&format!(
-        "loaded (max-ttl-ms {}, restart grace {} ms)",
+        "loaded (max-ttl-ms {}, restart grace {} ms, longest lease {} ms)",
         config::max_ttl(),
-        config::grace_window()
+        guard::window_len(),
+        guard::longest_lease()
     ));
     Status::Ok
 }

@@ -10,7 +10,7 @@
 //! - at most one owner holds the lock at any instant;
 //! - a refused operation (error or no-op reply) leaves the state untouched.
 
-use smallvec::SmallVec;
+pub use crate::owner::OwnerHash;
 
 /// Largest token the counter may reach (tokens are RESP integers).
 pub const MAX_TOKEN: u64 = i64::MAX as u64;
@@ -18,21 +18,46 @@ pub const MAX_TOKEN: u64 = i64::MAX as u64;
 /// Longest accepted owner id, in bytes.
 pub const MAX_OWNER_LEN: usize = 256;
 
-/// Owner id bytes. Ids up to 40 bytes (a hyphenated UUID is 36) live inline,
-/// without a second allocation.
-pub type Owner = SmallVec<[u8; 40]>;
+/// How far a `FLOOR` or FENCE token may be ahead of the node's wall clock in
+/// microseconds (one day). A client whose clock is broken must not be able
+/// to push a key's counter to the end of its range; counters that are not
+/// clock readings (1, 2, 3, …) stay far below this.
+pub const MAX_AHEAD_US: u64 = 86_400_000_000;
+
+/// Whether a `FLOOR` or FENCE token is acceptable at node wall clock
+/// `wall_us` (microseconds since the epoch): at most [`MAX_AHEAD_US`] ahead.
+pub fn token_within_reach(token: u64, wall_us: u64) -> bool {
+    token <= wall_us.saturating_add(MAX_AHEAD_US)
+}
 
 /// A point in time, in milliseconds on the node's monotonic clock.
 pub type MonoMillis = u64;
 
-/// The state of one lock name: the fencing counter and the current lease.
+/// The state of one lock name: the fencing counter, the current lease, and
+/// what reclaiming an idle record needs (see [`LockState::reclaimable`]).
+///
+/// No heap: the owner is kept as its fixed-size hash. What Redis stores is
+/// the compact form of [`crate::record`].
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct LockState {
     counter: u64,
-    /// Empty when nobody holds or held the lease since the last release.
-    owner: Owner,
-    /// Monotonic deadline of the lease; meaningful only when `owner` is set.
+    /// Monotonic deadline of the lease; 0 when released (or never held).
     deadline: MonoMillis,
+    /// Hash of the holder; all zero when released.
+    owner: OwnerHash,
+    /// When a RELEASE freed the lock (monotonic); meaningful only without a lease.
+    freed_at: MonoMillis,
+    /// The last grant carried a non-zero `FLOOR`.
+    floored: bool,
+}
+
+/// The thresholds of the reclamation rule (DESIGN §8), in force now.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ReclaimRule {
+    /// `redlock.reclaim-after-ms`; 0 = never reclaim.
+    pub after_ms: u64,
+    /// The longest lease this node may have granted (at least `redlock.max-ttl-ms`).
+    pub longest_lease_ms: u64,
 }
 
 /// What an ACQUIRE did.
@@ -73,21 +98,77 @@ pub struct Inspection {
 }
 
 impl LockState {
-    /// Rebuilds a state from its parts (loading, replication). An empty owner
-    /// means free; `deadline` is ignored then.
-    pub fn from_parts(counter: u64, owner: &[u8], deadline: MonoMillis) -> Self {
-        if owner.is_empty() {
-            return Self {
+    /// Rebuilds a state from its parts (loading, replication). `None` as
+    /// owner means free; `deadline` is ignored then. A free lock counts as
+    /// idle since `idle_since` (monotonic); a leased one is idle from the
+    /// end of its lease.
+    pub fn from_parts(
+        counter: u64,
+        owner: Option<OwnerHash>,
+        deadline: MonoMillis,
+        idle_since: MonoMillis,
+        floored: bool,
+    ) -> Self {
+        match owner {
+            Some(owner) if deadline != 0 => Self {
                 counter,
-                owner: Owner::new(),
+                deadline,
+                owner,
+                freed_at: 0,
+                floored,
+            },
+            _ => Self {
+                counter,
                 deadline: 0,
-            };
+                owner: OwnerHash::default(),
+                freed_at: idle_since,
+                floored,
+            },
         }
-        Self {
-            counter,
-            owner: Owner::from_slice(owner),
-            deadline,
+    }
+
+    /// Whether the last grant carried a non-zero `FLOOR`.
+    pub fn floored(&self) -> bool {
+        self.floored
+    }
+
+    /// The owner hash and deadline of the lease (live or run out) that was
+    /// granted and neither released nor taken over since.
+    pub fn lease(&self) -> Option<(&OwnerHash, MonoMillis)> {
+        self.has_lease().then_some((&self.owner, self.deadline))
+    }
+
+    /// The monotonic instant from which the lock counts as unchanged: the
+    /// end of its lease, or the RELEASE that freed it. Every change (grant,
+    /// renewal, EXTEND, FENCE under a lease, RELEASE) moves it forward or
+    /// happens before it.
+    pub fn idle_since(&self) -> MonoMillis {
+        if self.has_lease() {
+            self.deadline
+        } else {
+            self.freed_at
         }
+    }
+
+    /// DESIGN §8: may this record be deleted at monotonic `now` and node
+    /// wall clock `wall_us` (microseconds)? Only when every condition holds:
+    /// free; unchanged for `after_ms` and for the longest lease; the last
+    /// grant carried a FLOOR; the counter at most `wall_us - after_ms·1000`.
+    ///
+    /// Why it is safe: the next acquisition's FLOOR is its client's clock,
+    /// so it exceeds this counter unless clocks disagree by `after_ms`; a
+    /// grant whose floor was read before the lock went idle is covered by
+    /// the idle time exceeding every lease (its validity check fails first).
+    pub fn reclaimable(&self, rule: ReclaimRule, now: MonoMillis, wall_us: u64) -> bool {
+        if rule.after_ms == 0 || !self.floored || self.is_held(now) {
+            return false;
+        }
+        let idle = now.saturating_sub(self.idle_since());
+        let after_us = rule.after_ms.saturating_mul(1000);
+        idle >= rule.after_ms
+            && idle >= rule.longest_lease_ms
+            && wall_us >= after_us
+            && self.counter <= wall_us - after_us
     }
 
     /// The fencing counter: the highest token issued or fenced in.
@@ -96,8 +177,8 @@ impl LockState {
     }
 
     /// The holder, when a lease is live at `now`.
-    pub fn holder(&self, now: MonoMillis) -> Option<&[u8]> {
-        self.is_held(now).then_some(self.owner.as_slice())
+    pub fn holder(&self, now: MonoMillis) -> Option<&OwnerHash> {
+        self.is_held(now).then_some(&self.owner)
     }
 
     /// The lease deadline, when a lease is live at `now`.
@@ -107,20 +188,17 @@ impl LockState {
 
     /// A live lease exists at `now`.
     pub fn is_held(&self, now: MonoMillis) -> bool {
-        !self.owner.is_empty() && now < self.deadline
+        now < self.deadline
     }
 
-    fn is_held_by(&self, owner: &[u8], now: MonoMillis) -> bool {
-        self.is_held(now) && self.owner.as_slice() == owner
+    fn is_held_by(&self, owner: &OwnerHash, now: MonoMillis) -> bool {
+        self.is_held(now) && self.owner == *owner
     }
 
-    /// Bytes this state owns on the heap, beyond `size_of::<LockState>()`.
-    pub fn heap_size(&self) -> usize {
-        if self.owner.spilled() {
-            self.owner.capacity()
-        } else {
-            0
-        }
+    /// A lease was granted and neither released nor taken over since
+    /// (it may have run out).
+    fn has_lease(&self) -> bool {
+        self.deadline != 0
     }
 
     /// ACQUIRE: take a free lock with a new token `max(counter + 1, floor)`,
@@ -128,7 +206,7 @@ impl LockState {
     /// or report [`Acquired::Busy`].
     pub fn acquire(
         &mut self,
-        owner: &[u8],
+        owner: &OwnerHash,
         ttl: u64,
         floor: u64,
         now: MonoMillis,
@@ -147,10 +225,13 @@ impl LockState {
         if self.counter >= MAX_TOKEN {
             return Err(LockError::CounterExhausted);
         }
-        let took_over_expired = !self.owner.is_empty();
+        let took_over_expired = self.has_lease();
         self.counter = (self.counter + 1).max(floor.min(MAX_TOKEN));
-        self.owner = Owner::from_slice(owner);
-        self.deadline = deadline;
+        self.owner = *owner;
+        self.floored = floor > 0;
+        // `now` is at least 1 on the module's clock, so the deadline is never
+        // 0 (which means released).
+        self.deadline = deadline.max(1);
         Ok(Acquired::Granted {
             token: self.counter,
             took_over_expired,
@@ -158,18 +239,19 @@ impl LockState {
     }
 
     /// RELEASE: free the lock when `owner` holds the live lease. The counter stays.
-    pub fn release(&mut self, owner: &[u8], now: MonoMillis) -> bool {
+    pub fn release(&mut self, owner: &OwnerHash, now: MonoMillis) -> bool {
         if !self.is_held_by(owner, now) {
             return false;
         }
-        self.owner = Owner::new();
+        self.owner = OwnerHash::default();
         self.deadline = 0;
+        self.freed_at = now;
         true
     }
 
     /// EXTEND: the holder's lease becomes `ttl` from `now`. An expired lease
     /// is never revived.
-    pub fn extend(&mut self, owner: &[u8], ttl: u64, now: MonoMillis) -> bool {
+    pub fn extend(&mut self, owner: &OwnerHash, ttl: u64, now: MonoMillis) -> bool {
         if !self.is_held_by(owner, now) {
             return false;
         }
@@ -179,7 +261,7 @@ impl LockState {
 
     /// FENCE: while `owner` holds the live lease, raise the counter to `token`
     /// (never lower it) and return the counter; `None` for anyone else.
-    pub fn fence(&mut self, owner: &[u8], token: Option<u64>, now: MonoMillis) -> Option<u64> {
+    pub fn fence(&mut self, owner: &OwnerHash, token: Option<u64>, now: MonoMillis) -> Option<u64> {
         if !self.is_held_by(owner, now) {
             return None;
         }
@@ -199,12 +281,13 @@ impl LockState {
         }
     }
 
-    /// The same lock with an expired lease dropped: what gets persisted.
+    /// The same lock with an expired lease dropped (idle since the lease
+    /// ended): what gets persisted.
     pub fn settled(&self, now: MonoMillis) -> Self {
         if self.is_held(now) {
             self.clone()
         } else {
-            Self::from_parts(self.counter, &[], 0)
+            Self::from_parts(self.counter, None, 0, self.idle_since(), self.floored)
         }
     }
 }
@@ -213,6 +296,10 @@ impl LockState {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    fn o(c: u8) -> OwnerHash {
+        [c; 16]
+    }
 
     fn granted(token: u64) -> Result<Acquired, LockError> {
         Ok(Acquired::Granted {
@@ -224,23 +311,23 @@ mod tests {
     #[test]
     fn tokens_increase_across_holders() {
         let mut s = LockState::default();
-        assert_eq!(s.acquire(b"a", 100, 0, 0), granted(1));
-        assert!(s.release(b"a", 10));
-        assert_eq!(s.acquire(b"b", 100, 0, 20), granted(2));
+        assert_eq!(s.acquire(&o(b'a'), 100, 0, 0), granted(1));
+        assert!(s.release(&o(b'a'), 10));
+        assert_eq!(s.acquire(&o(b'b'), 100, 0, 20), granted(2));
         assert_eq!(s.counter(), 2);
     }
 
     #[test]
     fn same_owner_reacquire_renews_without_new_token() {
         let mut s = LockState::default();
-        assert_eq!(s.acquire(b"a", 100, 0, 0), granted(1));
+        assert_eq!(s.acquire(&o(b'a'), 100, 0, 0), granted(1));
         assert_eq!(
-            s.acquire(b"a", 500, 0, 50),
+            s.acquire(&o(b'a'), 500, 0, 50),
             Ok(Acquired::Renewed { token: 1 })
         );
         assert_eq!(s.inspect(60).pttl, Some(490));
         assert_eq!(
-            s.acquire(b"a", 500, 7, 60),
+            s.acquire(&o(b'a'), 500, 7, 60),
             Ok(Acquired::Renewed { token: 7 })
         );
     }
@@ -248,22 +335,22 @@ mod tests {
     #[test]
     fn floor_lifts_the_counter_and_next_grant_follows() {
         let mut s = LockState::default();
-        assert_eq!(s.acquire(b"a", 100, 1000, 0), granted(1000));
-        assert!(s.release(b"a", 1));
-        assert_eq!(s.acquire(b"b", 100, 0, 2), granted(1001));
-        assert!(s.release(b"b", 3));
-        assert_eq!(s.acquire(b"c", 100, 5, 4), granted(1002));
+        assert_eq!(s.acquire(&o(b'a'), 100, 1000, 0), granted(1000));
+        assert!(s.release(&o(b'a'), 1));
+        assert_eq!(s.acquire(&o(b'b'), 100, 0, 2), granted(1001));
+        assert!(s.release(&o(b'b'), 3));
+        assert_eq!(s.acquire(&o(b'c'), 100, 5, 4), granted(1002));
     }
 
     #[test]
     fn busy_while_another_owner_holds() {
         let mut s = LockState::default();
-        assert_eq!(s.acquire(b"a", 100, 0, 0), granted(1));
+        assert_eq!(s.acquire(&o(b'a'), 100, 0, 0), granted(1));
         let before = s.clone();
-        assert_eq!(s.acquire(b"b", 100, 0, 99), Ok(Acquired::Busy));
+        assert_eq!(s.acquire(&o(b'b'), 100, 0, 99), Ok(Acquired::Busy));
         assert_eq!(s, before);
         assert_eq!(
-            s.acquire(b"b", 100, 0, 100),
+            s.acquire(&o(b'b'), 100, 0, 100),
             Ok(Acquired::Granted {
                 token: 2,
                 took_over_expired: true
@@ -274,35 +361,38 @@ mod tests {
     #[test]
     fn extend_keeps_and_never_revives() {
         let mut s = LockState::default();
-        assert_eq!(s.acquire(b"a", 100, 0, 0), granted(1));
-        assert!(s.extend(b"a", 100, 90));
+        assert_eq!(s.acquire(&o(b'a'), 100, 0, 0), granted(1));
+        assert!(s.extend(&o(b'a'), 100, 90));
         assert!(s.is_held(150));
-        assert!(!s.extend(b"b", 100, 150));
-        assert!(!s.extend(b"a", 100, 190));
+        assert!(!s.extend(&o(b'b'), 100, 150));
+        assert!(!s.extend(&o(b'a'), 100, 190));
         assert!(!s.is_held(190));
-        assert!(!s.release(b"a", 191));
+        assert!(!s.release(&o(b'a'), 191));
     }
 
     #[test]
     fn fence_only_for_holder_and_never_lowers() {
         let mut s = LockState::default();
-        assert_eq!(s.fence(b"a", Some(10), 0), None);
-        assert_eq!(s.acquire(b"a", 100, 0, 0), granted(1));
-        assert_eq!(s.fence(b"b", Some(10), 1), None);
-        assert_eq!(s.fence(b"a", Some(10), 1), Some(10));
-        assert_eq!(s.fence(b"a", Some(3), 1), Some(10));
-        assert_eq!(s.fence(b"a", None, 1), Some(10));
-        assert_eq!(s.fence(b"a", Some(11), 100), None);
+        assert_eq!(s.fence(&o(b'a'), Some(10), 0), None);
+        assert_eq!(s.acquire(&o(b'a'), 100, 0, 0), granted(1));
+        assert_eq!(s.fence(&o(b'b'), Some(10), 1), None);
+        assert_eq!(s.fence(&o(b'a'), Some(10), 1), Some(10));
+        assert_eq!(s.fence(&o(b'a'), Some(3), 1), Some(10));
+        assert_eq!(s.fence(&o(b'a'), None, 1), Some(10));
+        assert_eq!(s.fence(&o(b'a'), Some(11), 100), None);
         assert_eq!(s.counter(), 10);
     }
 
     #[test]
     fn counter_exhaustion_is_an_error_not_a_wrap() {
         let mut s = LockState::default();
-        assert_eq!(s.acquire(b"a", 10, MAX_TOKEN, 0), granted(MAX_TOKEN));
-        assert!(s.release(b"a", 1));
+        assert_eq!(s.acquire(&o(b'a'), 10, MAX_TOKEN, 0), granted(MAX_TOKEN));
+        assert!(s.release(&o(b'a'), 1));
         let before = s.clone();
-        assert_eq!(s.acquire(b"b", 10, 0, 2), Err(LockError::CounterExhausted));
+        assert_eq!(
+            s.acquire(&o(b'b'), 10, 0, 2),
+            Err(LockError::CounterExhausted)
+        );
         assert_eq!(s, before);
     }
 
@@ -317,7 +407,7 @@ mod tests {
                 token: 0
             }
         );
-        assert_eq!(s.acquire(b"a", 100, 0, 10), granted(1));
+        assert_eq!(s.acquire(&o(b'a'), 100, 0, 10), granted(1));
         assert_eq!(
             s.inspect(40),
             Inspection {
@@ -330,11 +420,120 @@ mod tests {
     }
 
     #[test]
+    fn tokens_far_ahead_of_the_node_clock_are_out_of_reach() {
+        let wall_us = 1_796_000_000_000_000;
+        assert!(token_within_reach(0, wall_us));
+        assert!(token_within_reach(7, wall_us));
+        assert!(token_within_reach(wall_us + 3_600_000_000, wall_us));
+        assert!(token_within_reach(wall_us + MAX_AHEAD_US, wall_us));
+        assert!(!token_within_reach(wall_us + MAX_AHEAD_US + 1, wall_us));
+        assert!(!token_within_reach(MAX_TOKEN, wall_us));
+    }
+
+    #[test]
+    fn a_released_lock_keeps_no_owner_hash() {
+        let mut s = LockState::default();
+        assert_eq!(s.acquire(&o(b'a'), 100, 0, 0), granted(1));
+        assert!(s.release(&o(b'a'), 1));
+        assert_eq!(s, LockState::from_parts(1, None, 0, 1, false));
+    }
+
+    #[test]
     fn settled_drops_expired_leases_only() {
         let mut s = LockState::default();
-        assert_eq!(s.acquire(b"a", 100, 0, 0), granted(1));
+        assert_eq!(s.acquire(&o(b'a'), 100, 0, 0), granted(1));
         assert_eq!(s.settled(50), s);
-        assert_eq!(s.settled(100), LockState::from_parts(1, b"", 0));
+        assert_eq!(
+            s.settled(100),
+            LockState::from_parts(1, None, 0, 100, false)
+        );
+    }
+
+    const RULE: ReclaimRule = ReclaimRule {
+        after_ms: 10_000,
+        longest_lease_ms: 1_000,
+    };
+    /// Node wall clock (µs) at monotonic `now` in these tests.
+    fn wall_us(now: MonoMillis) -> u64 {
+        1_796_000_000_000_000 + now * 1000
+    }
+
+    /// A lock released at monotonic 100 after a FLOOR grant at wall_us(0).
+    fn released_floored() -> LockState {
+        let mut s = LockState::default();
+        assert_eq!(s.acquire(&o(b'a'), 500, wall_us(0), 1), granted(wall_us(0)));
+        assert!(s.release(&o(b'a'), 100));
+        s
+    }
+
+    #[test]
+    fn a_free_floored_idle_record_is_reclaimable_after_the_period() {
+        let s = released_floored();
+        assert!(!s.reclaimable(RULE, 100 + 9_999, wall_us(100 + 9_999)));
+        assert!(s.reclaimable(RULE, 100 + 10_000, wall_us(100 + 10_000)));
+        let never = ReclaimRule {
+            after_ms: 0,
+            ..RULE
+        };
+        assert!(!s.reclaimable(never, 1 << 40, wall_us(1 << 40)));
+    }
+
+    #[test]
+    fn a_held_record_is_never_reclaimable() {
+        let mut s = LockState::default();
+        assert_eq!(s.acquire(&o(b'a'), 500, wall_us(0), 1), granted(wall_us(0)));
+        assert!(!s.reclaimable(RULE, 400, wall_us(1_000_000)));
+        // Run out unreleased: idle from the end of the lease.
+        assert!(!s.reclaimable(RULE, 501 + 9_999, wall_us(20_000)));
+        assert!(s.reclaimable(RULE, 501 + 10_000, wall_us(20_000)));
+    }
+
+    #[test]
+    fn a_recent_change_restarts_the_idle_clock() {
+        let mut s = released_floored();
+        assert_eq!(s.acquire(&o(b'b'), 500, 0, 5_000), granted(wall_us(0) + 1));
+        // The plain re-grant also drops the floor mark; a floored one restores it.
+        assert!(!s.reclaimable(RULE, 5_500 + 10_000, wall_us(5_500 + 10_000)));
+        assert!(s.release(&o(b'b'), 5_100));
+        assert_eq!(
+            s.acquire(&o(b'c'), 500, wall_us(6_000), 6_000),
+            granted(wall_us(6_000))
+        );
+        assert!(s.release(&o(b'c'), 6_100));
+        assert!(!s.reclaimable(RULE, 6_100 + 9_999, wall_us(6_100 + 9_999)));
+        assert!(s.reclaimable(RULE, 6_100 + 10_000, wall_us(6_100 + 10_000)));
+    }
+
+    #[test]
+    fn a_grant_without_floor_keeps_the_record_for_ever() {
+        let mut s = LockState::default();
+        assert_eq!(s.acquire(&o(b'a'), 500, 0, 1), granted(1));
+        assert!(s.release(&o(b'a'), 2));
+        assert!(!s.reclaimable(RULE, 1 << 40, wall_us(1 << 40)));
+    }
+
+    #[test]
+    fn a_counter_ahead_of_the_node_clock_keeps_the_record() {
+        let mut s = LockState::default();
+        let ahead = wall_us(0) + 3_600_000_000;
+        assert_eq!(s.acquire(&o(b'a'), 500, ahead, 1), granted(ahead));
+        assert!(s.release(&o(b'a'), 2));
+        let now = 2 + 10_000;
+        assert!(!s.reclaimable(RULE, now, wall_us(now)));
+        // Once the node's clock is reclaim-after past the counter, it goes.
+        let later = 3_600_000 + 10_000;
+        assert!(s.reclaimable(RULE, later, wall_us(later)));
+    }
+
+    #[test]
+    fn the_idle_time_must_also_cover_the_longest_lease() {
+        let s = released_floored();
+        let long = ReclaimRule {
+            after_ms: 10_000,
+            longest_lease_ms: 60_000,
+        };
+        assert!(!s.reclaimable(long, 100 + 59_999, wall_us(100 + 59_999)));
+        assert!(s.reclaimable(long, 100 + 60_000, wall_us(100 + 60_000)));
     }
 
     #[derive(Clone, Debug)]
@@ -359,6 +558,86 @@ mod tests {
         ]
     }
 
+    #[derive(Clone, Debug)]
+    enum ReclaimOp {
+        /// An acquisition; with a FLOOR = the client's clock (node clock + skew µs).
+        Acquire {
+            owner: u8,
+            ttl: u64,
+            floor: bool,
+            skew_us: i64,
+        },
+        Release {
+            owner: u8,
+        },
+        Advance {
+            ms: u64,
+        },
+        /// A sweep visits the record.
+        Sweep,
+    }
+
+    fn reclaim_op() -> impl Strategy<Value = ReclaimOp> {
+        prop_oneof![
+            (0u8..3, 1u64..1_000, any::<bool>(), -1_000_000i64..1_000_000).prop_map(
+                |(owner, ttl, floor, skew_us)| ReclaimOp::Acquire {
+                    owner,
+                    ttl,
+                    floor,
+                    skew_us
+                }
+            ),
+            (0u8..3).prop_map(|owner| ReclaimOp::Release { owner }),
+            (0u64..6_000).prop_map(|ms| ReclaimOp::Advance { ms }),
+            Just(ReclaimOp::Sweep),
+        ]
+    }
+
+    proptest! {
+        /// The rule only ever deletes free records, and with client clocks
+        /// within reclaim-after of the node's, a FLOOR grant after any number
+        /// of reclamations still gets a token above every earlier token.
+        #[test]
+        fn reclamation_never_lets_a_floored_token_go_back(
+            ops in proptest::collection::vec(reclaim_op(), 1..300),
+            after_ms in 1u64..5_000,
+        ) {
+            let rule = ReclaimRule { after_ms, longest_lease_ms: 1_000 };
+            let mut record: Option<LockState> = None;
+            let mut now: MonoMillis = 1;
+            let mut highest = 0u64;
+            for op in ops {
+                let wall = wall_us(now);
+                match op {
+                    ReclaimOp::Acquire { owner, ttl, floor, skew_us } => {
+                        // A skew below reclaim-after: what the safety argument assumes.
+                        let skew = skew_us.clamp(-(after_ms as i64) * 1000 + 1, after_ms as i64 * 1000 - 1);
+                        let floor = if floor { wall.saturating_add_signed(skew) } else { 0 };
+                        let s = record.get_or_insert_with(LockState::default);
+                        if let Ok(Acquired::Granted { token, .. }) = s.acquire(&o(owner), ttl, floor, now) {
+                            if floor > 0 {
+                                prop_assert!(token > highest, "token {} not above {}", token, highest);
+                            }
+                            highest = highest.max(token);
+                        }
+                    }
+                    ReclaimOp::Release { owner } => {
+                        if let Some(s) = record.as_mut() {
+                            s.release(&o(owner), now);
+                        }
+                    }
+                    ReclaimOp::Advance { ms } => now += ms,
+                    ReclaimOp::Sweep => {
+                        if record.as_ref().is_some_and(|s| s.reclaimable(rule, now, wall)) {
+                            prop_assert!(!record.as_ref().is_some_and(|s| s.is_held(now)));
+                            record = None;
+                        }
+                    }
+                }
+            }
+        }
+    }
+
     proptest! {
         /// Random operations and clock advances: the counter never decreases,
         /// every free → held transition issues a token above every earlier one,
@@ -370,10 +649,10 @@ mod tests {
             let mut issued: Vec<u64> = Vec::new();
             for op in ops {
                 let counter_before = s.counter();
-                let holder_before = s.holder(now).map(<[u8]>::to_vec);
+                let holder_before = s.holder(now).copied();
                 match op {
                     Op::Acquire { owner, ttl, floor } => {
-                        match s.acquire(&[owner], ttl, floor, now) {
+                        match s.acquire(&o(owner), ttl, floor, now) {
                             Ok(Acquired::Granted { token, .. }) => {
                                 prop_assert!(holder_before.is_none(), "granted while held");
                                 prop_assert!(issued.iter().all(|&t| t < token));
@@ -381,38 +660,38 @@ mod tests {
                                 issued.push(token);
                             }
                             Ok(Acquired::Renewed { token }) => {
-                                prop_assert_eq!(holder_before.as_deref(), Some(&[owner][..]));
+                                prop_assert_eq!(holder_before, Some(o(owner)));
                                 prop_assert!(token >= counter_before);
                             }
                             Ok(Acquired::Busy) => {
                                 prop_assert!(holder_before.is_some());
-                                prop_assert_ne!(holder_before.as_deref(), Some(&[owner][..]));
+                                prop_assert_ne!(holder_before, Some(o(owner)));
                             }
                             Err(e) => prop_assert!(false, "unexpected {:?}", e),
                         }
                     }
                     Op::Release { owner } => {
-                        let released = s.release(&[owner], now);
-                        prop_assert_eq!(released, holder_before.as_deref() == Some(&[owner][..]));
+                        let released = s.release(&o(owner), now);
+                        prop_assert_eq!(released, holder_before == Some(o(owner)));
                         prop_assert!(!s.is_held(now) || !released);
                     }
                     Op::Extend { owner, ttl } => {
-                        let extended = s.extend(&[owner], ttl, now);
-                        prop_assert_eq!(extended, holder_before.as_deref() == Some(&[owner][..]));
+                        let extended = s.extend(&o(owner), ttl, now);
+                        prop_assert_eq!(extended, holder_before == Some(o(owner)));
                         if !extended {
-                            prop_assert_eq!(s.holder(now).map(<[u8]>::to_vec), holder_before.clone());
+                            prop_assert_eq!(s.holder(now).copied(), holder_before);
                         }
                     }
                     Op::Fence { owner, token } => {
-                        let reply = s.fence(&[owner], token, now);
-                        prop_assert_eq!(reply.is_some(), holder_before.as_deref() == Some(&[owner][..]));
+                        let reply = s.fence(&o(owner), token, now);
+                        prop_assert_eq!(reply.is_some(), holder_before == Some(o(owner)));
                     }
                     Op::Advance { ms } => now += ms,
                 }
                 prop_assert!(s.counter() >= counter_before, "counter went down");
                 // Exclusivity: at any instant the state names at most one live holder,
                 // and a live holder only changes through a release or expiry.
-                if let (Some(before), Some(after)) = (holder_before.as_deref(), s.holder(now)) {
+                if let (Some(before), Some(after)) = (holder_before, s.holder(now).copied()) {
                     prop_assert_eq!(before, after, "holder replaced while its lease was live");
                 }
             }

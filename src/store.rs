@@ -1,12 +1,13 @@
 //! Reading and writing lock keys through the module key API.
 
-use std::os::raw::c_int;
+use std::os::raw::{c_int, c_void};
 
 use redis_module::raw;
 
 use crate::datatype::LOCK_TYPE;
 use crate::error::CommandError;
 use crate::lock::LockState;
+use crate::record;
 
 /// An open key, closed on drop.
 pub struct LockKey {
@@ -36,7 +37,7 @@ impl LockKey {
         Self { key }
     }
 
-    fn value_ptr(&self) -> Result<Option<*mut LockState>, CommandError> {
+    fn value_ptr(&self) -> Result<Option<*mut c_void>, CommandError> {
         if self.key.is_null() {
             return Ok(None);
         }
@@ -54,50 +55,71 @@ impl LockKey {
             if found != *LOCK_TYPE.raw_type.borrow() {
                 return Err(CommandError::WrongType);
             }
-            let value = raw::RedisModule_ModuleTypeGetValue
-                .map_or(std::ptr::null_mut(), |f| f(self.key))
-                .cast::<LockState>();
+            let value =
+                raw::RedisModule_ModuleTypeGetValue.map_or(std::ptr::null_mut(), |f| f(self.key));
             Ok((!value.is_null()).then_some(value))
         }
     }
 
     /// The lock stored here, `None` for a missing key, an error for a key
     /// of another type.
-    pub fn get(&self) -> Result<Option<&LockState>, CommandError> {
-        // SAFETY: the value lives as long as the key stays open and unchanged.
-        Ok(self.value_ptr()?.map(|p| unsafe { &*p }))
+    pub fn get(&self) -> Result<Option<LockState>, CommandError> {
+        // SAFETY: the value is a record of this module's type (checked above)
+        // and stays valid while the key is open.
+        Ok(self.value_ptr()?.map(|p| unsafe { record::read(p) }))
     }
 
-    /// The lock stored here, for in-place changes (key opened with
-    /// [`LockKey::write`]).
-    pub fn get_mut(&mut self) -> Result<Option<&mut LockState>, CommandError> {
-        // SAFETY: the key is open for writing and the command runs on
-        // Redis's main thread: nothing else touches the value meanwhile.
-        Ok(self.value_ptr()?.map(|p| unsafe { &mut *p }))
-    }
-
-    /// Stores `state` (key opened with [`LockKey::write`]).
-    pub fn put(&mut self, state: LockState) -> Result<(), CommandError> {
-        if let Some(existing) = self.value_ptr()? {
+    /// Stores `state` (key opened with [`LockKey::write`]): in place when the
+    /// record keeps its form, otherwise as a new record of the right size.
+    pub fn put(&mut self, state: &LockState) -> Result<(), CommandError> {
+        let existing = self.value_ptr()?;
+        if let Some(old) = existing {
             // SAFETY: exclusive access: the key is open for writing and the
             // command runs on Redis's main thread.
-            unsafe { *existing = state };
-            return Ok(());
-        }
-        let value = Box::into_raw(Box::new(state));
-        // SAFETY: the key is open for writing; Redis takes ownership of value.
-        let status = unsafe {
-            match raw::RedisModule_ModuleTypeSetValue {
-                Some(set) => set(self.key, *LOCK_TYPE.raw_type.borrow(), value.cast()),
-                None => raw::REDISMODULE_ERR as c_int,
+            if unsafe { record::write_in_place(old, state) } {
+                return Ok(());
             }
-        };
-        if status != raw::REDISMODULE_OK as c_int {
-            // SAFETY: Redis did not take the value.
-            drop(unsafe { Box::from_raw(value) });
-            return Err(CommandError::Internal("storing the lock"));
+        }
+        let value = record::alloc(state);
+        let mt = *LOCK_TYPE.raw_type.borrow();
+        // SAFETY: the key is open for writing; on success Redis owns value
+        // and hands back the old record, which nothing else references.
+        unsafe {
+            let status = match existing {
+                Some(_) => {
+                    let mut old: *mut c_void = std::ptr::null_mut();
+                    let status = raw::RedisModule_ModuleTypeReplaceValue
+                        .map_or(raw::REDISMODULE_ERR as c_int, |replace| {
+                            replace(self.key, mt, value, &mut old)
+                        });
+                    if status == raw::REDISMODULE_OK as c_int {
+                        record::free(old);
+                    }
+                    status
+                }
+                None => raw::RedisModule_ModuleTypeSetValue
+                    .map_or(raw::REDISMODULE_ERR as c_int, |set| {
+                        set(self.key, mt, value)
+                    }),
+            };
+            if status != raw::REDISMODULE_OK as c_int {
+                record::free(value);
+                return Err(CommandError::Internal("storing the lock"));
+            }
         }
         Ok(())
+    }
+
+    /// Deletes the key (opened with [`LockKey::write`]); `true` when it existed.
+    pub fn delete(&mut self) -> bool {
+        if self.key.is_null() {
+            return false;
+        }
+        // SAFETY: the key is open for writing.
+        unsafe {
+            raw::RedisModule_DeleteKey
+                .is_some_and(|del| del(self.key) == raw::REDISMODULE_OK as c_int)
+        }
     }
 }
 

@@ -11,6 +11,7 @@ pub mod floor;
 pub mod handwritten;
 pub mod memory;
 pub mod owner;
+pub mod reclaim;
 pub mod resp;
 pub mod server;
 pub mod stats;

@@ -16,6 +16,7 @@ mod quorum;
 mod redlock;
 mod tally;
 mod tls;
+mod waiting;
 mod with_lock;
 
 pub use builder::{

@@ -83,6 +83,34 @@ pub(crate) struct Node {
     /// A `rediss://` node.
     tls: bool,
     state: Mutex<ConnState>,
+    /// Idle connections for blocking commands (`REDLOCK.WAIT`), which never
+    /// go through the shared connection: a blocked command would stall
+    /// every command queued behind it.
+    blocking: Mutex<Vec<MultiplexedConnection>>,
+}
+
+/// Most idle blocking connections kept per node.
+const BLOCKING_POOL_MAX: usize = 64;
+
+/// A blocking connection on loan: back to the pool when its command was
+/// answered, closed otherwise (a waiter dropped mid-command must not leave
+/// a blocked client on the node, nor a connection that would answer the
+/// next user with the old reply).
+struct BlockingLoan<'a> {
+    node: &'a Node,
+    conn: Option<MultiplexedConnection>,
+    answered: bool,
+}
+
+impl Drop for BlockingLoan<'_> {
+    fn drop(&mut self) {
+        if let (true, Some(conn)) = (self.answered, self.conn.take()) {
+            let mut pool = self.node.blocking.lock().unwrap_or_else(|p| p.into_inner());
+            if pool.len() < BLOCKING_POOL_MAX {
+                pool.push(conn);
+            }
+        }
+    }
 }
 
 #[derive(Default)]
@@ -131,6 +159,7 @@ impl Node {
             connect_timeout,
             tls,
             state: Mutex::new(ConnState::default()),
+            blocking: Mutex::new(Vec::new()),
         }))
     }
 
@@ -344,6 +373,65 @@ impl Node {
                 | NodeFailure::NoPermission(_),
             ) => Ok(()),
             Err(e) => Err(e),
+        }
+    }
+
+    /// `REDLOCK.WAIT key timeout_ms` on a connection of its own: `Ok(true)`
+    /// when the lock is free on this node (at once or once it frees),
+    /// `Ok(false)` when the node's timeout passed first. Not bounded by the
+    /// per-node timeout (the caller bounds the whole wait); dropping the
+    /// future closes the connection, which ends the wait on the node.
+    pub(crate) async fn wait_free(&self, key: &str, timeout_ms: u64) -> Result<bool, NodeFailure> {
+        let idle = self
+            .blocking
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .pop();
+        let conn = match idle {
+            Some(conn) => conn,
+            None => {
+                let config = connection_config(self.connect_timeout);
+                let attempt = self
+                    .client
+                    .get_multiplexed_async_connection_with_config(&config);
+                match tokio::time::timeout(self.connect_timeout, attempt).await {
+                    Err(_) => {
+                        return Err(NodeFailure::NotConnected(format!(
+                            "connect timed out after {} ms",
+                            self.connect_timeout.as_millis()
+                        )))
+                    }
+                    Ok(Err(e)) => {
+                        return Err(NodeFailure::NotConnected(
+                            self.explain_connect_failure(&e).await,
+                        ))
+                    }
+                    Ok(Ok(conn)) => conn,
+                }
+            }
+        };
+        let mut loan = BlockingLoan {
+            node: self,
+            conn: Some(conn),
+            answered: false,
+        };
+        let mut cmd = redis::cmd("REDLOCK.WAIT");
+        cmd.arg(key).arg(timeout_ms);
+        let Some(conn) = loan.conn.as_mut() else {
+            return Err(NodeFailure::NotConnected("no connection".into()));
+        };
+        let reply = conn.send_packed_command(&cmd).await;
+        match reply.and_then(Value::extract_error) {
+            Ok(Value::Int(n)) => {
+                loan.answered = true;
+                Ok(n == 1)
+            }
+            Ok(other) => Err(NodeFailure::Unexpected(format!("{other:?}"))),
+            Err(e) => {
+                let (failure, broken) = NodeFailure::from_redis(&e);
+                loan.answered = !broken;
+                Err(failure)
+            }
         }
     }
 

@@ -309,7 +309,7 @@ impl Redlock {
 
     /// One attempt: steps 1–6 of the algorithm. On failure, the error and
     /// the nodes to release.
-    async fn attempt(
+    pub(crate) async fn attempt(
         &self,
         key: &str,
         ttl: Duration,

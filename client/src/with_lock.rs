@@ -51,6 +51,57 @@ impl Redlock {
         Fut: Future<Output = T>,
     {
         let lock = self.acquire(key, ttl).await?;
+        Ok(run_locked(lock, ttl, f).await)
+    }
+
+    /// [`Redlock::with_lock`] that waits up to `max_wait` for a busy lock,
+    /// woken by the nodes as [`Redlock::acquire_wait`] is.
+    ///
+    /// # Errors
+    ///
+    /// The acquisition's error ([`Error::Busy`] when the lock was still held
+    /// after `max_wait`); `f` does not run then.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # use std::time::Duration;
+    /// # async fn rotate_logs(_token: u64) {}
+    /// # async fn run(redlock: redlock_client::Redlock) -> Result<(), redlock_client::Error> {
+    /// redlock
+    ///     .with_lock_wait(
+    ///         "log-rotation",
+    ///         Duration::from_secs(30),
+    ///         Duration::from_secs(120),
+    ///         |guard| async move { rotate_logs(guard.token()).await },
+    ///     )
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn with_lock_wait<F, Fut, T>(
+        &self,
+        key: &str,
+        ttl: Duration,
+        max_wait: Duration,
+        f: F,
+    ) -> Result<T, Error>
+    where
+        F: FnOnce(LockGuard) -> Fut,
+        Fut: Future<Output = T>,
+    {
+        let lock = self.acquire_wait(key, ttl, max_wait).await?;
+        Ok(run_locked(lock, ttl, f).await)
+    }
+}
+
+/// Runs `f` under `lock`, kept alive by [`keep_alive`] and released when
+/// `f`'s future ends, panics or is dropped.
+async fn run_locked<F, Fut, T>(lock: Lock, ttl: Duration, f: F) -> T
+where
+    F: FnOnce(LockGuard) -> Fut,
+    Fut: Future<Output = T>,
+{
+    {
         let lost = CancellationToken::new();
         let done = CancellationToken::new();
         let guard = LockGuard {
@@ -64,7 +115,7 @@ impl Redlock {
         let value = f(guard).await;
         drop(stop);
         let _ = keeper.await;
-        Ok(value)
+        value
     }
 }
 

@@ -357,3 +357,61 @@ async fn invalid_arguments() {
         "invalid argument: owner id must be 1 to 256 bytes, got 0 bytes"
     );
 }
+
+/// A client whose wall clock runs two days ahead of the nodes' sends a
+/// `FLOOR` the nodes refuse: the client reports a clear invalid-argument
+/// error at once, without retrying.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_floor_far_ahead_of_the_nodes_clocks_is_a_clear_error_without_retries() {
+    let nodes = five();
+    for node in &nodes {
+        let mut con = node.connection();
+        // The nodes' clocks read two days earlier than the client's.
+        let _: () = redis::cmd("REDLOCK.TESTHOOK")
+            .arg("WALLCLOCK-OFFSET")
+            .arg(-2 * 86_400_000_i64)
+            .query(&mut con)
+            .unwrap();
+    }
+    let redlock = Redlock::builder(urls(&nodes))
+        .node_timeout(NODE_TIMEOUT)
+        .retry(RetryPolicy {
+            attempts: 5,
+            base_delay: Duration::from_millis(200),
+            jitter: Duration::from_millis(0),
+        })
+        .build()
+        .await
+        .unwrap();
+    let started = std::time::Instant::now();
+    let err = redlock
+        .acquire("ahead", Duration::from_secs(5))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::InvalidArgument(_)), "{err:?}");
+    let text = err.to_string();
+    assert!(text.contains("more than one day ahead"), "{text}");
+    assert!(!err.is_transient());
+    assert!(
+        started.elapsed() < Duration::from_millis(200),
+        "retried: {:?}",
+        started.elapsed()
+    );
+    for node in &nodes {
+        let mut con = node.connection();
+        let stats: String = redis::cmd("INFO")
+            .arg("commandstats")
+            .query(&mut con)
+            .unwrap();
+        let line = stats
+            .lines()
+            .find(|l| l.to_lowercase().starts_with("cmdstat_redlock.acquire:"))
+            .unwrap_or_default();
+        assert!(line.contains("calls=1,"), "{line}");
+        let v: redis::Value = redis::cmd("REDLOCK.INSPECT")
+            .arg("ahead")
+            .query(&mut con)
+            .unwrap();
+        assert_eq!(v, redis::Value::Nil, "a refused ACQUIRE created the key");
+    }
+}

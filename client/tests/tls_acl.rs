@@ -15,11 +15,11 @@ const BIN: &str = env!("CARGO_BIN_EXE_redlock");
 
 /// The ACL line of the README: a user that may run only the REDLOCK
 /// commands, only on keys under `locks:`.
-const LOCKER_ACL: &str = "locker on >s3cret-pw resetkeys ~locks:* resetchannels -@all +redlock.acquire +redlock.release +redlock.extend +redlock.fence +redlock.inspect +info";
+const LOCKER_ACL: &str = "locker on >s3cret-pw resetkeys ~locks:* resetchannels -@all +redlock.acquire +redlock.release +redlock.extend +redlock.fence +redlock.inspect +redlock.wait +info";
 
 /// Bound on one connection: TLS handshakes of a debug build on a loaded
 /// machine can take a while.
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
 fn builder(urls: Vec<String>) -> RedlockBuilder {
     Redlock::builder(urls)
@@ -42,7 +42,7 @@ fn cli(env: &[(&str, String)], args: &[&str]) -> Output {
         .env_remove("REDLOCK_TLS_CA")
         .env_remove("REDLOCK_TLS_CERT")
         .env_remove("REDLOCK_TLS_KEY")
-        .args(["--connect-timeout", "5s", "--node-timeout", "500ms"])
+        .args(["--connect-timeout", "10s", "--node-timeout", "2s"])
         .args(args)
         .stdin(Stdio::null());
     for (name, value) in env {
@@ -57,6 +57,18 @@ fn stderr(o: &Output) -> String {
 
 fn path(p: &std::path::Path) -> String {
     p.to_str().unwrap().to_string()
+}
+
+/// A numeric field of the node's `INFO redlock`.
+fn info_field(node: &Node, name: &str) -> u64 {
+    let info: String = redis::cmd("INFO")
+        .arg("redlock")
+        .query(&mut node.connection())
+        .expect("INFO redlock");
+    info.lines()
+        .find_map(|line| line.strip_prefix(&format!("{name}:")))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {name} in INFO redlock: {info}"))
 }
 
 /// Five TLS-only nodes with a private CA and `tls-auth-clients yes`.
@@ -87,6 +99,23 @@ async fn tls_with_ca_and_client_certificate() {
     assert!(lock.validity() > Duration::from_secs(15));
     assert!(lock.release().await.unwrap());
     assert_eq!(held_on(&redlock, "tls").await, 0);
+
+    // Waiting for a busy lock: REDLOCK.WAIT on TLS connections of its own.
+    let holder = redlock
+        .try_acquire("tls-wait", Duration::from_secs(10))
+        .await
+        .unwrap()
+        .expect("acquired");
+    let waiter = redlock.clone();
+    let waiting = tokio::spawn(async move {
+        waiter
+            .acquire_wait("tls-wait", Duration::from_secs(5), Duration::from_secs(8))
+            .await
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(holder.release().await.unwrap());
+    let next = waiting.await.unwrap().expect("the waiter gets the lock");
+    assert!(next.release().await.unwrap());
 
     // The CLI, with the files from flags and, as an ACL user, from the
     // environment.
@@ -275,6 +304,35 @@ async fn acl_user_with_only_the_lock_commands() {
         .expect("acquired");
     assert_eq!(held_on(&redlock, "locks:x").await, 5);
     assert!(lock.release().await.unwrap());
+
+    // Waiting for a busy lock needs +redlock.wait.
+    let holder = redlock
+        .try_acquire("locks:w", Duration::from_secs(10))
+        .await
+        .unwrap()
+        .expect("acquired");
+    let waiter = redlock.clone();
+    let waiting = tokio::spawn(async move {
+        waiter
+            .acquire_wait("locks:w", Duration::from_secs(5), Duration::from_secs(8))
+            .await
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let released_at = std::time::Instant::now();
+    assert!(holder.release().await.unwrap());
+    let next = waiting.await.unwrap().expect("the waiter gets the lock");
+    assert!(
+        released_at.elapsed() < Duration::from_secs(3),
+        "woken, not timed out"
+    );
+    assert!(next.release().await.unwrap());
+    // The waiter was woken by REDLOCK.WAIT (without +redlock.wait it would
+    // fall back to polling).
+    let woken: u64 = nodes
+        .iter()
+        .map(|n| info_field(n, "redlock_wait_woken"))
+        .sum();
+    assert!(woken >= 3, "REDLOCK.WAIT woke {woken} times");
 
     let err = redlock
         .try_acquire("other:x", Duration::from_secs(5))

@@ -8,6 +8,7 @@
 //! | resource checks writes only | [`crate::resource::Checking::WritesOnly`] | this crate |
 //! | floor off, nodes restarted empty | `RedlockBuilder::clock_floor(false)` + kill/restart without persistence | client (exists) + runner |
 //! | effects not replicated to the AOF | [`disable_aof_propagation`] → `REDLOCK.TESTHOOK SKIP-REPLICATION 1` | module test build |
+//! | promoted replicas grant at once | [`disable_promotion_guard`] → `REDLOCK.TESTHOOK PROMOTION-GUARD 0` | module test build |
 
 use redlock_client::RedlockBuilder;
 
@@ -29,4 +30,14 @@ pub fn disable_aof_propagation(con: &mut redis::Connection) -> Result<(), String
         .arg(1)
         .query::<()>(con)
         .map_err(|e| format!("REDLOCK.TESTHOOK SKIP-REPLICATION failed ({e}): is this the test build of the module?"))
+}
+
+/// Makes `node` (test build of the module) grant at once after a promotion
+/// from replica to master: `REDLOCK.TESTHOOK PROMOTION-GUARD 0`.
+pub fn disable_promotion_guard(con: &mut redis::Connection) -> Result<(), String> {
+    redis::cmd("REDLOCK.TESTHOOK")
+        .arg("PROMOTION-GUARD")
+        .arg(0)
+        .query::<()>(con)
+        .map_err(|e| format!("REDLOCK.TESTHOOK PROMOTION-GUARD failed ({e}): is this the test build of the module?"))
 }

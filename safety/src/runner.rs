@@ -57,6 +57,12 @@ pub enum FaultType {
     ProxyDropReplies,
     /// A node's wall clock jumps forward or backward.
     ClockJump,
+    /// Every member has a replica whose wall clock is an hour off its
+    /// master's. A member's replica falls behind (SIGSTOP) while two other
+    /// members are cut off, its master is killed, and the replica is
+    /// promoted and takes the member's place (the old master comes back as
+    /// its replica).
+    PromoteLaggingReplica,
     /// Mutation tests: two random nodes cut off, rotating quickly.
     PartitionRotate,
     /// Mutation tests: every node killed and restarted at once (empty
@@ -66,7 +72,7 @@ pub enum FaultType {
 
 impl FaultType {
     /// The matrix `make safety` runs.
-    pub const MATRIX: [FaultType; 14] = [
+    pub const MATRIX: [FaultType; 15] = [
         FaultType::None,
         FaultType::KillNone,
         FaultType::KillEverysec,
@@ -81,6 +87,7 @@ impl FaultType {
         FaultType::ProxyReset,
         FaultType::ProxyDropReplies,
         FaultType::ClockJump,
+        FaultType::PromoteLaggingReplica,
     ];
 
     /// Name in tables and file names.
@@ -100,6 +107,7 @@ impl FaultType {
             FaultType::ProxyReset => "proxy_reset",
             FaultType::ProxyDropReplies => "proxy_drop_replies",
             FaultType::ClockJump => "clock_jump",
+            FaultType::PromoteLaggingReplica => "promote_lagging_replica",
             FaultType::PartitionRotate => "partition_rotate",
             FaultType::KillAll => "kill9_all",
         }
@@ -112,6 +120,11 @@ impl FaultType {
             FaultType::KillAlways => Persistence::AofAlways,
             _ => Persistence::None,
         }
+    }
+
+    /// Whether every member runs with a replica.
+    pub fn with_replicas(self) -> bool {
+        self == FaultType::PromoteLaggingReplica
     }
 
     fn pause_point(self) -> Option<PausePoint> {
@@ -175,6 +188,13 @@ pub struct RunConfig {
     pub checking: Checking,
     /// Mutant: nodes skip replicating effects to the AOF.
     pub no_aof_propagation: bool,
+    /// Mutant: replicas grant at once when promoted (no promotion guard).
+    pub no_promotion_guard: bool,
+    /// Reclamation of idle records: the nodes' `redlock.reclaim-after-ms`,
+    /// and the key phase of the short-lived names workload (see
+    /// [`WorkerSpec::key_phase_ms`]). `None`: the default (one day), keys
+    /// picked at random.
+    pub reclaim: Option<Reclaim>,
     /// The `safety` binary, re-executed as worker processes.
     pub worker_exe: PathBuf,
     /// Folder for histories.
@@ -198,9 +218,54 @@ impl RunConfig {
             client: ClientOptions::default(),
             checking: Checking::ReadsAndWrites,
             no_aof_propagation: false,
+            no_promotion_guard: false,
+            reclaim: None,
             worker_exe,
             out,
         }
+    }
+}
+
+/// Settings of a run that reclaims idle records.
+#[derive(Clone, Copy, Debug)]
+pub struct Reclaim {
+    /// `redlock.reclaim-after-ms` of every node.
+    pub after_ms: u64,
+    /// How long each half of the names lies idle, ms.
+    pub phase_ms: u64,
+}
+
+impl Reclaim {
+    /// A few seconds' cycle: reclaim-after 1 s (max-ttl 1 s, leases of
+    /// 400 ms), names idle for 2 s at a time, so every name is reclaimed
+    /// and reused every 4 s.
+    pub const SHORT: Reclaim = Reclaim {
+        after_ms: 1_000,
+        phase_ms: 2_000,
+    };
+
+    /// Fault types combined with reclamation in the full matrix.
+    pub const FAULTS: [FaultType; 6] = [
+        FaultType::None,
+        FaultType::KillNone,
+        FaultType::KillEverysec,
+        FaultType::NodePause,
+        FaultType::ClockJump,
+        FaultType::PromoteLaggingReplica,
+    ];
+
+    /// Fault types combined with reclamation in the quick run.
+    pub const QUICK_FAULTS: [FaultType; 1] = [FaultType::KillNone];
+
+    /// Names used by a reclaim run.
+    pub const KEYS: usize = 16;
+
+    /// Applies the settings to a run: many names, the nodes' max-ttl no
+    /// longer than reclaim-after.
+    pub fn apply(self, cfg: &mut RunConfig) {
+        cfg.reclaim = Some(self);
+        cfg.keys = Self::KEYS;
+        cfg.max_ttl_ms = cfg.max_ttl_ms.min(self.after_ms).max(cfg.ttl_ms);
     }
 }
 
@@ -211,12 +276,66 @@ pub struct RunResult {
     pub report: Report,
     /// The merged history.
     pub history: PathBuf,
+    /// Records the nodes reclaimed (read at the end, from the nodes in
+    /// service; a node killed during the run loses its count).
+    pub reclaimed: u64,
 }
 
 struct Cluster {
     nodes: Vec<Node>,
+    /// One replica per member, for fault types that use them.
+    replicas: Vec<Node>,
+    /// The replication link of each replica runs through a proxy, so that
+    /// a replica can fall behind its master.
+    links: Vec<FaultProxy>,
     proxies: Vec<FaultProxy>,
     keys: Vec<String>,
+}
+
+/// Wall-clock skew of member `i`'s replica: an hour ahead or behind.
+fn replica_skew_ms(i: usize) -> i64 {
+    if i % 2 == 0 {
+        3_600_000
+    } else {
+        -3_600_000
+    }
+}
+
+/// Settings of a replica that reaches its master through `link`, with the
+/// restart guard at its default: what a promotion starts.
+fn replica_configs(link: &FaultProxy) -> [(&'static str, String); 2] {
+    [
+        ("replicaof", format!("127.0.0.1 {}", link.addr().port())),
+        ("redlock.restart-grace-ms", "-1".to_string()),
+    ]
+}
+
+/// Sets the replica's skewed clock (and the mutant switch), then waits for
+/// its link to the master.
+fn prepare_replica(cfg: &RunConfig, replica: &Node, i: usize) -> Result<(), String> {
+    let mut con = direct(replica).ok_or("replica connection")?;
+    redis::cmd("REDLOCK.TESTHOOK")
+        .arg("WALLCLOCK-OFFSET")
+        .arg(replica_skew_ms(i))
+        .query::<()>(&mut con)
+        .map_err(|e| format!("replica clock: {e}"))?;
+    if cfg.no_promotion_guard {
+        crate::mutants::disable_promotion_guard(&mut con)?;
+    }
+    let deadline = mono_ns() + 10_000_000_000;
+    loop {
+        let info: String = redis::cmd("INFO")
+            .arg("replication")
+            .query(&mut con)
+            .unwrap_or_default();
+        if info.contains("master_link_status:up") {
+            return Ok(());
+        }
+        if mono_ns() > deadline {
+            return Err(format!("replica {i}: no link to its master"));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
 
 fn direct(node: &Node) -> Option<redis::Connection> {
@@ -230,11 +349,18 @@ fn direct(node: &Node) -> Option<redis::Connection> {
 }
 
 fn counter(node: &Node, key: &str) -> Option<u64> {
-    let mut con = direct(node)?;
-    let v: redis::Value = redis::cmd("REDLOCK.INSPECT")
-        .arg(key)
-        .query(&mut con)
-        .ok()?;
+    inspect_field(node, key, "token")
+}
+
+/// One field of `REDLOCK.INSPECT key` on `node` (0 for a missing key).
+fn inspect_field(node: &Node, key: &str, field: &str) -> Option<u64> {
+    inspect_reply_field(&mut direct(node)?, key, field)
+}
+
+/// One field of `REDLOCK.INSPECT key` on an open connection (0 for a
+/// missing key).
+fn inspect_reply_field(con: &mut redis::Connection, key: &str, field: &str) -> Option<u64> {
+    let v: redis::Value = redis::cmd("REDLOCK.INSPECT").arg(key).query(con).ok()?;
     let items = match v {
         redis::Value::Nil => return Some(0),
         redis::Value::Array(items) => items,
@@ -245,7 +371,7 @@ fn counter(node: &Node, key: &str) -> Option<u64> {
     while let Some(k) = it.next() {
         let name: Option<String> = redis::from_redis_value(k).ok();
         let val = it.next()?;
-        if name.as_deref() == Some("token") {
+        if name.as_deref() == Some(field) {
             return redis::from_redis_value(val).ok();
         }
     }
@@ -263,7 +389,11 @@ pub fn run(cfg: &RunConfig) -> Result<RunResult, String> {
         .config("redlock.max-ttl-ms", &cfg.max_ttl_ms.to_string())
         // A fresh cluster has granted nothing yet: no guard at the first start.
         // Restarts bring the guard back at its default (see `inject`).
-        .config("redlock.restart-grace-ms", "0");
+        .config("redlock.restart-grace-ms", "0")
+        .config("repl-diskless-sync-delay", "0");
+    if let Some(reclaim) = cfg.reclaim {
+        builder = builder.config("redlock.reclaim-after-ms", &reclaim.after_ms.to_string());
+    }
     builder = match persistence {
         Persistence::None => builder.config("appendonly", "no"),
         Persistence::AofEverysec => builder
@@ -274,6 +404,29 @@ pub fn run(cfg: &RunConfig) -> Result<RunResult, String> {
             .config("appendfsync", "always"),
     };
     let nodes = start_nodes(NODES, &builder);
+    let mut replicas = Vec::new();
+    let mut links = Vec::new();
+    if cfg.fault.with_replicas() {
+        links = nodes
+            .iter()
+            .map(|n| FaultProxy::start(SocketAddr::from(([127, 0, 0, 1], n.port()))))
+            .collect();
+        let starts: Vec<_> = links
+            .iter()
+            .map(|link| {
+                let mut b = builder.clone();
+                for (name, value) in replica_configs(link) {
+                    b = b.config(name, &value);
+                }
+                std::thread::spawn(move || b.start())
+            })
+            .collect();
+        for (i, start) in starts.into_iter().enumerate() {
+            let replica = start.join().map_err(|_| "replica start")?;
+            prepare_replica(cfg, &replica, i)?;
+            replicas.push(replica);
+        }
+    }
     if cfg.no_aof_propagation {
         for n in &nodes {
             let mut con = direct(n).ok_or("node connection")?;
@@ -323,6 +476,11 @@ pub fn run(cfg: &RunConfig) -> Result<RunResult, String> {
             keys: keys.clone(),
             ttl_ms: cfg.ttl_ms,
             extend_percent: 10,
+            // Failovers only void a lock that is held across them.
+            hold_ms: cfg
+                .fault
+                .with_replicas()
+                .then_some((cfg.ttl_ms / 8, cfg.ttl_ms / 2)),
             seed: cfg.seed.wrapping_mul(31).wrapping_add(w as u64),
             deadline_ns: deadline,
             out: parts.join(format!("worker{w}.jsonl")),
@@ -334,6 +492,7 @@ pub fn run(cfg: &RunConfig) -> Result<RunResult, String> {
                 max: u64::from(cfg.fault_budget).div_ceil(cfg.workers as u64),
             }),
             fault_id_base: 1_000_000 * (w as u64 + 1),
+            key_phase_ms: cfg.reclaim.map(|r| r.phase_ms),
         };
         let json = serde_json::to_string(&spec).map_err(|e| e.to_string())?;
         let child = Command::new(&cfg.worker_exe)
@@ -350,6 +509,8 @@ pub fn run(cfg: &RunConfig) -> Result<RunResult, String> {
 
     let mut cluster = Cluster {
         nodes,
+        replicas,
+        links,
         proxies,
         keys,
     };
@@ -388,6 +549,7 @@ pub fn run(cfg: &RunConfig) -> Result<RunResult, String> {
     drop(resource);
     res_rec.flush().map_err(|e| e.to_string())?;
     control.flush().map_err(|e| e.to_string())?;
+    let reclaimed = cluster.nodes.iter().filter_map(reclaimed_on).sum();
     drop(cluster);
     if !errors.is_empty() {
         return Err(errors.join("; "));
@@ -399,7 +561,17 @@ pub fn run(cfg: &RunConfig) -> Result<RunResult, String> {
     Ok(RunResult {
         report: checker::check(&events),
         history: merged,
+        reclaimed,
     })
+}
+
+/// `redlock_reclaimed` of `INFO redlock` on `node`.
+fn reclaimed_on(node: &Node) -> Option<u64> {
+    let mut con = direct(node)?;
+    let info: String = redis::cmd("INFO").arg("redlock").query(&mut con).ok()?;
+    info.lines()
+        .find_map(|l| l.strip_prefix("redlock_reclaimed:"))
+        .and_then(|v| v.trim().parse().ok())
 }
 
 fn sleep_until(t: u64) {
@@ -662,6 +834,115 @@ fn inject(cfg: &RunConfig, c: &mut Cluster, rec: &Recorder, pids: &[u32], deadli
                 std::thread::sleep(d);
                 let _ = set(&c.nodes[i], 0);
                 rec.record(Kind::FaultStop { id });
+            }
+            FaultType::PromoteLaggingReplica => {
+                let order = pick(&mut rng, NODES, 3);
+                let (i, cut) = (order[0], &order[1..]);
+                // The danger: a lock granted by a quorum that includes
+                // member i, while i's replica falls behind (its link holds
+                // everything back) and is then promoted. Two members are cut
+                // off meanwhile, so that such a grant lands on a bare quorum.
+                // Start from a lock that is free on the master and on its
+                // replica (so that the replica missed a grant, not a release),
+                // then kill the master as soon as it holds a new grant (or,
+                // after a while, whatever it holds).
+                let cut_now = |on: bool| {
+                    let fault = if on { Fault::Blackhole } else { Fault::None };
+                    if !on {
+                        for &j in cut {
+                            c.proxies[j].reset_connections();
+                        }
+                        c.links[i].reset_connections();
+                    }
+                    for &j in cut {
+                        c.proxies[j].set(fault);
+                    }
+                    c.links[i].set(fault);
+                };
+                start(
+                    rec,
+                    id,
+                    "promote_lagging_replica",
+                    format!("n{i}"),
+                    format!(
+                        "replica link held back, master killed, replica (clock {:+} ms) promoted; {} cut off meanwhile",
+                        replica_skew_ms(i),
+                        names(cut, "n")
+                    ),
+                    false,
+                );
+                if let Some(mut con) = direct(&c.nodes[i]) {
+                    let any_held = |con: &mut redis::Connection| {
+                        c.keys
+                            .iter()
+                            .any(|key| inspect_reply_field(con, key, "held") == Some(1))
+                    };
+                    let give_up = mono_ns() + 3 * ttl * 1_000_000;
+                    let mut tokens = None;
+                    while tokens.is_none() && mono_ns() < give_up {
+                        if any_held(&mut con) {
+                            std::thread::sleep(Duration::from_micros(500));
+                            continue;
+                        }
+                        // The replica has everything up to the free lock.
+                        let _ = redis::cmd("WAIT").arg(1).arg(200).query::<i64>(&mut con);
+                        cut_now(true);
+                        if any_held(&mut con) {
+                            // Taken in between, possibly before the cut: again.
+                            cut_now(false);
+                            continue;
+                        }
+                        tokens = Some(
+                            c.keys
+                                .iter()
+                                .map(|key| inspect_reply_field(&mut con, key, "token"))
+                                .collect::<Vec<Option<u64>>>(),
+                        );
+                    }
+                    if tokens.is_none() {
+                        cut_now(true);
+                    }
+                    let tokens = tokens.unwrap_or_default();
+                    let lag_until = mono_ns() + ms(300, 600, &mut rng).as_nanos() as u64;
+                    while mono_ns() < lag_until {
+                        let held = c.keys.iter().zip(&tokens).any(|(key, before)| {
+                            inspect_reply_field(&mut con, key, "held") == Some(1)
+                                && inspect_reply_field(&mut con, key, "token") > *before
+                        });
+                        if held {
+                            break;
+                        }
+                        std::thread::sleep(Duration::from_micros(500));
+                    }
+                } else {
+                    cut_now(true);
+                }
+                c.nodes[i].kill();
+                // What the link held back is lost with the master.
+                c.links[i].reset_connections();
+                c.links[i].set(Fault::None);
+                if let Some(mut con) = direct(&c.replicas[i]) {
+                    let _ = redis::cmd("REPLICAOF")
+                        .arg("NO")
+                        .arg("ONE")
+                        .query::<()>(&mut con);
+                }
+                c.proxies[i].set_upstream(SocketAddr::from(([127, 0, 0, 1], c.replicas[i].port())));
+                c.proxies[i].reset_connections();
+                for &j in cut {
+                    c.proxies[j].reset_connections();
+                    c.proxies[j].set(Fault::None);
+                }
+                rec.record(Kind::FaultStop { id });
+                // The promoted replica is the member now; the old master
+                // comes back (empty) as its replica.
+                std::mem::swap(&mut c.nodes[i], &mut c.replicas[i]);
+                c.links[i].set_upstream(SocketAddr::from(([127, 0, 0, 1], c.nodes[i].port())));
+                let configs = replica_configs(&c.links[i]);
+                let configs: Vec<(&str, &str)> =
+                    configs.iter().map(|(n, v)| (*n, v.as_str())).collect();
+                c.replicas[i].restart_with(&configs);
+                let _ = prepare_replica(cfg, &c.replicas[i], i);
             }
             FaultType::PartitionRotate => {
                 let targets = pick(&mut rng, NODES, 2);

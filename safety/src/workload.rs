@@ -102,6 +102,10 @@ pub struct WorkerSpec {
     pub ttl_ms: u64,
     /// Share of holds that extend the lease once, percent.
     pub extend_percent: u32,
+    /// Time spent inside the critical section, between the resource read and
+    /// write, as a range in ms (none: no extra time).
+    #[serde(default)]
+    pub hold_ms: Option<(u64, u64)>,
     /// Seed.
     pub seed: u64,
     /// Stop at this `CLOCK_MONOTONIC` time, ns.
@@ -114,6 +118,28 @@ pub struct WorkerSpec {
     pub pauses: Option<PausePlan>,
     /// First fault id this worker may use (fault ids must be unique in a run).
     pub fault_id_base: u64,
+    /// Short-lived names: the keys are used half at a time, the halves
+    /// taking turns every this many ms (on `CLOCK_MONOTONIC`, so every
+    /// worker agrees), so each name lies idle for a whole phase and the
+    /// nodes can reclaim it before it is used again.
+    #[serde(default)]
+    pub key_phase_ms: Option<u64>,
+}
+
+/// The key a task uses next: any key, or with [`WorkerSpec::key_phase_ms`]
+/// one of the half in use during the current phase.
+fn pick_key<'a>(spec: &'a WorkerSpec, rng: &mut ChaCha8Rng) -> &'a String {
+    let n = spec.keys.len();
+    match spec.key_phase_ms {
+        Some(phase_ms) if n >= 2 && phase_ms > 0 => {
+            let half = n / 2;
+            let turn = (mono_ns() / (phase_ms * 1_000_000)) % 2;
+            let base = if turn == 0 { 0 } else { half };
+            let len = if turn == 0 { half } else { n - half };
+            &spec.keys[base + rng.gen_range(0..len)]
+        }
+        _ => &spec.keys[rng.gen_range(0..n)],
+    }
 }
 
 /// Builds the client for `spec`, applying the mutation switches.
@@ -263,7 +289,7 @@ async fn client_task(
         }
         n += 1;
         let op = format!("{name}.{n}");
-        let key = spec.keys[rng.gen_range(0..spec.keys.len())].clone();
+        let key = pick_key(&spec, &mut rng).clone();
         let result = {
             let mut fut = Box::pin(client.try_acquire(&key, ttl));
             // Stamped right before the client reads its own clock (first
@@ -353,6 +379,10 @@ async fn client_task(
                     pauser
                         .maybe_pause(PausePoint::BetweenReadAndWrite, &mut rng, rec, &name)
                         .await;
+                    if let Some((low, high)) = spec.hold_ms {
+                        let hold = rng.gen_range(low..=high.max(low));
+                        tokio::time::sleep(Duration::from_millis(hold)).await;
+                    }
                     if rng.gen_range(0..100) < spec.extend_percent {
                         let r = {
                             let mut fut = Box::pin(lock.extend(ttl));

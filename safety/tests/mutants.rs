@@ -135,3 +135,34 @@ fn mutant_effects_not_replicated_to_aof_is_caught() {
         "AOF always promises durable counters: {r:?}"
     );
 }
+
+#[test]
+fn mutant_promotion_guard_off_is_caught() {
+    let (mut cfg, _dir) = config("promotion_guard_off", FaultType::PromoteLaggingReplica, 15);
+    cfg.no_promotion_guard = true;
+    if let Ok(dir) = std::env::var("REDLOCK_KEEP_HISTORY") {
+        cfg.out = dir.into();
+    }
+    // Two tasks: few busy attempts, so few leftover grants block the quorum
+    // of three that the failover leaves.
+    cfg.tasks = 2;
+    cfg.ttl_ms = 1_000;
+    cfg.fault_budget = 20;
+    let r = run(&cfg);
+    assert!(r.overlaps_unexplained > 0, "not caught: {r:?}");
+}
+
+#[test]
+fn control_promotion_guard_on_passes_the_same_faults() {
+    let (mut cfg, _dir) = config(
+        "promotion_guard_on_control",
+        FaultType::PromoteLaggingReplica,
+        15,
+    );
+    cfg.tasks = 2;
+    cfg.ttl_ms = 1_000;
+    cfg.fault_budget = 20;
+    let r = run(&cfg);
+    assert!(r.acquisitions > 10, "{r:?}");
+    assert_eq!(r.violations(), 0, "{r:?}");
+}

@@ -65,6 +65,7 @@ pub struct NodeBuilder {
     module: Option<PathBuf>,
     module_args: Vec<String>,
     configs: Vec<(String, String)>,
+    env: Vec<(String, String)>,
     /// TLS only (`--port 0`, `--tls-port`), with these certificates.
     tls: Option<TestPki>,
     /// ACL users, one `user` line each (rules separated by spaces).
@@ -72,6 +73,13 @@ pub struct NodeBuilder {
 }
 
 impl NodeBuilder {
+    /// Sets an environment variable for the server process (e.g. the test
+    /// build's `REDLOCK_TEST_WALL_OFFSET_MS`).
+    pub fn env(mut self, name: &str, value: &str) -> Self {
+        self.env.push((name.to_string(), value.to_string()));
+        self
+    }
+
     /// Adds a `--name value` server option (after the module is loaded, so
     /// `redlock.*` configs work too).
     pub fn config(mut self, name: &str, value: &str) -> Self {
@@ -156,6 +164,7 @@ impl Node {
         NodeBuilder {
             module: Some(module_path()),
             module_args: Vec::new(),
+            env: Vec::new(),
             configs: vec![
                 ("enable-debug-command".into(), "yes".into()),
                 ("save".into(), "".into()),
@@ -215,6 +224,9 @@ impl Node {
         }
         for (name, value) in &self.spec.configs {
             cmd.arg(format!("--{name}")).arg(value);
+        }
+        for (name, value) in &self.spec.env {
+            cmd.env(name, value);
         }
         cmd.stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -365,6 +377,12 @@ impl Node {
                 .push((name.to_string(), value.to_string()));
         }
         self.restart();
+    }
+
+    /// Sets (or replaces) an environment variable for the next start.
+    pub fn set_env(&mut self, name: &str, value: &str) {
+        self.spec.env.retain(|(n, _)| n != name);
+        self.spec.env.push((name.to_string(), value.to_string()));
     }
 
     /// Freezes the process (SIGSTOP).

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use clap::{Parser, Subcommand};
 use redlock_safety::checker::Report;
-use redlock_safety::runner::{self, FaultType, RunConfig};
+use redlock_safety::runner::{self, FaultType, Reclaim, RunConfig};
 use redlock_safety::workload::{self, WorkerSpec};
 
 /// Fault injection against a five-node redlock quorum, checked by a program.
@@ -35,7 +35,8 @@ struct Args {
     /// Short fixed-seed matrix for CI (one 4 s run per fault type).
     #[arg(long)]
     quick: bool,
-    /// Only these fault types (names as in the table), comma-separated.
+    /// Only these fault types (names as in the table), comma-separated;
+    /// `reclaim` selects the runs that reclaim idle records.
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
 }
@@ -95,14 +96,15 @@ fn main() -> ExitCode {
         .copied()
         .filter(|f| args.only.is_empty() || args.only.iter().any(|o| o == f.name()))
         .collect();
-    if types.is_empty() {
+    let with_reclaim = args.only.is_empty() || args.only.iter().any(|o| o == "reclaim");
+    if types.is_empty() && !with_reclaim {
         eprintln!("safety: --only matches no fault type");
         return ExitCode::from(2);
     }
     let (seed, runs_per_type, run_secs, budget) = if args.quick {
         (1, 1, 4.0, 6)
     } else {
-        let per = (args.duration as f64 / (types.len() * 2) as f64).max(3.0);
+        let per = (args.duration as f64 / (types.len().max(1) * 2) as f64).max(3.0);
         (args.seed, 2, per, 40)
     };
     let began = Instant::now();
@@ -149,7 +151,66 @@ fn main() -> ExitCode {
         }
         table.push((fault, runs, total));
     }
-    print_table(&table);
+    let mut reclaim_rows: Vec<(String, usize, Report, u64)> = Vec::new();
+    if with_reclaim {
+        let faults: &[FaultType] = if args.quick {
+            &Reclaim::QUICK_FAULTS
+        } else {
+            &Reclaim::FAULTS
+        };
+        let secs = if args.quick { 5.0 } else { run_secs.max(12.0) };
+        for (fi, &fault) in faults.iter().enumerate() {
+            let mut cfg = RunConfig::new(
+                fault,
+                Duration::from_secs_f64(secs),
+                exe.clone(),
+                args.out.clone(),
+            );
+            Reclaim::SHORT.apply(&mut cfg);
+            cfg.name = format!("reclaim+{}", fault.name());
+            cfg.seed = seed.wrapping_mul(1000).wrapping_add(500 + fi as u64);
+            cfg.fault_budget = budget;
+            match runner::run(&cfg) {
+                Ok(res) => {
+                    let rep = &res.report;
+                    eprintln!(
+                        "[{:>5.0}s] {:<28} acquisitions={:<6} faults={:<3} reclaimed={:<5} violations={} -> {}",
+                        began.elapsed().as_secs_f64(),
+                        cfg.name,
+                        rep.acquisitions,
+                        rep.faults,
+                        res.reclaimed,
+                        rep.violations(),
+                        res.history.display()
+                    );
+                    for ex in rep.examples.iter().take(3) {
+                        eprintln!("          {ex}");
+                    }
+                    if res.reclaimed == 0 {
+                        eprintln!("{}: no record was reclaimed", cfg.name);
+                        failed.push(cfg.name.clone());
+                    }
+                    reclaim_rows.push((cfg.name.clone(), 1, res.report.clone(), res.reclaimed));
+                }
+                Err(e) => {
+                    eprintln!("{}: run failed: {e}", cfg.name);
+                    failed.push(cfg.name.clone());
+                }
+            }
+        }
+    }
+    if !table.is_empty() {
+        print_table(&table);
+    }
+    for (name, _, r, reclaimed) in &reclaim_rows {
+        println!(
+            "{name:<26} acq={} dup={} inv={} VIOL={} reclaimed={reclaimed}",
+            r.acquisitions,
+            r.duplicate_tokens,
+            r.token_inversions,
+            r.violations()
+        );
+    }
     let summary: Vec<serde_json::Value> = table
         .iter()
         .map(|(f, runs, r)| serde_json::json!({"fault": f.name(), "runs": runs, "report": r}))
@@ -158,11 +219,17 @@ fn main() -> ExitCode {
         args.out.join("summary.json"),
         serde_json::to_string_pretty(&summary).unwrap_or_default(),
     );
-    let violations: u64 = table.iter().map(|(_, _, r)| r.violations()).sum();
+    let violations: u64 = table.iter().map(|(_, _, r)| r.violations()).sum::<u64>()
+        + reclaim_rows
+            .iter()
+            .map(|(_, _, r, _)| r.violations())
+            .sum::<u64>();
     println!(
         "total: {} acquisitions, {} faults, {} violations, {} failed runs, {:.0} s; histories in {}",
-        table.iter().map(|t| t.2.acquisitions).sum::<u64>(),
-        table.iter().map(|t| t.2.faults).sum::<u64>(),
+        table.iter().map(|t| t.2.acquisitions).sum::<u64>()
+            + reclaim_rows.iter().map(|t| t.2.acquisitions).sum::<u64>(),
+        table.iter().map(|t| t.2.faults).sum::<u64>()
+            + reclaim_rows.iter().map(|t| t.2.faults).sum::<u64>(),
         violations,
         failed.len(),
         began.elapsed().as_secs_f64(),

@@ -15,6 +15,7 @@ use clap::{Parser, ValueEnum};
 use redlock_bench::floor::PingFloor;
 use redlock_bench::handwritten::{HandRedlock, UNLOCK_SCRIPT};
 use redlock_bench::memory::{self, MemoryResult};
+use redlock_bench::reclaim;
 use redlock_bench::server::{self, LoadResult, LoadSpec, Side};
 use redlock_bench::stats::{median, median_percentiles, Percentiles};
 use redlock_bench::workload::{self, Outcome, RunResult, Window};
@@ -89,6 +90,7 @@ enum Section {
     Server,
     Memory,
     Slow,
+    Reclaim,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -132,6 +134,7 @@ impl Plan {
             Section::Server,
             Section::Memory,
             Section::Slow,
+            Section::Reclaim,
         ];
         Plan {
             smoke: args.smoke,
@@ -1242,6 +1245,10 @@ async fn run(args: &Args) -> Result<bool, String> {
     }
     println!("({:.0} s in all)", started.elapsed().as_secs_f64());
 
+    if plan.runs(Section::Reclaim) {
+        reclaim_section(&module, plan.smoke, &mut figures).await?;
+    }
+
     if let Some(path) = &args.json {
         let json = serde_json::json!({
             "redis_version": version,
@@ -1274,4 +1281,33 @@ async fn run(args: &Args) -> Result<bool, String> {
         println!("smoke: all {expected} figures present");
     }
     Ok(true)
+}
+
+/// The reclamation scenarios (`redlock_bench::reclaim`), on nodes of their own.
+async fn reclaim_section(module: &Path, smoke: bool, figures: &mut Figures) -> Result<(), String> {
+    let builder = Node::builder().module(module.to_path_buf());
+    let plan = if smoke {
+        reclaim::ReclaimPlan::SMOKE
+    } else {
+        reclaim::ReclaimPlan::FULL
+    };
+    let (steady, idle) = tokio::task::spawn_blocking(move || reclaim::run(&builder, plan))
+        .await
+        .map_err(|e| format!("reclaim benchmark: {e}"))??;
+    println!();
+    steady.print();
+    idle.print();
+    figures.put(
+        "reclaim_plateau_over_expected",
+        Some(steady.on.records_plateau / steady.expected_records()),
+    );
+    figures.put("reclaim_bytes_per_record", Some(steady.bytes_per_record()));
+    figures.put("reclaim_acquire_p99_ratio", Some(steady.p99_ratio()));
+    figures.put("reclaim_idle_sweep_s", Some(idle.took.as_secs_f64()));
+    figures.put(
+        "reclaim_longest_tick_us",
+        Some(idle.longest_tick_us.max(steady.on.longest_tick_us) as f64),
+    );
+    figures.put("reclaim_ping_p99_during_us", Some(idle.ping_during.p99));
+    Ok(())
 }

@@ -1,0 +1,196 @@
+//! Waiting for a busy lock: [`Redlock::acquire_wait`], woken by the nodes.
+//!
+//! A busy attempt releases what it got at once, then sends `REDLOCK.WAIT
+//! key timeout` to every node, each on a connection of its own (a blocked
+//! command must never stall the shared connection). A node answers when the
+//! lock is free there: at once, when the holder releases, or when its lease
+//! ends. Once a quorum of nodes said "free", the next attempt starts. While
+//! the lock stays held nothing is sent: no polling.
+//!
+//! Several waiters woken at once race; one wins, the others find the lock
+//! busy again, release what they got and wait again. When nobody reached a
+//! quorum (a split vote: the contenders' grants are spread over the nodes),
+//! a random pause before the next attempt lets one of them get ahead.
+//!
+//! Dropping the future stops everything: connections blocked in WAIT are
+//! closed (which ends the wait on the node), and an attempt in flight is
+//! released like any unused grant.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::stream::{FuturesUnordered, StreamExt};
+use rand::Rng;
+use tokio::time::Instant;
+use tracing::Instrument;
+
+use crate::error::{Error, NodeFailure};
+use crate::lock::{Lock, OwnerId};
+use crate::quorum::Quorum;
+use crate::redlock::Redlock;
+
+/// Longest random pause after a split vote.
+const SPLIT_PAUSE_MAX: Duration = Duration::from_millis(10);
+
+/// Longest timeout a node accepts for `REDLOCK.WAIT` (one day).
+const NODE_WAIT_MAX_MS: u64 = 86_400_000;
+
+/// How a round of `REDLOCK.WAIT` ended.
+#[derive(Debug)]
+enum Wake {
+    /// A quorum of nodes said the lock is free.
+    Free,
+    /// The wait ran out first.
+    TimedOut,
+    /// Too few nodes can answer at all.
+    Unreachable(Vec<(usize, NodeFailure)>),
+}
+
+impl Redlock {
+    /// Takes the lock for `ttl`, waiting up to `max_wait` for it to be free.
+    ///
+    /// Unlike [`Redlock::acquire`], which retries a few times at fixed
+    /// intervals, a waiting acquire is woken by the nodes when the lock frees
+    /// (a release, or the end of the holder's lease) and sends nothing while
+    /// the lock stays held. Blocking commands run on connections of their
+    /// own, pooled per node, so other calls on this client are never held
+    /// up. Dropping the future leaves no grant and no blocked connection
+    /// behind.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Busy`] when the lock is still held after `max_wait`;
+    /// [`Error::NoQuorum`] when too few nodes answer and `max_wait` has
+    /// passed; otherwise as [`Redlock::acquire`].
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # use std::time::Duration;
+    /// # async fn run(redlock: redlock_client::Redlock) -> Result<(), redlock_client::Error> {
+    /// // Wait up to 30 s for the nightly report lock, then hold it for 10 s.
+    /// let lock = redlock
+    ///     .acquire_wait("reports", Duration::from_secs(10), Duration::from_secs(30))
+    ///     .await?;
+    /// println!("token {}", lock.token());
+    /// lock.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn acquire_wait(
+        &self,
+        key: &str,
+        ttl: Duration,
+        max_wait: Duration,
+    ) -> Result<Lock, Error> {
+        let until = Instant::now() + max_wait;
+        let span = tracing::debug_span!(
+            "redlock.acquire_wait",
+            key,
+            ttl_ms = ttl.as_millis() as u64,
+            max_wait_ms = max_wait.as_millis() as u64,
+            token = tracing::field::Empty
+        );
+        async {
+            loop {
+                let owner = OwnerId::new();
+                let (error, leftovers) = match self.attempt(key, ttl, owner).await {
+                    Ok(lock) => return Ok(lock),
+                    Err(failed) => failed,
+                };
+                // What this attempt got goes back at once, before waiting:
+                // the other waiters must not find it in their way.
+                self.inner
+                    .quorum
+                    .release_on(key, owner.as_str(), &leftovers.nodes)
+                    .await;
+                let now = Instant::now();
+                if now >= until {
+                    return Err(error);
+                }
+                match &error {
+                    Error::Busy { holders, .. } => {
+                        if *holders < self.inner.quorum.quorum {
+                            let pause =
+                                rand::thread_rng().gen_range(Duration::ZERO..=SPLIT_PAUSE_MAX);
+                            tracing::debug!(?pause, "split vote; pausing");
+                            tokio::time::sleep_until((now + pause).min(until)).await;
+                        }
+                        match wait_for_free(&self.inner.quorum, key, until).await {
+                            Wake::Free => {}
+                            Wake::TimedOut => return Err(error),
+                            Wake::Unreachable(failed) => {
+                                tracing::debug!(failed = failed.len(), "too few nodes to wait on");
+                                let pause = self.inner.retry.delay();
+                                tokio::time::sleep_until((Instant::now() + pause).min(until)).await;
+                            }
+                        }
+                    }
+                    e if e.is_transient() => {
+                        let pause = self.inner.retry.delay();
+                        tracing::debug!(%e, ?pause, "attempt failed; retrying");
+                        tokio::time::sleep_until((now + pause).min(until)).await;
+                    }
+                    _ => return Err(error),
+                }
+            }
+        }
+        .instrument(span)
+        .await
+    }
+}
+
+/// Sends `REDLOCK.WAIT` to every node and returns once a quorum said the
+/// lock is free, the wait ran out, or too few nodes can still answer.
+async fn wait_for_free(quorum: &Quorum, key: &str, until: Instant) -> Wake {
+    let q = quorum.quorum;
+    let left = until.saturating_duration_since(Instant::now());
+    let timeout_ms = (left.as_millis() as u64).clamp(1, NODE_WAIT_MAX_MS);
+    let node_timeout = quorum
+        .nodes
+        .iter()
+        .map(|n| n.timeout())
+        .max()
+        .unwrap_or_default();
+    let mut calls = FuturesUnordered::new();
+    for (i, node) in quorum.nodes.iter().enumerate() {
+        let node = Arc::clone(node);
+        let key = key.to_string();
+        calls.push(async move { (i, node.wait_free(&key, timeout_ms).await) });
+    }
+    let (mut free, mut failed) = (0, Vec::new());
+    // The nodes answer at `until`; a node that does not is frozen or cut off.
+    let give_up = tokio::time::sleep_until(until + node_timeout);
+    tokio::pin!(give_up);
+    loop {
+        tokio::select! {
+            next = calls.next() => match next {
+                None => return Wake::TimedOut,
+                Some((_, Ok(true))) => free += 1,
+                Some((_, Ok(false))) => {}
+                Some((i, Err(e))) => failed.push((i, e)),
+            },
+            () = &mut give_up => return Wake::TimedOut,
+        }
+        if free >= q {
+            // The lock is free on a quorum; the other nodes answer about as
+            // soon. Let them, so that their connections go back to the pool,
+            // but not for long: a connection dropped mid-wait is closed.
+            if !calls.is_empty() {
+                if let Ok(handle) = tokio::runtime::Handle::try_current() {
+                    handle.spawn(async move {
+                        let rest = async { while calls.next().await.is_some() {} };
+                        let _ = tokio::time::timeout(node_timeout, rest).await;
+                    });
+                }
+            }
+            return Wake::Free;
+        }
+        if free + calls.len() < q {
+            return if failed.len() > quorum.nodes.len() - q {
+                Wake::Unreachable(failed)
+            } else {
+                Wake::TimedOut
+            };
+        }
+    }
+}

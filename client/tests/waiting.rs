@@ -1,0 +1,265 @@
+//! `Redlock::acquire_wait`: woken by the nodes, never by polling.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{client, five, held_on, held_on_reachable};
+use redlock_client::Error;
+use redlock_testkit::Node;
+
+fn info_u64(node: &Node, section: &str, field: &str) -> u64 {
+    let mut con = node.connection();
+    let info: String = redis::cmd("INFO").arg(section).query(&mut con).unwrap();
+    info.lines()
+        .find_map(|l| l.strip_prefix(&format!("{field}:")))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("INFO {section} has no {field}"))
+}
+
+/// Total calls of every command on a node.
+fn commandstats(node: &Node) -> String {
+    let mut con = node.connection();
+    let stats: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query(&mut con)
+        .unwrap();
+    let mut lines: Vec<String> = stats
+        .lines()
+        .filter(|l| l.starts_with("cmdstat_") && !l.starts_with("cmdstat_info:"))
+        .map(|l| l.split(",usec=").next().unwrap_or(l).to_string())
+        .collect();
+    lines.sort();
+    lines.join("\n")
+}
+
+/// Waits until `n` clients are blocked in WAIT on a majority of `nodes` (a
+/// node that got the holder's grant after the waiter's WAIT answered "free"
+/// at once, and the waiter then waits on the others).
+async fn until_waiting_everywhere(nodes: &[Node], n: u64) {
+    let started = Instant::now();
+    loop {
+        let counts: Vec<u64> = nodes
+            .iter()
+            .map(|node| info_u64(node, "redlock", "redlock_waiting_clients"))
+            .collect();
+        if counts.iter().filter(|&&c| c == n).count() > nodes.len() / 2 {
+            return;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "waiters never blocked: {counts:?}, expected {n} on a majority"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_gets_the_lock_right_after_the_release() {
+    let nodes = five();
+    let holder = client(&nodes).await;
+    let waiter = client(&nodes).await;
+    let lock = holder.acquire("k", Duration::from_secs(10)).await.unwrap();
+    let first = lock.token();
+    let waiting = tokio::spawn(async move {
+        let lock = waiter
+            .acquire_wait("k", Duration::from_secs(5), Duration::from_secs(10))
+            .await;
+        (lock, Instant::now())
+    });
+    until_waiting_everywhere(&nodes, 1).await;
+    let released = Instant::now();
+    assert!(lock.release().await.unwrap());
+    let (lock, got_it) = waiting.await.unwrap();
+    let lock = lock.unwrap();
+    let after = got_it.duration_since(released);
+    println!("waiter got the lock {after:?} after the release");
+    assert!(after < Duration::from_millis(100), "{after:?}");
+    assert!(lock.token() > first);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_gets_the_lock_when_a_frozen_holders_lease_ends() {
+    let nodes = five();
+    let holder = client(&nodes).await;
+    let waiter = client(&nodes).await;
+    // The lease starts on each node after this instant.
+    let granted = Instant::now();
+    let lock = holder
+        .acquire("k", Duration::from_millis(800))
+        .await
+        .unwrap();
+    // The holder stops without releasing: only the lease ends it.
+    let _owner = lock.detach();
+    let lock = waiter
+        .acquire_wait("k", Duration::from_secs(5), Duration::from_secs(10))
+        .await
+        .unwrap();
+    let waited = granted.elapsed();
+    println!("waiter got the lock {waited:?} after the grant (lease 800 ms)");
+    assert!(waited >= Duration::from_millis(795), "{waited:?}");
+    assert!(waited < Duration::from_millis(950), "{waited:?}");
+    drop(lock);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_short_max_wait_gives_busy_after_about_max_wait() {
+    let nodes = five();
+    let holder = client(&nodes).await;
+    let waiter = client(&nodes).await;
+    let _lock = holder.acquire("k", Duration::from_secs(10)).await.unwrap();
+    let started = Instant::now();
+    let err = waiter
+        .acquire_wait("k", Duration::from_secs(5), Duration::from_millis(300))
+        .await
+        .unwrap_err();
+    let took = started.elapsed();
+    assert!(matches!(err, Error::Busy { .. }), "{err:?}");
+    assert!(
+        took >= Duration::from_millis(290) && took < Duration::from_millis(800),
+        "{took:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_waiter_leaves_no_grant_and_no_blocked_connection() {
+    let nodes = five();
+    let holder = client(&nodes).await;
+    let waiter = client(&nodes).await;
+    let lock = holder.acquire("k", Duration::from_secs(10)).await.unwrap();
+    let waiting = tokio::spawn(async move {
+        waiter
+            .acquire_wait("k", Duration::from_secs(5), Duration::from_secs(30))
+            .await
+    });
+    until_waiting_everywhere(&nodes, 1).await;
+    waiting.abort();
+    let _ = waiting.await;
+    let started = Instant::now();
+    while !nodes
+        .iter()
+        .all(|node| info_u64(node, "redlock", "redlock_waiting_clients") == 0)
+    {
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "waiters left behind"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    for node in &nodes {
+        assert_eq!(info_u64(node, "clients", "blocked_clients"), 0);
+    }
+    assert!(lock.release().await.unwrap());
+    assert_eq!(
+        held_on(&holder, "k").await,
+        0,
+        "the dropped waiter holds it"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiting_works_with_two_nodes_down() {
+    let mut nodes = five();
+    let holder = client(&nodes).await;
+    let waiter = client(&nodes).await;
+    nodes[3].kill();
+    nodes[4].kill();
+    let lock = holder.acquire("k", Duration::from_secs(10)).await.unwrap();
+    let waiting = tokio::spawn(async move {
+        waiter
+            .acquire_wait("k", Duration::from_secs(5), Duration::from_secs(10))
+            .await
+    });
+    until_waiting_everywhere(&nodes[..3], 1).await;
+    let released = Instant::now();
+    assert!(lock.release().await.unwrap());
+    let lock = waiting.await.unwrap().unwrap();
+    assert!(released.elapsed() < Duration::from_millis(500));
+    assert_eq!(held_on_reachable(&holder, "k", 3).await, 3);
+    drop(lock);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nothing_reaches_the_nodes_while_the_lock_stays_held() {
+    let nodes = five();
+    let holder = client(&nodes).await;
+    let waiter = client(&nodes).await;
+    let lock = holder.acquire("k", Duration::from_secs(10)).await.unwrap();
+    let waiting = tokio::spawn(async move {
+        waiter
+            .acquire_wait("k", Duration::from_secs(5), Duration::from_secs(10))
+            .await
+    });
+    until_waiting_everywhere(&nodes, 1).await;
+    let before: Vec<String> = nodes.iter().map(commandstats).collect();
+    tokio::time::sleep(Duration::from_millis(1_000)).await;
+    let after: Vec<String> = nodes.iter().map(commandstats).collect();
+    assert_eq!(
+        before, after,
+        "commands reached the nodes while the lock was held"
+    );
+    assert!(lock.release().await.unwrap());
+    waiting.await.unwrap().unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_waiters_each_get_the_lock_in_turn() {
+    let nodes = five();
+    let redlock = client(&nodes).await;
+    let holder = redlock.acquire("k", Duration::from_secs(10)).await.unwrap();
+    let mut tasks = Vec::new();
+    for _ in 0..6 {
+        let redlock = redlock.clone();
+        tasks.push(tokio::spawn(async move {
+            let lock = redlock
+                .acquire_wait("k", Duration::from_secs(5), Duration::from_secs(20))
+                .await
+                .unwrap();
+            let token = lock.token();
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            assert!(lock.release().await.unwrap());
+            token
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(holder.release().await.unwrap());
+    let mut tokens = Vec::new();
+    for t in tasks {
+        tokens.push(t.await.unwrap());
+    }
+    tokens.sort_unstable();
+    tokens.dedup();
+    assert_eq!(tokens.len(), 6, "a token was handed out twice");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_lock_wait_runs_the_work_once_the_lock_frees() {
+    let nodes = five();
+    let holder = client(&nodes).await;
+    let waiter = client(&nodes).await;
+    let lock = holder
+        .acquire("job", Duration::from_millis(500))
+        .await
+        .unwrap();
+    let first = lock.token();
+    let _owner = lock.detach();
+    let token = waiter
+        .with_lock_wait(
+            "job",
+            Duration::from_secs(3),
+            Duration::from_secs(5),
+            |guard| async move { guard.token() },
+        )
+        .await
+        .unwrap();
+    assert!(token > first);
+    let err = waiter
+        .with_lock_wait(
+            "job2",
+            Duration::from_secs(3),
+            Duration::from_secs(5),
+            |_| async {},
+        )
+        .await;
+    assert!(err.is_ok());
+}

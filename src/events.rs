@@ -1,0 +1,117 @@
+//! Server events the module follows: configuration changes (the eviction
+//! warning), loading (where a loaded lease comes from), replication role
+//! changes (the promotion guard), and everything after which a replica may
+//! take this node's stream (see [`crate::replication`]).
+
+use std::os::raw::c_void;
+use std::sync::atomic::{AtomicU8, Ordering::Relaxed};
+
+use redis_module::{raw, Context};
+
+use crate::clock::mono_now;
+use crate::config;
+use crate::guard;
+use crate::replication;
+
+/// What the server is loading now.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Loading {
+    /// Nothing: a record read now comes from `RESTORE`.
+    Nothing,
+    /// A file written before this process started (RDB, AOF).
+    File,
+    /// A full sync from a master.
+    Replication,
+}
+
+static LOADING: AtomicU8 = AtomicU8::new(Loading::Nothing as u8);
+
+/// What the server is loading now, as told by the loading events.
+pub fn loading() -> Loading {
+    match LOADING.load(Relaxed) {
+        x if x == Loading::File as u8 => Loading::File,
+        x if x == Loading::Replication as u8 => Loading::Replication,
+        _ => Loading::Nothing,
+    }
+}
+
+extern "C" fn on_config_change(
+    ctx: *mut raw::RedisModuleCtx,
+    _event: raw::RedisModuleEvent,
+    _subevent: u64,
+    _data: *mut c_void,
+) {
+    let _ = std::panic::catch_unwind(|| config::check_eviction_policy(&Context::new(ctx)));
+}
+
+extern "C" fn on_loading(
+    ctx: *mut raw::RedisModuleCtx,
+    _event: raw::RedisModuleEvent,
+    subevent: u64,
+    _data: *mut c_void,
+) {
+    if subevent == raw::REDISMODULE_SUBEVENT_LOADING_ENDED {
+        let _ = std::panic::catch_unwind(|| replication::check_server(&Context::new(ctx)));
+    }
+    let now = match subevent {
+        raw::REDISMODULE_SUBEVENT_LOADING_RDB_START
+        | raw::REDISMODULE_SUBEVENT_LOADING_AOF_START => Loading::File,
+        raw::REDISMODULE_SUBEVENT_LOADING_REPL_START => Loading::Replication,
+        _ => Loading::Nothing,
+    };
+    LOADING.store(now as u8, Relaxed);
+}
+
+extern "C" fn on_role_change(
+    _ctx: *mut raw::RedisModuleCtx,
+    _event: raw::RedisModuleEvent,
+    subevent: u64,
+    _data: *mut c_void,
+) {
+    replication::someone_may_listen();
+    if subevent == raw::REDISMODULE_EVENT_REPLROLECHANGED_NOW_MASTER {
+        let _ = std::panic::catch_unwind(|| guard::on_promotion(mono_now()));
+    }
+}
+
+extern "C" fn on_replica_change(
+    _ctx: *mut raw::RedisModuleCtx,
+    _event: raw::RedisModuleEvent,
+    _subevent: u64,
+    _data: *mut c_void,
+) {
+    replication::someone_may_listen();
+}
+
+extern "C" fn on_fork(
+    _ctx: *mut raw::RedisModuleCtx,
+    _event: raw::RedisModuleEvent,
+    subevent: u64,
+    _data: *mut c_void,
+) {
+    // A full sync forks before the replica takes the stream (and so does an
+    // AOF rewrite): from the snapshot on, effects must be replicated.
+    if subevent == raw::REDISMODULE_SUBEVENT_FORK_CHILD_BORN {
+        replication::someone_may_listen();
+    }
+}
+
+/// Subscribes to the events above.
+pub fn subscribe(ctx: &Context) {
+    type Callback =
+        extern "C" fn(*mut raw::RedisModuleCtx, raw::RedisModuleEvent, u64, *mut c_void);
+    let events: [(u64, Callback); 5] = [
+        (raw::REDISMODULE_EVENT_CONFIG, on_config_change),
+        (raw::REDISMODULE_EVENT_REPLICA_CHANGE, on_replica_change),
+        (raw::REDISMODULE_EVENT_LOADING, on_loading),
+        (
+            raw::REDISMODULE_EVENT_REPLICATION_ROLE_CHANGED,
+            on_role_change,
+        ),
+        (raw::REDISMODULE_EVENT_FORK_CHILD, on_fork),
+    ];
+    for (id, callback) in events {
+        let event = raw::RedisModuleEvent { id, dataver: 1 };
+        raw::subscribe_to_server_event(ctx.ctx, event, Some(callback));
+    }
+}

@@ -1,0 +1,159 @@
+//! Statistics and the `INFO redlock` section.
+
+use std::ffi::CStr;
+use std::os::raw::c_int;
+use std::sync::atomic::Ordering::Relaxed;
+
+use redis_module::raw;
+
+use crate::clock::mono_now;
+use crate::config::{self, max_ttl};
+use crate::guard;
+use crate::replication;
+use crate::wait;
+
+/// Counters shown by `INFO redlock`.
+pub mod stats {
+    use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+    /// ACQUIREs that issued a new token.
+    pub static GRANTED: AtomicU64 = AtomicU64::new(0);
+    /// ACQUIREs by the current holder (lease renewed, same token).
+    pub static RENEWED: AtomicU64 = AtomicU64::new(0);
+    /// ACQUIREs answered nil because another owner holds the lock.
+    pub static BUSY: AtomicU64 = AtomicU64::new(0);
+    /// ACQUIREs refused by the restart guard.
+    pub static GRACE_REFUSED: AtomicU64 = AtomicU64::new(0);
+    /// RELEASEs that freed a lock.
+    pub static RELEASED: AtomicU64 = AtomicU64::new(0);
+    /// RELEASEs by a non-holder or after expiry.
+    pub static RELEASE_MISSED: AtomicU64 = AtomicU64::new(0);
+    /// EXTENDs that renewed a lease.
+    pub static EXTENDED: AtomicU64 = AtomicU64::new(0);
+    /// EXTENDs by a non-holder or after expiry.
+    pub static EXTEND_MISSED: AtomicU64 = AtomicU64::new(0);
+    /// FENCE calls answered for the holder.
+    pub static FENCED: AtomicU64 = AtomicU64::new(0);
+    /// FENCE calls refused (not the holder).
+    pub static FENCE_MISSED: AtomicU64 = AtomicU64::new(0);
+    /// WAIT calls.
+    pub static WAITS: AtomicU64 = AtomicU64::new(0);
+    /// WAITs answered 1 at once (the lock was free).
+    pub static WAIT_FREE: AtomicU64 = AtomicU64::new(0);
+    /// WAITs answered at once where blocking is not allowed (MULTI, scripts).
+    pub static WAIT_CANNOT_BLOCK: AtomicU64 = AtomicU64::new(0);
+    /// Blocked WAITs answered 1 when the lock became free.
+    pub static WAIT_WOKEN: AtomicU64 = AtomicU64::new(0);
+    /// Blocked WAITs answered 0 at their timeout.
+    pub static WAIT_TIMEOUTS: AtomicU64 = AtomicU64::new(0);
+    /// Locks taken over after their lease ran out without a release.
+    pub static EXPIRED: AtomicU64 = AtomicU64::new(0);
+
+    /// Adds one to a counter.
+    pub fn bump(counter: &AtomicU64) {
+        counter.fetch_add(1, Relaxed);
+    }
+}
+
+/// `INFO redlock`.
+pub extern "C" fn info(ctx: *mut raw::RedisModuleInfoCtx, _for_crash_report: c_int) {
+    let _ = std::panic::catch_unwind(|| write_info(ctx));
+}
+
+fn write_info(ctx: *mut raw::RedisModuleInfoCtx) {
+    let (grace_active, grace_remaining) = match guard::state(mono_now()) {
+        Some((_, remaining)) => (1, remaining),
+        None => (0, 0),
+    };
+    let counters: [(&CStr, u64); 22] = [
+        (c"acquire_granted", stats::GRANTED.load(Relaxed)),
+        (c"acquire_renewed", stats::RENEWED.load(Relaxed)),
+        (c"acquire_busy", stats::BUSY.load(Relaxed)),
+        (c"acquire_refused_grace", stats::GRACE_REFUSED.load(Relaxed)),
+        (c"release_ok", stats::RELEASED.load(Relaxed)),
+        (c"release_missed", stats::RELEASE_MISSED.load(Relaxed)),
+        (c"extend_ok", stats::EXTENDED.load(Relaxed)),
+        (c"extend_missed", stats::EXTEND_MISSED.load(Relaxed)),
+        (c"fence_ok", stats::FENCED.load(Relaxed)),
+        (c"fence_missed", stats::FENCE_MISSED.load(Relaxed)),
+        (c"expired_leases", stats::EXPIRED.load(Relaxed)),
+        (c"wait_calls", stats::WAITS.load(Relaxed)),
+        (c"wait_free_at_once", stats::WAIT_FREE.load(Relaxed)),
+        (c"wait_not_blocking", stats::WAIT_CANNOT_BLOCK.load(Relaxed)),
+        (c"wait_woken", stats::WAIT_WOKEN.load(Relaxed)),
+        (c"wait_timeouts", stats::WAIT_TIMEOUTS.load(Relaxed)),
+        (c"waiting_clients", wait::waiting_clients()),
+        (c"wait_timers", wait::timers()),
+        (c"effects_unreplicated", replication::skipped()),
+        (
+            c"replication_skip_allowed",
+            u64::from(replication::skipping_allowed()),
+        ),
+        (c"grace_active", grace_active),
+        (c"grace_remaining_ms", grace_remaining),
+    ];
+    // SAFETY: called by Redis with a valid info context; names are NUL-terminated.
+    unsafe {
+        let Some(add_section) = raw::RedisModule_InfoAddSection else {
+            return;
+        };
+        let Some(add_u64) = raw::RedisModule_InfoAddFieldULongLong else {
+            return;
+        };
+        let Some(add_i64) = raw::RedisModule_InfoAddFieldLongLong else {
+            return;
+        };
+        add_section(ctx, c"".as_ptr().cast_mut());
+        for (name, value) in counters {
+            add_u64(ctx, name.as_ptr(), value);
+        }
+        add_u64(
+            ctx,
+            c"eviction_policy_warning".as_ptr(),
+            u64::from(config::eviction_warning()),
+        );
+        add_i64(ctx, c"max_ttl_ms".as_ptr(), max_ttl());
+        add_i64(ctx, c"restart_grace_ms".as_ptr(), config::restart_grace());
+        add_u64(ctx, c"grace_window_ms".as_ptr(), guard::window_len());
+        add_u64(ctx, c"longest_lease_ms".as_ptr(), guard::longest_lease());
+        if let Some(add_cstr) = raw::RedisModule_InfoAddFieldCString {
+            let reason = match guard::reason() {
+                guard::Reason::Restart => c"restart",
+                guard::Reason::Promotion => c"promotion",
+            };
+            add_cstr(ctx, c"grace_reason".as_ptr(), reason.as_ptr().cast_mut());
+        }
+        write_reclaim_info(ctx, add_u64);
+    }
+}
+
+/// The reclamation fields of `INFO redlock` (appended after the others).
+///
+/// # Safety
+/// `ctx` is the info context Redis passed in; `add_u64` its field adder.
+unsafe fn write_reclaim_info(
+    ctx: *mut raw::RedisModuleInfoCtx,
+    add_u64: unsafe extern "C" fn(
+        *mut raw::RedisModuleInfoCtx,
+        *const std::os::raw::c_char,
+        std::os::raw::c_ulonglong,
+    ) -> c_int,
+) {
+    use crate::reclaim::stats as sweep;
+    let fields: [(&CStr, u64); 8] = [
+        (c"records", crate::record::live()),
+        (c"reclaim_after_ms", config::reclaim_after()),
+        (c"reclaimed", sweep::RECLAIMED.load(Relaxed)),
+        (c"sweep_passes", sweep::PASSES.load(Relaxed)),
+        (c"sweep_keys_scanned", sweep::SCANNED.load(Relaxed)),
+        (c"sweep_ticks", sweep::TICKS.load(Relaxed)),
+        (
+            c"sweep_longest_tick_us",
+            sweep::LONGEST_TICK_US.load(Relaxed),
+        ),
+        (c"sweep_last_tick_us", sweep::LAST_TICK_US.load(Relaxed)),
+    ];
+    for (name, value) in fields {
+        add_u64(ctx, name.as_ptr(), value);
+    }
+}

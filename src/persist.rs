@@ -1,0 +1,534 @@
+//! The persisted form of a lock and its encodings: the RDB / `DUMP` record,
+//! and `REDLOCK.APPLY`, the command that carries a lock's resulting state to
+//! replicas and the AOF (one emitter for both).
+//!
+//! What leaves the process is the counter, the *hash* of the holder (never
+//! the owner id itself, see [`crate::owner`]), the lease twice: as its
+//! wall-clock end, for a reload after a restart, and as the time remaining,
+//! for a process that is running now (a replica, a full sync, `RESTORE`);
+//! and, for reclaiming idle records (DESIGN §8), whether the last grant
+//! carried a FLOOR and the idle time of a free lock, twice in the same way:
+//! the wall-clock instant since which it is unchanged, and how long it had
+//! been unchanged when written. [`Source`] says which one a reader uses.
+//!
+//! Encoding version 2 (RDB and `DUMP`):
+//! `counter (unsigned) · expiry (unsigned, wall-clock ms since the epoch,
+//! 0 = free) · remaining (unsigned, ms) · owner hash (string buffer of 16
+//! bytes, empty = free) · floored (unsigned, 0 or 1) · idle-wall (unsigned,
+//! wall-clock ms since the epoch, 0 = held) · idle-ms (unsigned)`.
+//!
+//! `REDLOCK.APPLY key v2 counter expiry remaining floored idle-wall idle-ms [owner-hash]`.
+//!
+//! Version 1, still read: RDB `counter · expiry · owner (clear)`, and
+//! `REDLOCK.APPLY key counter expiry [owner]`. Its owner is hashed on load;
+//! having no remaining time, its lease is always read from the wall-clock end.
+//! It has no FLOOR mark, so a version-1 record is never reclaimed until a
+//! new FLOOR grant.
+
+use std::os::raw::{c_char, c_longlong};
+
+use redis_module::raw;
+
+use crate::args;
+use crate::clock::{to_wall, WallMillis};
+use crate::error::CommandError;
+use crate::lock::{LockState, MonoMillis, OwnerHash, MAX_OWNER_LEN, MAX_TOKEN};
+use crate::owner::hash_owner;
+
+/// The encoding version written by this build.
+pub const ENCODING_VERSION: i32 = 2;
+/// The first encoding (clear owner, wall-clock expiry only), still loaded.
+pub const ENCODING_V1: i32 = 1;
+
+/// Longest lease a running peer can hand over (one day, the largest
+/// `redlock.max-ttl-ms`).
+pub const STREAM_LEASE_LIMIT_MS: u64 = 86_400_000;
+
+/// A lock as it leaves the process.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Persisted {
+    /// The fencing counter.
+    pub counter: u64,
+    /// Hash of the holder; `None` when free.
+    pub owner: Option<OwnerHash>,
+    /// Wall-clock end of the lease in ms since the epoch; 0 when free.
+    pub expiry: WallMillis,
+    /// Milliseconds left on the lease when it was written; `None` in
+    /// version-1 records, which only have the wall-clock end.
+    pub remaining: Option<u64>,
+    /// The last grant carried a FLOOR (always false in version 1).
+    pub floored: bool,
+    /// Wall-clock ms since the epoch since which a free lock is unchanged;
+    /// 0 when held (or unknown).
+    pub idle_wall: WallMillis,
+    /// How long a free lock had been unchanged when written, in ms; `None`
+    /// in version-1 records.
+    pub idle_ms: Option<u64>,
+}
+
+/// Where a persisted lock comes from, which decides how its lease is read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Source {
+    /// A file written before this process started (RDB, AOF, AOF preamble):
+    /// the wall-clock end, never longer than `clamp_ms` from now.
+    Disk {
+        /// The longest lease this node may have granted.
+        clamp_ms: u64,
+    },
+    /// A process running now (replication stream, full sync, `RESTORE`): the
+    /// remaining time, on this node's monotonic clock. The transfer delay
+    /// only lengthens it. A version-1 record has no remaining time and is
+    /// read from its wall-clock end, clamped to `clamp_ms`.
+    Stream {
+        /// Bound for version-1 records.
+        clamp_ms: u64,
+    },
+}
+
+/// The persisted form of `state` at the clock readings `mono` / `wall`. An
+/// expired lease is written as free, idle since the lease ended.
+pub fn persist_at(state: &LockState, mono: MonoMillis, wall: WallMillis) -> Persisted {
+    match (state.holder(mono), state.live_deadline(mono)) {
+        (Some(owner), Some(deadline)) => Persisted {
+            counter: state.counter(),
+            owner: Some(*owner),
+            expiry: to_wall(deadline, mono, wall),
+            remaining: Some(deadline - mono),
+            floored: state.floored(),
+            idle_wall: 0,
+            idle_ms: Some(0),
+        },
+        _ => {
+            let idle = mono.saturating_sub(state.idle_since());
+            Persisted {
+                counter: state.counter(),
+                owner: None,
+                expiry: 0,
+                remaining: Some(0),
+                floored: state.floored(),
+                idle_wall: wall.saturating_sub(idle),
+                idle_ms: Some(idle),
+            }
+        }
+    }
+}
+
+/// Rebuilds a live state from its persisted form at the clock readings
+/// `mono` / `wall`. A lease that has ended comes back free; the counter
+/// always survives.
+pub fn restore(p: &Persisted, source: Source, mono: MonoMillis, wall: WallMillis) -> LockState {
+    let from_wall = |clamp_ms: u64| p.expiry.saturating_sub(wall).min(clamp_ms);
+    let lease_ms = match (source, p.remaining) {
+        (Source::Stream { .. }, Some(remaining)) => remaining.min(STREAM_LEASE_LIMIT_MS),
+        (Source::Stream { clamp_ms }, None) | (Source::Disk { clamp_ms }, _) => {
+            if p.expiry == 0 {
+                0
+            } else {
+                from_wall(clamp_ms)
+            }
+        }
+    };
+    if let (Some(owner), true) = (p.owner, lease_ms > 0) {
+        let deadline = mono.saturating_add(lease_ms);
+        return LockState::from_parts(p.counter, Some(owner), deadline, 0, p.floored);
+    }
+    // Free: how long it has been unchanged. Unknown (version 1, a wall clock
+    // set back) reads as "changed just now", which only delays reclamation.
+    let idle = match (source, p.idle_ms) {
+        _ if p.owner.is_some() && p.expiry != 0 => match (source, p.remaining) {
+            // A lease that ended before this load: idle since its end.
+            (Source::Stream { .. }, Some(_)) => 0,
+            _ => wall.saturating_sub(p.expiry),
+        },
+        (Source::Stream { .. }, Some(idle_ms)) => idle_ms,
+        (Source::Disk { .. }, Some(_)) if p.idle_wall != 0 => wall.saturating_sub(p.idle_wall),
+        _ => 0,
+    };
+    LockState::from_parts(p.counter, None, 0, mono.saturating_sub(idle), p.floored)
+}
+
+/// Reads one record of encoding `encver` from an RDB or `DUMP` payload.
+/// `None` on a read error, an unknown version or a value out of range.
+///
+/// # Safety
+/// `rdb` must be the IO handle Redis passed to the `rdb_load` callback.
+pub unsafe fn read_record(rdb: *mut raw::RedisModuleIO, encver: i32) -> Option<Persisted> {
+    let counter = raw::load_unsigned(rdb).ok()?;
+    let expiry = raw::load_unsigned(rdb).ok()?;
+    let (remaining, owner) = match encver {
+        ENCODING_V1 => {
+            let owner = raw::load_string_buffer(rdb).ok()?;
+            let owner = owner.as_ref();
+            if owner.len() > MAX_OWNER_LEN {
+                return None;
+            }
+            (None, (!owner.is_empty()).then(|| hash_owner(owner)))
+        }
+        ENCODING_VERSION => {
+            let remaining = raw::load_unsigned(rdb).ok()?;
+            let hash = raw::load_string_buffer(rdb).ok()?;
+            let owner = match hash.as_ref() {
+                [] => None,
+                bytes => Some(OwnerHash::try_from(bytes).ok()?),
+            };
+            (Some(remaining), owner)
+        }
+        _ => return None,
+    };
+    let (floored, idle_wall, idle_ms) = match encver {
+        ENCODING_VERSION => {
+            let floored = match raw::load_unsigned(rdb).ok()? {
+                0 => false,
+                1 => true,
+                _ => return None,
+            };
+            let idle_wall = raw::load_unsigned(rdb).ok()?;
+            let idle_ms = raw::load_unsigned(rdb).ok()?;
+            (floored, idle_wall, Some(idle_ms))
+        }
+        _ => (false, 0, None),
+    };
+    if counter > MAX_TOKEN {
+        return None;
+    }
+    Some(Persisted {
+        counter,
+        owner,
+        expiry,
+        remaining,
+        floored,
+        idle_wall,
+        idle_ms,
+    })
+}
+
+/// Writes one record in the current encoding.
+///
+/// # Safety
+/// `rdb` must be the IO handle Redis passed to the `rdb_save` callback.
+pub unsafe fn write_record(rdb: *mut raw::RedisModuleIO, p: &Persisted) {
+    raw::save_unsigned(rdb, p.counter);
+    raw::save_unsigned(rdb, p.expiry);
+    raw::save_unsigned(rdb, p.remaining.unwrap_or(0));
+    raw::save_slice(rdb, p.owner.as_ref().map_or(&[][..], |h| &h[..]));
+    raw::save_unsigned(rdb, u64::from(p.floored));
+    raw::save_unsigned(rdb, p.idle_wall);
+    raw::save_unsigned(rdb, p.idle_ms.unwrap_or(0));
+}
+
+/// The name of the internal command.
+const APPLY: &std::ffi::CStr = c"REDLOCK.APPLY";
+/// The version marker of the current `REDLOCK.APPLY` form.
+const APPLY_V2: &std::ffi::CStr = c"v2";
+
+/// Emits `REDLOCK.APPLY key v2 counter expiry remaining floored idle-wall
+/// idle-ms [owner-hash]`
+/// through `emit`, which is `RedisModule_Replicate` (replicas and the AOF)
+/// or `RedisModule_EmitAOF` (AOF rewrite): both take a command name, a
+/// format string and the arguments it describes.
+macro_rules! emit_apply {
+    ($emit:expr, $target:expr, $key:expr, $p:expr) => {{
+        let p: &Persisted = $p;
+        let counter = p.counter as c_longlong;
+        let expiry = p.expiry as c_longlong;
+        let remaining = p.remaining.unwrap_or(0) as c_longlong;
+        let floored = c_longlong::from(p.floored);
+        let idle_wall = p.idle_wall as c_longlong;
+        let idle_ms = p.idle_ms.unwrap_or(0) as c_longlong;
+        let cmd: *const c_char = APPLY.as_ptr();
+        match &p.owner {
+            None => {
+                $emit(
+                    $target,
+                    cmd,
+                    c"scllllll".as_ptr(),
+                    $key,
+                    APPLY_V2.as_ptr(),
+                    counter,
+                    expiry,
+                    remaining,
+                    floored,
+                    idle_wall,
+                    idle_ms,
+                );
+            }
+            Some(hash) => {
+                $emit(
+                    $target,
+                    cmd,
+                    c"scllllllb".as_ptr(),
+                    $key,
+                    APPLY_V2.as_ptr(),
+                    counter,
+                    expiry,
+                    remaining,
+                    floored,
+                    idle_wall,
+                    idle_ms,
+                    hash.as_ptr(),
+                    hash.len(),
+                );
+            }
+        }
+    }};
+}
+
+/// Sends the state `p` of `key` to replicas and the AOF.
+///
+/// # Safety
+/// `ctx` and `key` must belong to the command invocation in progress.
+pub unsafe fn replicate(
+    ctx: *mut raw::RedisModuleCtx,
+    key: *mut raw::RedisModuleString,
+    p: &Persisted,
+) {
+    if let Some(replicate) = raw::RedisModule_Replicate {
+        emit_apply!(replicate, ctx, key, p);
+    }
+}
+
+/// Writes the state `p` of `key` into an AOF rewrite.
+///
+/// # Safety
+/// `aof` and `key` must be the handles Redis passed to `aof_rewrite`.
+pub unsafe fn rewrite(
+    aof: *mut raw::RedisModuleIO,
+    key: *mut raw::RedisModuleString,
+    p: &Persisted,
+) {
+    if let Some(emit) = raw::RedisModule_EmitAOF {
+        emit_apply!(emit, aof, key, p);
+    }
+}
+
+/// Parses `REDLOCK.APPLY`'s arguments (`args[0]` is the command name,
+/// `args[1]` the key), in either form.
+pub fn parse_apply(args: &[&[u8]]) -> Result<Persisted, CommandError> {
+    match args {
+        [_, _, v, counter, expiry, remaining, floored, idle_wall, idle_ms, rest @ ..]
+            if v.eq_ignore_ascii_case(b"v2") =>
+        {
+            let owner = match rest {
+                [] => None,
+                [hash] => Some(
+                    OwnerHash::try_from(*hash)
+                        .map_err(|_| CommandError::OwnerHashLength(hash.len()))?,
+                ),
+                _ => return Err(CommandError::WrongArity("redlock.apply")),
+            };
+            Ok(Persisted {
+                counter: args::token_value("counter", counter)?,
+                owner,
+                expiry: args::non_negative("expiry", expiry)?,
+                remaining: Some(args::non_negative("remaining", remaining)?),
+                floored: match *floored {
+                    b"0" => false,
+                    b"1" => true,
+                    _ => return Err(CommandError::NotAnInteger("floored (0 or 1)")),
+                },
+                idle_wall: args::non_negative("idle-wall", idle_wall)?,
+                idle_ms: Some(args::non_negative("idle-ms", idle_ms)?),
+            })
+        }
+        _ => {
+            let old = args::apply_v1(args)?;
+            Ok(Persisted {
+                counter: old.counter,
+                owner: (!old.owner.is_empty()).then(|| hash_owner(old.owner)),
+                expiry: old.expiry,
+                remaining: None,
+                floored: false,
+                idle_wall: 0,
+                idle_ms: None,
+            })
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const WALL: WallMillis = 1_796_000_000_000;
+
+    fn held(counter: u64, deadline: MonoMillis) -> LockState {
+        LockState::from_parts(counter, Some([7; 16]), deadline, 0, true)
+    }
+
+    #[test]
+    fn a_live_lease_carries_both_its_end_and_its_remaining_time() {
+        let p = persist_at(&held(5, 1_500), 1_000, WALL);
+        assert_eq!(
+            p,
+            Persisted {
+                counter: 5,
+                owner: Some([7; 16]),
+                expiry: WALL + 500,
+                remaining: Some(500),
+                floored: true,
+                idle_wall: 0,
+                idle_ms: Some(0),
+            }
+        );
+        // Run out 250 ms ago: free, idle since the end of the lease.
+        let free = persist_at(&held(5, 1_500), 1_750, WALL);
+        assert_eq!(free.owner, None);
+        assert_eq!(free.expiry, 0);
+        assert_eq!(free.counter, 5);
+        assert_eq!((free.idle_wall, free.idle_ms), (WALL - 250, Some(250)));
+    }
+
+    #[test]
+    fn the_idle_time_travels_like_the_lease() {
+        let mono = 1 << 40;
+        let freed = LockState::from_parts(9, None, 0, mono - 7_000, true);
+        let p = persist_at(&freed, mono, WALL);
+        assert_eq!(
+            (p.idle_wall, p.idle_ms, p.floored),
+            (WALL - 7_000, Some(7_000), true)
+        );
+        let idle = |s: &LockState, now: MonoMillis| now - s.idle_since();
+        // A running peer: the time since the change, whatever its wall clock.
+        let stream = Source::Stream { clamp_ms: 60_000 };
+        for peer_wall in [WALL - 3_600_000, WALL + 3_600_000] {
+            let s = restore(&p, stream, 1 << 41, peer_wall);
+            assert_eq!(idle(&s, 1 << 41), 7_000);
+            assert!(s.floored());
+        }
+        // From disk, 10 s later: through the wall clock.
+        let disk = Source::Disk { clamp_ms: 60_000 };
+        assert_eq!(
+            idle(&restore(&p, disk, 1 << 40, WALL + 10_000), 1 << 40),
+            17_000
+        );
+        // A wall clock set back: "changed just now", never negative.
+        assert_eq!(idle(&restore(&p, disk, 1 << 40, WALL - 60_000), 1 << 40), 0);
+        // A lease from disk that ended while the node was down: idle since its end.
+        let leased = persist_at(&held(5, 21_000), 1_000, WALL);
+        let s = restore(&leased, disk, 1 << 40, WALL + 50_000);
+        assert_eq!(idle(&s, 1 << 40), 30_000);
+        // Version 1 has no FLOOR mark: never reclaimable until a new FLOOR grant.
+        let v1 = Persisted {
+            floored: false,
+            idle_wall: 0,
+            idle_ms: None,
+            remaining: None,
+            ..p
+        };
+        let s = restore(&v1, disk, 1 << 40, WALL);
+        assert!(!s.floored());
+        assert_eq!(idle(&s, 1 << 40), 0);
+    }
+
+    #[test]
+    fn a_replica_times_the_lease_from_the_remaining_time_whatever_its_clock() {
+        let p = persist_at(&held(5, 21_000), 1_000, WALL);
+        let source = Source::Stream { clamp_ms: 60_000 };
+        for replica_wall in [WALL - 3_600_000, WALL, WALL + 3_600_000] {
+            let s = restore(&p, source, 70, replica_wall);
+            assert_eq!(s.inspect(70).pttl, Some(20_000), "wall {replica_wall}");
+        }
+    }
+
+    #[test]
+    fn a_lease_from_disk_follows_the_wall_clock_and_is_clamped() {
+        let p = persist_at(&held(5, 21_000), 1_000, WALL);
+        let disk = Source::Disk { clamp_ms: 60_000 };
+        // Reloaded 5 s later: 15 s left.
+        assert_eq!(
+            restore(&p, disk, 9, WALL + 5_000).inspect(9).pttl,
+            Some(15_000)
+        );
+        // The clock went back an hour across the restart: never more than the clamp.
+        assert_eq!(
+            restore(&p, disk, 9, WALL - 3_600_000).inspect(9).pttl,
+            Some(60_000)
+        );
+        // Forward an hour: free, the counter survives.
+        let s = restore(&p, disk, 9, WALL + 3_600_000);
+        assert!(!s.is_held(9));
+        assert_eq!(s.counter(), 5);
+    }
+
+    #[test]
+    fn version_one_records_are_read_from_the_wall_clock_even_from_a_stream() {
+        let p = Persisted {
+            counter: 3,
+            owner: Some(hash_owner(b"old")),
+            expiry: WALL + 90_000,
+            remaining: None,
+            floored: false,
+            idle_wall: 0,
+            idle_ms: None,
+        };
+        let s = restore(&p, Source::Stream { clamp_ms: 60_000 }, 1, WALL);
+        assert_eq!(s.inspect(1).pttl, Some(60_000));
+        assert_eq!(s.holder(1), Some(&hash_owner(b"old")));
+    }
+
+    #[test]
+    fn apply_parses_both_forms_and_hashes_old_owners() {
+        let hash = hash_owner(b"me");
+        let v2: Vec<&[u8]> = vec![
+            b"x",
+            b"k",
+            b"v2",
+            b"5",
+            b"1796000000500",
+            b"500",
+            b"1",
+            b"0",
+            b"0",
+            &hash,
+        ];
+        assert_eq!(
+            parse_apply(&v2),
+            Ok(Persisted {
+                counter: 5,
+                owner: Some(hash),
+                expiry: 1_796_000_000_500,
+                remaining: Some(500),
+                floored: true,
+                idle_wall: 0,
+                idle_ms: Some(0),
+            })
+        );
+        let v2_free: Vec<&[u8]> = vec![
+            b"x",
+            b"k",
+            b"V2",
+            b"5",
+            b"0",
+            b"0",
+            b"0",
+            b"1796000000000",
+            b"500",
+        ];
+        assert_eq!(
+            parse_apply(&v2_free).map(|p| (p.idle_wall, p.idle_ms)),
+            Ok((1_796_000_000_000, Some(500)))
+        );
+        assert_eq!(parse_apply(&v2_free).map(|p| p.owner), Ok(None));
+        let v1: Vec<&[u8]> = vec![b"x", b"k", b"5", b"1796000000500", b"me"];
+        assert_eq!(
+            parse_apply(&v1),
+            Ok(Persisted {
+                counter: 5,
+                owner: Some(hash),
+                expiry: 1_796_000_000_500,
+                remaining: None,
+                floored: false,
+                idle_wall: 0,
+                idle_ms: None,
+            })
+        );
+        let short: Vec<&[u8]> = vec![
+            b"x", b"k", b"v2", b"5", b"0", b"0", b"0", b"0", b"0", b"abc",
+        ];
+        assert_eq!(parse_apply(&short), Err(CommandError::OwnerHashLength(3)));
+        let bad: Vec<&[u8]> = vec![b"x", b"k", b"v2", b"-5", b"0", b"0", b"0", b"0", b"0"];
+        assert!(parse_apply(&bad).is_err());
+        let bad_flag: Vec<&[u8]> = vec![b"x", b"k", b"v2", b"5", b"0", b"0", b"2", b"0", b"0"];
+        assert!(parse_apply(&bad_flag).is_err());
+    }
+}

@@ -1,0 +1,350 @@
+//! `REDLOCK.WAIT key timeout-ms`: wait until a lock is free on this node.
+//!
+//! A waiter is a client blocked on the lock's key (`RM_BlockClientOnKeys`).
+//! Redis answers the clients blocked on one key in the order they blocked;
+//! each time the key is signalled ready, [`on_ready`] re-reads the lock and
+//! answers 1 when it is free, or leaves the client blocked. The key is
+//! signalled ready
+//! - by RELEASE (and any other change that frees the lock, including a
+//!   replicated one), through [`state_changed`];
+//! - at the end of the lease, by a module timer that exists only while the
+//!   key has waiters (one timer per key, at the lease deadline, moved by
+//!   EXTEND and same-owner renewals, stopped when the last waiter leaves).
+//!
+//! WAIT never grants, creates or changes anything and is not replicated.
+//! Where a client cannot block (MULTI, scripts, functions) it answers at once.
+//! A waiter that disconnects or times out is forgotten in
+//! [`free_waiter`], which Redis calls exactly once per blocked client.
+//!
+//! A key deleted under its waiters (`DEL`, `FLUSHALL`) wakes them on servers
+//! that offer `RM_BlockClientOnKeysWithFlags` (Redis 7.2+, Valkey); on Redis
+//! 7.0 they are answered at their timeout.
+
+use std::collections::BTreeMap;
+use std::os::raw::{c_int, c_void};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Mutex;
+
+use redis_module::{raw, ContextFlags};
+
+use crate::args;
+use crate::clock::mono_now;
+use crate::error::CommandError;
+use crate::ffi::{Call, Reply};
+use crate::info::stats;
+use crate::lock::{LockState, MonoMillis};
+use crate::store::LockKey;
+
+/// A waited-on key: its database and name.
+type WaitedKey = (c_int, Vec<u8>);
+
+/// The waiters of one key and the timer that wakes them at lease end.
+#[derive(Default)]
+struct Waiters {
+    count: u64,
+    /// Timer id and the monotonic deadline it fires at.
+    timer: Option<(raw::RedisModuleTimerID, MonoMillis)>,
+}
+
+/// Keys with waiters. Touched only on Redis's main thread; the mutex only
+/// makes the static safe to share.
+static WAITING: Mutex<BTreeMap<WaitedKey, Waiters>> = Mutex::new(BTreeMap::new());
+static WAITING_CLIENTS: AtomicU64 = AtomicU64::new(0);
+static TIMERS: AtomicU64 = AtomicU64::new(0);
+
+fn waiting() -> std::sync::MutexGuard<'static, BTreeMap<WaitedKey, Waiters>> {
+    WAITING.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Clients blocked in WAIT now.
+pub fn waiting_clients() -> u64 {
+    WAITING_CLIENTS.load(Relaxed)
+}
+
+/// Lease-end timers armed now (one per key with waiters and a live lease).
+pub fn timers() -> u64 {
+    TIMERS.load(Relaxed)
+}
+
+fn selected_db(ctx: *mut raw::RedisModuleCtx) -> c_int {
+    // SAFETY: ctx is a live context of the current call or callback.
+    unsafe { raw::RedisModule_GetSelectedDb.map_or(0, |f| f(ctx)) }
+}
+
+/// `REDLOCK.WAIT key timeout-ms`
+pub fn wait(call: &Call) -> Result<Reply, CommandError> {
+    let timeout_ms = args::wait(&call.args)?;
+    let Some(key_name) = call.key() else {
+        return Err(CommandError::WrongArity("redlock.wait"));
+    };
+    stats::bump(&stats::WAITS);
+    let now = mono_now();
+    let deadline = {
+        let key = LockKey::read(call.raw(), key_name);
+        key.get()?.and_then(|state| state.live_deadline(now))
+    };
+    let Some(deadline) = deadline else {
+        stats::bump(&stats::WAIT_FREE);
+        return Ok(Reply::Integer(1));
+    };
+    let flags = call.ctx.get_flags();
+    if flags.intersects(ContextFlags::MULTI | ContextFlags::LUA | ContextFlags::DENY_BLOCKING) {
+        stats::bump(&stats::WAIT_CANNOT_BLOCK);
+        return Ok(Reply::Integer(0));
+    }
+    let waited: WaitedKey = (selected_db(call.raw()), call.args[1].to_vec());
+    let tag = Box::into_raw(Box::new(waited.clone())).cast::<c_void>();
+    let mut keys = [key_name];
+    // SAFETY: ctx and the key name belong to the command in progress; Redis
+    // keeps `tag` until it calls `free_waiter` with it.
+    let blocked = unsafe {
+        match (
+            raw::RedisModule_BlockClientOnKeysWithFlags,
+            raw::RedisModule_BlockClientOnKeys,
+        ) {
+            (Some(block), _) => block(
+                call.raw(),
+                Some(on_ready),
+                Some(on_timeout),
+                Some(free_waiter),
+                timeout_ms as i64,
+                keys.as_mut_ptr(),
+                1,
+                tag,
+                raw::REDISMODULE_BLOCK_UNBLOCK_DELETED as c_int,
+            ),
+            (None, Some(block)) => block(
+                call.raw(),
+                Some(on_ready),
+                Some(on_timeout),
+                Some(free_waiter),
+                timeout_ms as i64,
+                keys.as_mut_ptr(),
+                1,
+                tag,
+            ),
+            (None, None) => std::ptr::null_mut(),
+        }
+    };
+    if blocked.is_null() {
+        // SAFETY: Redis did not take the tag.
+        drop(unsafe { Box::from_raw(tag.cast::<WaitedKey>()) });
+        return Err(CommandError::Internal("blocking the client"));
+    }
+    WAITING_CLIENTS.fetch_add(1, Relaxed);
+    let mut map = waiting();
+    let entry = map.entry(waited.clone()).or_default();
+    entry.count += 1;
+    arm_timer(call.raw(), &waited, entry, deadline, now);
+    Ok(Reply::Blocked)
+}
+
+/// Makes the key's timer fire at `deadline` (replacing one set for another
+/// moment).
+fn arm_timer(
+    ctx: *mut raw::RedisModuleCtx,
+    waited: &WaitedKey,
+    entry: &mut Waiters,
+    deadline: MonoMillis,
+    now: MonoMillis,
+) {
+    if matches!(entry.timer, Some((_, at)) if at == deadline) {
+        return;
+    }
+    stop_timer(ctx, entry);
+    let Some(create) = (unsafe { raw::RedisModule_CreateTimer }) else {
+        return;
+    };
+    let data = Box::into_raw(Box::new(waited.clone())).cast::<c_void>();
+    // One millisecond past the deadline: the lease is over when it fires.
+    let period = deadline.saturating_sub(now).saturating_add(1);
+    // SAFETY: ctx is live; Redis hands `data` back to `on_lease_end`, or we
+    // take it back in `stop_timer`.
+    let id = unsafe { create(ctx, period as raw::mstime_t, Some(on_lease_end), data) };
+    entry.timer = Some((id, deadline));
+    TIMERS.fetch_add(1, Relaxed);
+}
+
+fn stop_timer(ctx: *mut raw::RedisModuleCtx, entry: &mut Waiters) {
+    let Some((id, _)) = entry.timer.take() else {
+        return;
+    };
+    TIMERS.fetch_sub(1, Relaxed);
+    let Some(stop) = (unsafe { raw::RedisModule_StopTimer }) else {
+        return;
+    };
+    let mut data: *mut c_void = std::ptr::null_mut();
+    // SAFETY: the id came from CreateTimer; on success Redis returns the data
+    // pointer it still held, which is ours to free.
+    let stopped = unsafe { stop(ctx, id, &mut data) };
+    if stopped == raw::REDISMODULE_OK as c_int && !data.is_null() {
+        drop(unsafe { Box::from_raw(data.cast::<WaitedKey>()) });
+    }
+}
+
+/// Called after a command changed the lock at the call's key: wakes the
+/// key's waiters when the lock is free now, or moves their timer to the new
+/// end of the lease.
+pub fn state_changed(call: &Call, state: &LockState, now: MonoMillis) {
+    if WAITING_CLIENTS.load(Relaxed) == 0 {
+        return;
+    }
+    let (Some(key_name), Some(name)) = (call.key(), call.args.get(1)) else {
+        return;
+    };
+    let waited: WaitedKey = (selected_db(call.raw()), name.to_vec());
+    let mut map = waiting();
+    let Some(entry) = map.get_mut(&waited) else {
+        return;
+    };
+    match state.live_deadline(now) {
+        Some(deadline) => arm_timer(call.raw(), &waited, entry, deadline, now),
+        None => {
+            stop_timer(call.raw(), entry);
+            drop(map);
+            // SAFETY: ctx and the key name belong to the command in progress.
+            unsafe {
+                if let Some(signal) = raw::RedisModule_SignalKeyAsReady {
+                    signal(call.raw(), key_name);
+                }
+            }
+        }
+    }
+}
+
+/// Timer callback at a lease end: signals the key ready, so that Redis
+/// runs [`on_ready`] for its waiters.
+extern "C" fn on_lease_end(ctx: *mut raw::RedisModuleCtx, data: *mut c_void) {
+    if data.is_null() {
+        return;
+    }
+    // SAFETY: data is the box made in `arm_timer`; the timer fired, so Redis
+    // gives it up.
+    let waited = unsafe { Box::from_raw(data.cast::<WaitedKey>()) };
+    let _ = catch_unwind(AssertUnwindSafe(|| {
+        {
+            let mut map = waiting();
+            if let Some(entry) = map.get_mut(&*waited) {
+                if entry.timer.take().is_some() {
+                    TIMERS.fetch_sub(1, Relaxed);
+                }
+            }
+        }
+        // SAFETY: ctx is the timer's context; the string is freed below.
+        unsafe {
+            if let Some(select) = raw::RedisModule_SelectDb {
+                select(ctx, waited.0);
+            }
+            let (Some(create), Some(signal), Some(free)) = (
+                raw::RedisModule_CreateString,
+                raw::RedisModule_SignalKeyAsReady,
+                raw::RedisModule_FreeString,
+            ) else {
+                return;
+            };
+            let name = create(ctx, waited.1.as_ptr().cast(), waited.1.len());
+            if !name.is_null() {
+                signal(ctx, name);
+                free(ctx, name);
+            }
+        }
+    }));
+}
+
+/// Reply callback of a blocked waiter, run when its key was signalled
+/// ready: answers 1 when the lock is free, otherwise stays blocked (and
+/// makes sure the key's timer fires at the current end of the lease).
+extern "C" fn on_ready(
+    ctx: *mut raw::RedisModuleCtx,
+    _argv: *mut *mut raw::RedisModuleString,
+    _argc: c_int,
+) -> c_int {
+    let outcome = catch_unwind(AssertUnwindSafe(|| -> bool {
+        // SAFETY: ctx is the blocked client's context in its reply callback.
+        let (name, tag) = unsafe {
+            (
+                raw::RedisModule_GetBlockedClientReadyKey.map_or(std::ptr::null_mut(), |f| f(ctx)),
+                raw::RedisModule_GetBlockedClientPrivateData
+                    .map_or(std::ptr::null_mut(), |f| f(ctx))
+                    .cast::<WaitedKey>(),
+            )
+        };
+        if name.is_null() {
+            return true;
+        }
+        // SAFETY: the tag lives until `free_waiter`.
+        let waited = unsafe { tag.as_ref() };
+        if let (Some(select), Some(waited)) = (unsafe { raw::RedisModule_SelectDb }, waited) {
+            // SAFETY: ctx is live; the waiter's database exists.
+            unsafe { select(ctx, waited.0) };
+        }
+        let now = mono_now();
+        let deadline = {
+            let key = LockKey::read(ctx, name);
+            match key.get() {
+                Ok(state) => state.and_then(|s| s.live_deadline(now)),
+                // Another type now: the lock is gone.
+                Err(_) => None,
+            }
+        };
+        let Some(deadline) = deadline else {
+            return true;
+        };
+        if let Some(waited) = waited {
+            let mut map = waiting();
+            if let Some(entry) = map.get_mut(waited) {
+                arm_timer(ctx, waited, entry, deadline, now);
+            }
+        }
+        false
+    }));
+    match outcome {
+        Ok(false) => raw::REDISMODULE_ERR as c_int,
+        _ => {
+            stats::bump(&stats::WAIT_WOKEN);
+            raw::reply_with_long_long(ctx, 1);
+            raw::REDISMODULE_OK as c_int
+        }
+    }
+}
+
+/// Timeout callback: the lock stayed held for the whole timeout.
+extern "C" fn on_timeout(
+    ctx: *mut raw::RedisModuleCtx,
+    _argv: *mut *mut raw::RedisModuleString,
+    _argc: c_int,
+) -> c_int {
+    stats::bump(&stats::WAIT_TIMEOUTS);
+    raw::reply_with_long_long(ctx, 0);
+    raw::REDISMODULE_OK as c_int
+}
+
+/// Called once per blocked client when it leaves (answered, timed out or
+/// disconnected): forgets it, and the key's timer with its last waiter.
+extern "C" fn free_waiter(ctx: *mut raw::RedisModuleCtx, tag: *mut c_void) {
+    if tag.is_null() {
+        return;
+    }
+    // SAFETY: tag is the box made in `wait`, handed back once.
+    let waited = unsafe { Box::from_raw(tag.cast::<WaitedKey>()) };
+    let _ = catch_unwind(AssertUnwindSafe(|| {
+        WAITING_CLIENTS.fetch_sub(1, Relaxed);
+        let mut map = waiting();
+        let last = match map.get_mut(&*waited) {
+            Some(entry) => {
+                entry.count = entry.count.saturating_sub(1);
+                if entry.count == 0 {
+                    stop_timer(ctx, entry);
+                    true
+                } else {
+                    false
+                }
+            }
+            None => false,
+        };
+        if last {
+            map.remove(&*waited);
+        }
+    }));
+}
