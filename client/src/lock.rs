@@ -36,6 +36,8 @@ pub struct LockInfo {
     key: String,
     owner: OwnerId,
     token: u64,
+    /// Start of the acquisition round that got the lock.
+    started: Instant,
     /// End of the validity on the local monotonic clock.
     deadline: Mutex<Instant>,
 }
@@ -117,6 +119,27 @@ impl LockInfo {
         self.deadline().saturating_duration_since(Instant::now())
     }
 
+    /// When the acquisition round that got the lock started, on the local
+    /// monotonic clock: the nodes' leases (and the validity) count from
+    /// there. For [`Redlock::acquire_wait`](crate::Redlock::acquire_wait)
+    /// it is the end of the wait, not the call.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # use std::time::{Duration, Instant};
+    /// # async fn run(redlock: redlock_client::Redlock) -> Result<(), redlock_client::Error> {
+    /// let called = Instant::now();
+    /// let lock = redlock
+    ///     .acquire_wait("reports", Duration::from_secs(10), Duration::from_secs(60))
+    ///     .await?;
+    /// println!("waited {:?}", lock.started_at() - called);
+    /// # Ok(()) }
+    /// ```
+    pub fn started_at(&self) -> Instant {
+        self.started
+    }
+
     pub(crate) fn deadline(&self) -> Instant {
         *self.deadline.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -166,6 +189,7 @@ impl Lock {
         key: &str,
         owner: OwnerId,
         token: u64,
+        started: Instant,
         deadline: Instant,
         unanswered: Unanswered,
     ) -> Self {
@@ -174,6 +198,7 @@ impl Lock {
             info: Arc::new(LockInfo {
                 key: key.to_string(),
                 owner,
+                started,
                 token,
                 deadline: Mutex::new(deadline),
             }),

@@ -364,6 +364,7 @@ impl Redlock {
             key,
             owner,
             token,
+            start,
             deadline,
             unanswered,
         ))

@@ -294,7 +294,7 @@ struct Cluster {
 
 /// Wall-clock skew of member `i`'s replica: an hour ahead or behind.
 fn replica_skew_ms(i: usize) -> i64 {
-    if i % 2 == 0 {
+    if i.is_multiple_of(2) {
         3_600_000
     } else {
         -3_600_000

@@ -33,6 +33,10 @@ pub struct ClientOptions {
     /// Step 5, the validity check (off = mutant; needs a client switch, see
     /// [`crate::mutants::disable_validity_check`]).
     pub validity_check: bool,
+    /// Tasks take the lock with `acquire_wait`, waiting up to this many ms
+    /// (none: one attempt with `try_acquire`).
+    #[serde(default)]
+    pub wait_ms: Option<u64>,
 }
 
 impl Default for ClientOptions {
@@ -42,6 +46,7 @@ impl Default for ClientOptions {
             clock_floor: true,
             write_back: true,
             validity_check: true,
+            wait_ms: None,
         }
     }
 }
@@ -289,8 +294,36 @@ async fn client_task(
         }
         n += 1;
         let op = format!("{name}.{n}");
-        let key = pick_key(&spec, &mut rng).clone();
-        let result = {
+        let key = pick_key(spec, &mut rng).clone();
+        let result = if let Some(wait_ms) = spec.client.wait_ms {
+            let called = mono_ns();
+            let result = client
+                .acquire_wait(&key, ttl, Duration::from_millis(wait_ms))
+                .await;
+            // The round that got the lock started after the wait: the
+            // history takes that start (on its own clock) as the invocation.
+            let started = match &result {
+                Ok(lock) => mono_ns()
+                    .saturating_sub(lock.started_at().elapsed().as_nanos() as u64)
+                    .max(called),
+                Err(_) => called,
+            };
+            rec.record_at(&Event {
+                t: started,
+                kind: Kind::AcquireInvoke {
+                    op: op.clone(),
+                    client: name.clone(),
+                    key: key.clone(),
+                    ttl_ms: spec.ttl_ms,
+                    first_poll: Some(started),
+                },
+            });
+            match result {
+                Ok(lock) => Ok(Some(lock)),
+                Err(redlock_client::Error::Busy { .. }) => Ok(None),
+                Err(e) => Err(e),
+            }
+        } else {
             let mut fut = Box::pin(client.try_acquire(&key, ttl));
             // Stamped right before the client reads its own clock (first
             // poll); the line is written after, so that no file write sits

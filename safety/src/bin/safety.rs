@@ -121,7 +121,17 @@ fn main() -> ExitCode {
                 exe.clone(),
                 args.out.clone(),
             );
-            cfg.name = format!("{}-k{keys}-r{r}", fault.name());
+            // Every other run waits for busy locks with `acquire_wait`
+            // (woken by the nodes) instead of one attempt per try.
+            let waiting = (ti / 2 + r) % 2 == 1;
+            if waiting {
+                cfg.client.wait_ms = Some(cfg.ttl_ms * 3);
+            }
+            cfg.name = format!(
+                "{}-k{keys}-r{r}{}",
+                fault.name(),
+                if waiting { "-wait" } else { "" }
+            );
             cfg.keys = keys;
             cfg.seed = seed.wrapping_mul(1000).wrapping_add((ti * 10 + r) as u64);
             cfg.fault_budget = budget;
