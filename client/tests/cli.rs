@@ -132,6 +132,16 @@ fn acquire_inspect_release() {
     assert!(stderr(&out).contains("no nodes"), "{}", stderr(&out));
     let out = redlock(&urls, &["acquire", "x", "--ttl", "30"]);
     assert_eq!(out.status.code(), Some(2));
+    // The timeouts reach the client (which refuses zero).
+    for flag in ["--node-timeout", "--connect-timeout"] {
+        let out = redlock(&urls, &[flag, "0s", "inspect", "x"]);
+        assert_eq!(out.status.code(), Some(2), "{flag}");
+        assert!(
+            stderr(&out).contains("timeouts must be above zero"),
+            "{flag}: {}",
+            stderr(&out)
+        );
+    }
 }
 
 #[test]

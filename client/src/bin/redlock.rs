@@ -256,6 +256,7 @@ fn attempts_for(wait: Duration) -> RetryPolicy {
 async fn connect(cli: &Cli, wait: Duration) -> Result<Redlock, Error> {
     let mut builder = Redlock::builder(cli.nodes.iter().filter(|n| !n.trim().is_empty()).cloned())
         .node_timeout(cli.node_timeout)
+        .connect_timeout(cli.connect_timeout)
         .retry(attempts_for(wait));
     if let Some(ca) = &cli.tls_ca {
         builder = builder.tls_ca_file(ca);
