@@ -128,12 +128,34 @@ pub fn inspect(args: &[&[u8]]) -> Result<(), CommandError> {
 /// Longest `REDLOCK.WAIT` timeout (one day); 0 means no limit.
 pub const MAX_WAIT_MS: i64 = 86_400_000;
 
-/// Parses WAIT's arguments: the timeout in ms, 0 for no limit.
-pub fn wait(args: &[&[u8]]) -> Result<u64, CommandError> {
-    match args {
-        [_, _, timeout] => Ok(bounded("timeout-ms", timeout, 0, MAX_WAIT_MS)? as u64),
-        _ => Err(CommandError::WrongArity("redlock.wait")),
-    }
+/// `REDLOCK.WAIT key timeout-ms [QUEUE owner ticket]`
+#[derive(Debug, PartialEq, Eq)]
+pub struct Wait<'a> {
+    /// Timeout in ms, 0 for no limit.
+    pub timeout_ms: u64,
+    /// Wait in the lock's queue as `owner`, ordered by `ticket`.
+    pub queue: Option<(&'a [u8], u64)>,
+}
+
+/// Parses WAIT's arguments.
+pub fn wait<'a>(args: &[&'a [u8]]) -> Result<Wait<'a>, CommandError> {
+    let (timeout, queue) = match args {
+        [_, _, timeout] => (timeout, None),
+        [_, _, timeout, keyword, o, ticket] => {
+            if !keyword.eq_ignore_ascii_case(b"QUEUE") {
+                return Err(CommandError::Syntax {
+                    expected: "QUEUE",
+                    position: 3,
+                });
+            }
+            (timeout, Some((owner(o)?, non_negative("ticket", ticket)?)))
+        }
+        _ => return Err(CommandError::WrongArity("redlock.wait")),
+    };
+    Ok(Wait {
+        timeout_ms: bounded("timeout-ms", timeout, 0, MAX_WAIT_MS)? as u64,
+        queue,
+    })
 }
 
 /// Parses APPLY's arguments in the version-1 form.
@@ -363,14 +385,32 @@ mod tests {
 
     #[test]
     fn wait_takes_a_bounded_timeout() {
-        assert_eq!(wait(&[b"w", b"k", b"0"]), Ok(0));
-        assert_eq!(wait(&[b"w", b"k", b"86400000"]), Ok(86_400_000));
+        assert_eq!(
+            wait(&[b"w", b"k", b"0"]),
+            Ok(Wait {
+                timeout_ms: 0,
+                queue: None
+            })
+        );
+        assert_eq!(
+            wait(&[b"w", b"k", b"86400000", b"queue", b"me", b"17"]),
+            Ok(Wait {
+                timeout_ms: 86_400_000,
+                queue: Some((b"me", 17))
+            })
+        );
         let cases: &[(&[&[u8]], &str)] = &[
             (
                 &[b"w", b"k"],
                 "wrong number of arguments for 'redlock.wait'",
             ),
             (&[b"w", b"k", b"1", b"2"], "wrong number of arguments"),
+            (&[b"w", b"k", b"1", b"LINE", b"me", b"1"], "expected QUEUE"),
+            (&[b"w", b"k", b"1", b"QUEUE", b"", b"1"], "invalid owner"),
+            (
+                &[b"w", b"k", b"1", b"QUEUE", b"me", b"-1"],
+                "invalid ticket",
+            ),
             (&[b"w", b"k", b"x"], "invalid timeout-ms: not an integer"),
             (
                 &[b"w", b"k", b"-1"],

@@ -71,6 +71,11 @@ pub fn acquire(call: &Call) -> Result<Reply, CommandError> {
     guard::check(&call.ctx, now)?;
     guard::record_lease(a.ttl)?;
     let owner = hash_owner(a.owner);
+    // A free lock reserved for the first queued waiter is busy for others.
+    if wait::bars(call, &owner, now) {
+        stats::bump(&stats::BUSY);
+        return Ok(Reply::Nil);
+    }
     let outcome = update(call, now, c"redlock.acquire", |state, now| {
         let outcome = state
             .acquire(&owner, a.ttl, a.floor, now)

@@ -39,7 +39,7 @@ struct NumericConfig {
     max: i64,
 }
 
-const CONFIGS: [NumericConfig; 3] = [
+const CONFIGS: [NumericConfig; 4] = [
     NumericConfig {
         name: "max-ttl-ms",
         value: &MAX_TTL_MS,
@@ -61,7 +61,27 @@ const CONFIGS: [NumericConfig; 3] = [
         min: 0,
         max: RECLAIM_AFTER_LIMIT,
     },
+    NumericConfig {
+        name: "handoff-ms",
+        value: &HANDOFF_MS,
+        default: HANDOFF_DEFAULT,
+        min: 1,
+        max: HANDOFF_LIMIT,
+    },
 ];
+
+/// Default of `redlock.handoff-ms`.
+pub const HANDOFF_DEFAULT: i64 = 50;
+/// Largest accepted `redlock.handoff-ms`.
+pub const HANDOFF_LIMIT: i64 = 10_000;
+/// `redlock.handoff-ms`: how long a freed lock is kept for the first queued
+/// waiter (see [`crate::queue`]).
+pub static HANDOFF_MS: AtomicI64 = AtomicI64::new(HANDOFF_DEFAULT);
+
+/// The current `redlock.handoff-ms`.
+pub fn handoff_ms() -> u64 {
+    HANDOFF_MS.load(Relaxed).max(1) as u64
+}
 
 /// Reads `loadmodule` arguments (`max-ttl-ms 30000 restart-grace-ms 0`)
 /// into per-config defaults, refusing unknown names and bad values.
@@ -187,14 +207,14 @@ mod tests {
 
     #[test]
     fn module_args_set_defaults() {
-        assert_eq!(parse_module_args(&[]), Ok([60_000, -1, 86_400_000]));
+        assert_eq!(parse_module_args(&[]), Ok([60_000, -1, 86_400_000, 50]));
         assert_eq!(
             parse_module_args(&[b"max-ttl-ms", b"30000", b"restart-grace-ms", b"0"]),
-            Ok([30_000, 0, 86_400_000])
+            Ok([30_000, 0, 86_400_000, 50])
         );
         assert_eq!(
             parse_module_args(&[b"redlock.max-ttl-ms", b"5", b"reclaim-after-ms", b"0"]),
-            Ok([5, -1, 0])
+            Ok([5, -1, 0, 50])
         );
         let err = parse_module_args(&[b"reclaim-after-ms", b"-1"]).unwrap_err();
         assert!(

@@ -7,7 +7,7 @@
 //! [`datatype`] holds the `redlockfn` type callbacks, [`config`] the
 //! configuration, [`guard`] the restart guard, [`info`] the statistics and
 //! `INFO`, [`events`] the server events, [`replication`] when effects must be
-//! replicated, [`wait`] the blocking WAIT, [`record`] the compact in-memory
+//! replicated, [`wait`] the blocking WAIT and [`queue`] its hand-off rule, [`record`] the compact in-memory
 //! record, [`reclaim`] the sweep that deletes idle records, [`ffi`] the
 //! boundary with Redis.
 
@@ -24,6 +24,7 @@ pub mod info;
 pub mod lock;
 pub mod owner;
 pub mod persist;
+pub mod queue;
 pub mod reclaim;
 pub mod record;
 pub mod replication;

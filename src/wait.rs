@@ -11,7 +11,15 @@
 //!   key has waiters (one timer per key, at the lease deadline, moved by
 //!   EXTEND and same-owner renewals, stopped when the last waiter leaves).
 //!
-//! WAIT never grants, creates or changes anything and is not replicated.
+//! With `QUEUE owner ticket`, the waiter also joins the lock's queue on this
+//! node ([`crate::queue`]): a freed lock is then reserved for the first
+//! waiter in ticket order for `redlock.handoff-ms`, only that waiter is
+//! answered, and ACQUIREs by other owners are answered as busy meanwhile
+//! ([`bars`]). Waiters without `QUEUE` are answered whenever the lock is
+//! free.
+//!
+//! WAIT never grants, creates or changes the lock and is not replicated; the
+//! queue and its reservation live in this node's memory only.
 //! Where a client cannot block (MULTI, scripts, functions) it answers at once.
 //! A waiter that disconnects or times out is forgotten in
 //! [`free_waiter`], which Redis calls exactly once per blocked client.
@@ -30,27 +38,48 @@ use redis_module::{raw, ContextFlags};
 
 use crate::args;
 use crate::clock::mono_now;
+use crate::config;
 use crate::error::CommandError;
 use crate::ffi::{Call, Reply};
 use crate::info::stats;
-use crate::lock::{LockState, MonoMillis};
+use crate::lock::{LockState, MonoMillis, OwnerHash};
+use crate::owner::hash_owner;
+use crate::queue::{Place, Queue};
 use crate::store::LockKey;
+
+/// Position of the owner in `REDLOCK.WAIT key timeout QUEUE owner ticket`.
+const QUEUE_OWNER_ARG: usize = 4;
 
 /// A waited-on key: its database and name.
 type WaitedKey = (c_int, Vec<u8>);
 
-/// The waiters of one key and the timer that wakes them at lease end.
+/// The waiters of one key and the timer that wakes them at lease end (or
+/// at the end of a reservation).
 #[derive(Default)]
 struct Waiters {
     count: u64,
     /// Timer id and the monotonic deadline it fires at.
     timer: Option<(raw::RedisModuleTimerID, MonoMillis)>,
+    /// The queued waiters and the reservation.
+    queue: Queue,
 }
+
+/// What Redis keeps for one blocked waiter.
+struct Tag {
+    key: WaitedKey,
+    /// The waiter's place and owner, when it waits in the queue.
+    queued: Option<(Place, OwnerHash)>,
+}
+
+static NEXT_PLACE: AtomicU64 = AtomicU64::new(1);
 
 /// Keys with waiters. Touched only on Redis's main thread; the mutex only
 /// makes the static safe to share.
 static WAITING: Mutex<BTreeMap<WaitedKey, Waiters>> = Mutex::new(BTreeMap::new());
 static WAITING_CLIENTS: AtomicU64 = AtomicU64::new(0);
+/// Set once any queued waiter was let through: from then on ACQUIRE looks
+/// for reservations (before, it skips the lookup).
+static RESERVATIONS: AtomicU64 = AtomicU64::new(0);
 static TIMERS: AtomicU64 = AtomicU64::new(0);
 
 fn waiting() -> std::sync::MutexGuard<'static, BTreeMap<WaitedKey, Waiters>> {
@@ -72,9 +101,12 @@ fn selected_db(ctx: *mut raw::RedisModuleCtx) -> c_int {
     unsafe { raw::RedisModule_GetSelectedDb.map_or(0, |f| f(ctx)) }
 }
 
-/// `REDLOCK.WAIT key timeout-ms`
+/// `REDLOCK.WAIT key timeout-ms [QUEUE owner ticket]`
 pub fn wait(call: &Call) -> Result<Reply, CommandError> {
-    let timeout_ms = args::wait(&call.args)?;
+    if call.args.len() > QUEUE_OWNER_ARG {
+        crate::ffi::redact(call, QUEUE_OWNER_ARG);
+    }
+    let a = args::wait(&call.args)?;
     let Some(key_name) = call.key() else {
         return Err(CommandError::WrongArity("redlock.wait"));
     };
@@ -84,17 +116,30 @@ pub fn wait(call: &Call) -> Result<Reply, CommandError> {
         let key = LockKey::read(call.raw(), key_name);
         key.get()?.and_then(|state| state.live_deadline(now))
     };
-    let Some(deadline) = deadline else {
+    let waited: WaitedKey = (selected_db(call.raw()), call.args[1].to_vec());
+    let queued = a.queue.map(|(owner, ticket)| {
+        (
+            (ticket, NEXT_PLACE.fetch_add(1, Relaxed)),
+            hash_owner(owner),
+        )
+    });
+    if deadline.is_none() && free_for(&waited, queued, now) {
         stats::bump(&stats::WAIT_FREE);
         return Ok(Reply::Integer(1));
-    };
+    }
     let flags = call.ctx.get_flags();
     if flags.intersects(ContextFlags::MULTI | ContextFlags::LUA | ContextFlags::DENY_BLOCKING) {
+        if let Some((place, _)) = queued {
+            leave_queue(call.raw(), &waited, place, now);
+        }
         stats::bump(&stats::WAIT_CANNOT_BLOCK);
         return Ok(Reply::Integer(0));
     }
-    let waited: WaitedKey = (selected_db(call.raw()), call.args[1].to_vec());
-    let tag = Box::into_raw(Box::new(waited.clone())).cast::<c_void>();
+    let tag = Box::into_raw(Box::new(Tag {
+        key: waited.clone(),
+        queued,
+    }))
+    .cast::<c_void>();
     let mut keys = [key_name];
     // SAFETY: ctx and the key name belong to the command in progress; Redis
     // keeps `tag` until it calls `free_waiter` with it.
@@ -108,7 +153,7 @@ pub fn wait(call: &Call) -> Result<Reply, CommandError> {
                 Some(on_ready),
                 Some(on_timeout),
                 Some(free_waiter),
-                timeout_ms as i64,
+                a.timeout_ms as i64,
                 keys.as_mut_ptr(),
                 1,
                 tag,
@@ -119,7 +164,7 @@ pub fn wait(call: &Call) -> Result<Reply, CommandError> {
                 Some(on_ready),
                 Some(on_timeout),
                 Some(free_waiter),
-                timeout_ms as i64,
+                a.timeout_ms as i64,
                 keys.as_mut_ptr(),
                 1,
                 tag,
@@ -129,15 +174,77 @@ pub fn wait(call: &Call) -> Result<Reply, CommandError> {
     };
     if blocked.is_null() {
         // SAFETY: Redis did not take the tag.
-        drop(unsafe { Box::from_raw(tag.cast::<WaitedKey>()) });
+        drop(unsafe { Box::from_raw(tag.cast::<Tag>()) });
+        if let Some((place, _)) = queued {
+            leave_queue(call.raw(), &waited, place, now);
+        }
         return Err(CommandError::Internal("blocking the client"));
     }
     WAITING_CLIENTS.fetch_add(1, Relaxed);
     let mut map = waiting();
     let entry = map.entry(waited.clone()).or_default();
     entry.count += 1;
-    arm_timer(call.raw(), &waited, entry, deadline, now);
+    if let Some((place, owner)) = queued {
+        entry.queue.join(place, owner);
+    }
+    let wake_at = deadline.or_else(|| entry.queue.reservation_end(now));
+    if let Some(at) = wake_at {
+        arm_timer(call.raw(), &waited, entry, at, now);
+    }
     Ok(Reply::Blocked)
+}
+
+/// Whether a waiter finds the free lock free for it: a plain waiter always;
+/// a queued one when the queue lets it go (it joins the queue first, and
+/// leaves it again when it may go).
+fn free_for(waited: &WaitedKey, queued: Option<(Place, OwnerHash)>, now: MonoMillis) -> bool {
+    let Some((place, owner)) = queued else {
+        return true;
+    };
+    let mut map = waiting();
+    let entry = map.entry(waited.clone()).or_default();
+    entry.queue.join(place, owner);
+    let go = entry.queue.may_go(place, &owner, now, config::handoff_ms());
+    if go {
+        entry.queue.leave(place);
+        RESERVATIONS.store(1, Relaxed);
+    }
+    go
+}
+
+/// Takes a waiter that did not block out of the queue.
+fn leave_queue(ctx: *mut raw::RedisModuleCtx, waited: &WaitedKey, place: Place, now: MonoMillis) {
+    let mut map = waiting();
+    if let Some(entry) = map.get_mut(waited) {
+        entry.queue.leave(place);
+        if entry.count == 0 && entry.queue.is_idle(now) {
+            stop_timer(ctx, entry);
+            map.remove(waited);
+        }
+    }
+}
+
+/// Whether an ACQUIRE by `owner` of the call's key must be answered as busy
+/// because the free lock is reserved for a queued waiter (see
+/// [`crate::queue`]). The reserved owner's ACQUIRE ends the reservation.
+pub fn bars(call: &Call, owner: &OwnerHash, now: MonoMillis) -> bool {
+    if RESERVATIONS.load(Relaxed) == 0 {
+        return false;
+    }
+    let Some(name) = call.args.get(1) else {
+        return false;
+    };
+    let waited: WaitedKey = (selected_db(call.raw()), name.to_vec());
+    let mut map = waiting();
+    let Some(entry) = map.get_mut(&waited) else {
+        return false;
+    };
+    let barred = entry.queue.bars(owner, now);
+    if entry.count == 0 && entry.queue.is_idle(now) {
+        stop_timer(call.raw(), entry);
+        map.remove(&waited);
+    }
+    barred
 }
 
 /// Makes the key's timer fire at `deadline` (replacing one set for another
@@ -267,17 +374,19 @@ extern "C" fn on_ready(
                 raw::RedisModule_GetBlockedClientReadyKey.map_or(std::ptr::null_mut(), |f| f(ctx)),
                 raw::RedisModule_GetBlockedClientPrivateData
                     .map_or(std::ptr::null_mut(), |f| f(ctx))
-                    .cast::<WaitedKey>(),
+                    .cast::<Tag>(),
             )
+        };
+        // SAFETY: the tag lives until `free_waiter`.
+        let Some(tag) = (unsafe { tag.as_ref() }) else {
+            return true;
         };
         if name.is_null() {
             return true;
         }
-        // SAFETY: the tag lives until `free_waiter`.
-        let waited = unsafe { tag.as_ref() };
-        if let (Some(select), Some(waited)) = (unsafe { raw::RedisModule_SelectDb }, waited) {
+        if let Some(select) = unsafe { raw::RedisModule_SelectDb } {
             // SAFETY: ctx is live; the waiter's database exists.
-            unsafe { select(ctx, waited.0) };
+            unsafe { select(ctx, tag.key.0) };
         }
         let now = mono_now();
         let deadline = {
@@ -288,14 +397,24 @@ extern "C" fn on_ready(
                 Err(_) => None,
             }
         };
-        let Some(deadline) = deadline else {
+        let mut map = waiting();
+        let Some(entry) = map.get_mut(&tag.key) else {
+            return deadline.is_none();
+        };
+        if let Some(deadline) = deadline {
+            arm_timer(ctx, &tag.key, entry, deadline, now);
+            return false;
+        }
+        let Some((place, owner)) = tag.queued else {
             return true;
         };
-        if let Some(waited) = waited {
-            let mut map = waiting();
-            if let Some(entry) = map.get_mut(waited) {
-                arm_timer(ctx, waited, entry, deadline, now);
-            }
+        if entry.queue.may_go(place, &owner, now, config::handoff_ms()) {
+            RESERVATIONS.store(1, Relaxed);
+            return true;
+        }
+        // Reserved for someone else: wake up when that ends.
+        if let Some(end) = entry.queue.reservation_end(now) {
+            arm_timer(ctx, &tag.key, entry, end, now);
         }
         false
     }));
@@ -321,30 +440,30 @@ extern "C" fn on_timeout(
 }
 
 /// Called once per blocked client when it leaves (answered, timed out or
-/// disconnected): forgets it, and the key's timer with its last waiter.
+/// disconnected): forgets it (and its place in the queue), and the key's
+/// timer with its last waiter.
 extern "C" fn free_waiter(ctx: *mut raw::RedisModuleCtx, tag: *mut c_void) {
     if tag.is_null() {
         return;
     }
     // SAFETY: tag is the box made in `wait`, handed back once.
-    let waited = unsafe { Box::from_raw(tag.cast::<WaitedKey>()) };
+    let tag = unsafe { Box::from_raw(tag.cast::<Tag>()) };
     let _ = catch_unwind(AssertUnwindSafe(|| {
         WAITING_CLIENTS.fetch_sub(1, Relaxed);
+        let now = mono_now();
         let mut map = waiting();
-        let last = match map.get_mut(&*waited) {
-            Some(entry) => {
-                entry.count = entry.count.saturating_sub(1);
-                if entry.count == 0 {
-                    stop_timer(ctx, entry);
-                    true
-                } else {
-                    false
-                }
-            }
-            None => false,
+        let Some(entry) = map.get_mut(&tag.key) else {
+            return;
         };
-        if last {
-            map.remove(&*waited);
+        entry.count = entry.count.saturating_sub(1);
+        if let Some((place, _)) = tag.queued {
+            entry.queue.leave(place);
+        }
+        if entry.count == 0 {
+            stop_timer(ctx, entry);
+            if entry.queue.is_idle(now) {
+                map.remove(&tag.key);
+            }
         }
     }));
 }

@@ -324,3 +324,114 @@ fn waiters_on_a_replica_wake_when_the_master_releases() {
     let (reply, _) = waiter.join().unwrap();
     assert_eq!(reply, 1);
 }
+
+/// Starts `REDLOCK.WAIT key timeout QUEUE owner ticket` on a connection of
+/// its own.
+fn spawn_queued(node: &Node, key: &str, owner: &str, ticket: u64) -> JoinHandle<(i64, Duration)> {
+    let mut con = node.connection();
+    let (key, owner) = (key.to_string(), owner.to_string());
+    std::thread::spawn(move || {
+        let started = Instant::now();
+        let reply: i64 = redis::cmd("REDLOCK.WAIT")
+            .arg(&key)
+            .arg(0)
+            .arg("QUEUE")
+            .arg(&owner)
+            .arg(ticket)
+            .query(&mut con)
+            .unwrap();
+        (reply, started.elapsed())
+    })
+}
+
+#[test]
+fn a_freed_lock_goes_to_the_first_ticket_and_newcomers_are_refused() {
+    let node = Node::builder().config("redlock.handoff-ms", "300").start();
+    let mut con = node.connection();
+    assert_eq!(acquire(&mut con, "k", "holder", 30_000), Some(1));
+    // Blocked in this order; tickets say "late" came last.
+    let late = spawn_queued(&node, "k", "late", 30);
+    until_waiting(&mut con, 1);
+    let early = spawn_queued(&node, "k", "early", 10);
+    until_waiting(&mut con, 2);
+    assert_eq!(release(&mut con, "k", "holder"), 1);
+    // Only the first ticket is woken.
+    assert_eq!(early.join().unwrap().0, 1);
+    assert_eq!(redlock_info(&mut con, "waiting_clients"), 1);
+    // The freed lock is kept for it: the holder that just released, and
+    // the later waiter, are refused.
+    assert_eq!(acquire(&mut con, "k", "holder", 30_000), None);
+    assert_eq!(acquire(&mut con, "k", "late", 30_000), None);
+    assert!(!inspect(&mut con, "k").unwrap().held);
+    assert_eq!(acquire(&mut con, "k", "early", 300), Some(2));
+    // The next one gets it when that lease ends.
+    let (reply, took) = late.join().unwrap();
+    assert_eq!(reply, 1);
+    assert!(took >= Duration::from_millis(300), "{took:?}");
+    assert_eq!(acquire(&mut con, "k", "late", 1_000), Some(3));
+}
+
+#[test]
+fn a_reservation_nobody_uses_passes_to_the_next_waiter() {
+    let node = Node::builder().config("redlock.handoff-ms", "200").start();
+    let mut con = node.connection();
+    assert_eq!(acquire(&mut con, "k", "holder", 30_000), Some(1));
+    let first = spawn_queued(&node, "k", "gone", 1);
+    until_waiting(&mut con, 1);
+    let second = spawn_queued(&node, "k", "next", 2);
+    until_waiting(&mut con, 2);
+    let released = Instant::now();
+    assert_eq!(release(&mut con, "k", "holder"), 1);
+    assert_eq!(first.join().unwrap().0, 1);
+    // "gone" never comes to ACQUIRE: after the window, "next" is woken.
+    let (reply, _) = second.join().unwrap();
+    assert_eq!(reply, 1);
+    let passed = released.elapsed();
+    assert!(passed >= Duration::from_millis(190), "{passed:?}");
+    assert!(passed < Duration::from_millis(1_000), "{passed:?}");
+    assert_eq!(acquire(&mut con, "k", "gone", 1_000), None);
+    assert_eq!(acquire(&mut con, "k", "next", 1_000), Some(2));
+}
+
+#[test]
+fn queued_owners_are_redacted_and_bad_queue_arguments_refused() {
+    let node = Node::start();
+    let mut con = node.connection();
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("slowlog-log-slower-than")
+        .arg("0")
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(
+        redis::cmd("REDLOCK.WAIT")
+            .arg("free")
+            .arg(0)
+            .arg("QUEUE")
+            .arg("secret-waiter-9")
+            .arg(5)
+            .query::<i64>(&mut con)
+            .unwrap(),
+        1
+    );
+    let log: redis::Value = redis::cmd("SLOWLOG")
+        .arg("GET")
+        .arg(10)
+        .query(&mut con)
+        .unwrap();
+    let text = format!("{log:?}");
+    assert!(!text.contains("secret-waiter-9"), "{text}");
+    let err = error_of(
+        &mut con,
+        &[b"REDLOCK.WAIT", b"k", b"0", b"QUEUE", b"me", b"soon"],
+    );
+    assert!(
+        err.starts_with("ERR invalid ticket: not an integer"),
+        "{err}"
+    );
+    let err = error_of(
+        &mut con,
+        &[b"REDLOCK.WAIT", b"k", b"0", b"LINE", b"me", b"1"],
+    );
+    assert!(err.starts_with("ERR syntax error: expected QUEUE"), "{err}");
+}

@@ -1,6 +1,7 @@
 //! Benchmarks for redlock: the quorum client against a hand-written Redlock
 //! and a PING floor, the module's commands against `SET NX PX` + `EVALSHA`,
-//! memory per lock name, and acquisition with one slow node.
+//! memory per lock name, acquisition with one slow node, reclamation, and
+//! waiting for a busy lock.
 //!
 //! The `redlock-bench` binary starts its own nodes and prints one table; the
 //! pieces here are the workloads it runs.
@@ -15,6 +16,7 @@ pub mod reclaim;
 pub mod resp;
 pub mod server;
 pub mod stats;
+pub mod waiting;
 pub mod workload;
 
 /// The connection settings of the baselines: no response timeout inside the

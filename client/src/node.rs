@@ -376,12 +376,20 @@ impl Node {
         }
     }
 
-    /// `REDLOCK.WAIT key timeout_ms` on a connection of its own: `Ok(true)`
-    /// when the lock is free on this node (at once or once it frees),
-    /// `Ok(false)` when the node's timeout passed first. Not bounded by the
-    /// per-node timeout (the caller bounds the whole wait); dropping the
-    /// future closes the connection, which ends the wait on the node.
-    pub(crate) async fn wait_free(&self, key: &str, timeout_ms: u64) -> Result<bool, NodeFailure> {
+    /// `REDLOCK.WAIT key timeout_ms QUEUE owner ticket` on a connection of
+    /// its own: `Ok(true)` when the lock is free on this node for `owner`
+    /// (at once, or when it frees and `owner` is first in the node's queue
+    /// by `ticket`), `Ok(false)` when the node's timeout passed first. Not
+    /// bounded by the per-node timeout (the caller bounds the whole wait);
+    /// dropping the future closes the connection, which ends the wait on
+    /// the node.
+    pub(crate) async fn wait_free(
+        &self,
+        key: &str,
+        timeout_ms: u64,
+        owner: &str,
+        ticket: u64,
+    ) -> Result<bool, NodeFailure> {
         let idle = self
             .blocking
             .lock()
@@ -416,7 +424,11 @@ impl Node {
             answered: false,
         };
         let mut cmd = redis::cmd("REDLOCK.WAIT");
-        cmd.arg(key).arg(timeout_ms);
+        cmd.arg(key)
+            .arg(timeout_ms)
+            .arg("QUEUE")
+            .arg(owner)
+            .arg(ticket);
         let Some(conn) = loan.conn.as_mut() else {
             return Err(NodeFailure::NotConnected("no connection".into()));
         };

@@ -63,7 +63,7 @@ pub(crate) fn ttl_millis(ttl: Duration) -> Result<u64, Error> {
     Ok(ms.min(i64::MAX as u128) as u64)
 }
 
-fn now_micros() -> u64 {
+pub(crate) fn now_micros() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_micros().min(i64::MAX as u128) as u64)

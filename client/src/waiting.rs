@@ -7,10 +7,18 @@
 //! ends. Once a quorum of nodes said "free", the next attempt starts. While
 //! the lock stays held nothing is sent: no polling.
 //!
-//! Several waiters woken at once race; one wins, the others find the lock
-//! busy again, release what they got and wait again. When nobody reached a
-//! quorum (a split vote: the contenders' grants are spread over the nodes),
-//! a random pause before the next attempt lets one of them get ahead.
+//! Waiters queue: every WAIT carries the waiter's owner id and a ticket (its
+//! wall clock when it started waiting, kept across its attempts), and each
+//! node hands a freed lock to the first waiter in ticket order, refusing
+//! other owners for a short hand-off window (see the module's `queue.rs`).
+//! So the waiter that came first gets the lock next, a worker that releases
+//! and asks again at once queues behind the others instead of re-taking
+//! its own lock, and waiters do not all race at each release.
+//!
+//! Races remain possible (nodes that saw different waiters, a waiter whose
+//! reservation lapsed): a waiter that finds the lock busy releases what it
+//! got and waits again, keeping its ticket. When nobody reached a quorum (a
+//! split vote), a random pause before the next attempt lets one get ahead.
 //!
 //! Dropping the future stops everything: connections blocked in WAIT are
 //! closed (which ends the wait on the node), and an attempt in flight is
@@ -27,7 +35,7 @@ use tracing::Instrument;
 use crate::error::{Error, NodeFailure};
 use crate::lock::{Lock, OwnerId};
 use crate::quorum::Quorum;
-use crate::redlock::Redlock;
+use crate::redlock::{now_micros, Redlock};
 
 /// Longest random pause after a split vote.
 const SPLIT_PAUSE_MAX: Duration = Duration::from_millis(10);
@@ -91,8 +99,13 @@ impl Redlock {
             token = tracing::field::Empty
         );
         async {
+            // One owner id and one ticket for every attempt of this wait: the
+            // nodes' queues know the waiter by them. Reusing the id is safe:
+            // each attempt is released before the next one, on the same
+            // per-node connections, in order.
+            let owner = OwnerId::new();
+            let ticket = now_micros();
             loop {
-                let owner = OwnerId::new();
                 let (error, leftovers) = match self.attempt(key, ttl, owner).await {
                     Ok(lock) => return Ok(lock),
                     Err(failed) => failed,
@@ -115,7 +128,7 @@ impl Redlock {
                             tracing::debug!(?pause, "split vote; pausing");
                             tokio::time::sleep_until((now + pause).min(until)).await;
                         }
-                        match wait_for_free(&self.inner.quorum, key, until).await {
+                        match wait_for_free(&self.inner.quorum, key, until, owner, ticket).await {
                             Wake::Free => {}
                             Wake::TimedOut => return Err(error),
                             Wake::Unreachable(failed) => {
@@ -141,7 +154,13 @@ impl Redlock {
 
 /// Sends `REDLOCK.WAIT` to every node and returns once a quorum said the
 /// lock is free, the wait ran out, or too few nodes can still answer.
-async fn wait_for_free(quorum: &Quorum, key: &str, until: Instant) -> Wake {
+async fn wait_for_free(
+    quorum: &Quorum,
+    key: &str,
+    until: Instant,
+    owner: OwnerId,
+    ticket: u64,
+) -> Wake {
     let q = quorum.quorum;
     let left = until.saturating_duration_since(Instant::now());
     let timeout_ms = (left.as_millis() as u64).clamp(1, NODE_WAIT_MAX_MS);
@@ -155,7 +174,12 @@ async fn wait_for_free(quorum: &Quorum, key: &str, until: Instant) -> Wake {
     for (i, node) in quorum.nodes.iter().enumerate() {
         let node = Arc::clone(node);
         let key = key.to_string();
-        calls.push(async move { (i, node.wait_free(&key, timeout_ms).await) });
+        calls.push(async move {
+            let reply = node
+                .wait_free(&key, timeout_ms, owner.as_str(), ticket)
+                .await;
+            (i, reply)
+        });
     }
     let (mut free, mut failed) = (0, Vec::new());
     // The nodes answer at `until`; a node that does not is frozen or cut off.

@@ -18,6 +18,7 @@ use redlock_bench::memory::{self, MemoryResult};
 use redlock_bench::reclaim;
 use redlock_bench::server::{self, LoadResult, LoadSpec, Side};
 use redlock_bench::stats::{median, median_percentiles, Percentiles};
+use redlock_bench::waiting;
 use redlock_bench::workload::{self, Outcome, RunResult, Window};
 use redlock_testkit::proxy::{Fault, FaultProxy};
 use redlock_testkit::{start_nodes, Node};
@@ -91,6 +92,7 @@ enum Section {
     Memory,
     Slow,
     Reclaim,
+    Waiting,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -135,6 +137,7 @@ impl Plan {
             Section::Memory,
             Section::Slow,
             Section::Reclaim,
+            Section::Waiting,
         ];
         Plan {
             smoke: args.smoke,
@@ -1248,6 +1251,9 @@ async fn run(args: &Args) -> Result<bool, String> {
     if plan.runs(Section::Reclaim) {
         reclaim_section(&module, plan.smoke, &mut figures).await?;
     }
+    if plan.runs(Section::Waiting) {
+        waiting_section(&module, plan.smoke, &mut figures).await?;
+    }
 
     if let Some(path) = &args.json {
         let json = serde_json::json!({
@@ -1281,6 +1287,35 @@ async fn run(args: &Args) -> Result<bool, String> {
         println!("smoke: all {expected} figures present");
     }
     Ok(true)
+}
+
+/// The waiting scenario (`redlock_bench::waiting`), on nodes of their own.
+async fn waiting_section(module: &Path, smoke: bool, figures: &mut Figures) -> Result<(), String> {
+    let builder = Node::builder().module(module.to_path_buf());
+    let plan = if smoke {
+        waiting::WaitingPlan::smoke()
+    } else {
+        waiting::WaitingPlan::full()
+    };
+    let report = waiting::run(&builder, &plan).await?;
+    println!();
+    report.print();
+    for r in &report.rows {
+        let name = format!("waiting_{:?}_{}", r.waiter, r.tasks).to_lowercase();
+        figures.put(format!("{name}_acq_per_s"), Some(r.rate));
+        figures.put(format!("{name}_handoff_p99_us"), Some(r.handoff_wait_us.1));
+        figures.put(format!("{name}_handoff_share"), Some(r.handoff_share));
+        figures.put(format!("{name}_fairness"), Some(r.fairness()));
+        figures.put(
+            format!("{name}_commands_per_acq"),
+            Some(r.commands_per_acquisition),
+        );
+    }
+    figures.put(
+        "waiting_held_commands_per_waiter",
+        Some(report.held.commands as f64 / report.held.waiters.max(1) as f64),
+    );
+    Ok(())
 }
 
 /// The reclamation scenarios (`redlock_bench::reclaim`), on nodes of their own.
