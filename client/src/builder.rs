@@ -1,5 +1,6 @@
 //! [`RedlockBuilder`] (options, checks, connecting) and [`RetryPolicy`].
 
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -10,6 +11,7 @@ use crate::identity::{identical_urls, same_servers, Endpoint};
 use crate::node::Node;
 use crate::quorum::Quorum;
 use crate::redlock::{Inner, Redlock};
+use crate::tls::TlsFiles;
 
 /// Default bound on one node's reply.
 pub const DEFAULT_NODE_TIMEOUT: Duration = Duration::from_millis(100);
@@ -109,6 +111,7 @@ pub struct RedlockBuilder {
     pub(crate) retry: RetryPolicy,
     pub(crate) drift_factor: f64,
     pub(crate) clock_floor: bool,
+    pub(crate) tls: TlsFiles,
     #[cfg(feature = "danger-test-switches")]
     pub(crate) danger: DangerSwitches,
 }
@@ -144,6 +147,39 @@ impl RedlockBuilder {
     /// ```
     pub fn connect_timeout(mut self, timeout: Duration) -> Self {
         self.connect_timeout = timeout;
+        self
+    }
+
+    /// Trusts the CA certificate(s) in this PEM file for `rediss://` nodes,
+    /// instead of the operating system's trust store: the nodes'
+    /// certificates must be signed by it. Read by [`RedlockBuilder::build`].
+    ///
+    /// Certificate verification cannot be turned off: there is no such
+    /// option, and `rediss://…#insecure` URLs are refused.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let builder = redlock_client::Redlock::builder(["rediss://10.0.0.1:6380"])
+    ///     .tls_ca_file("/etc/redlock/ca.crt")
+    ///     .tls_client_cert("/etc/redlock/client.crt", "/etc/redlock/client.key");
+    /// # let _ = builder;
+    /// ```
+    pub fn tls_ca_file(mut self, path: impl Into<PathBuf>) -> Self {
+        self.tls.ca = Some(path.into());
+        self
+    }
+
+    /// Presents this client certificate (PEM, any intermediate certificates
+    /// after it) and private key (PEM) to `rediss://` nodes: mutual TLS,
+    /// which Redis requires by default (`tls-auth-clients yes`). Read by
+    /// [`RedlockBuilder::build`].
+    pub fn tls_client_cert(
+        mut self,
+        cert_path: impl Into<PathBuf>,
+        key_path: impl Into<PathBuf>,
+    ) -> Self {
+        self.tls.client = Some((cert_path.into(), key_path.into()));
         self
     }
 
@@ -227,7 +263,10 @@ impl RedlockBuilder {
     ///   same node listed twice (identical URLs once the host's case, the
     ///   default port and database are normalised), or two members that
     ///   turn out to be the same Redis server (same `run_id`: an alias,
-    ///   `localhost` next to `127.0.0.1`, two forwarded ports).
+    ///   `localhost` next to `127.0.0.1`, two forwarded ports); a TLS file
+    ///   that is missing or holds no PEM of the right type (the message
+    ///   names the file); a URL with a `#fragment`; a plain `redis://` URL
+    ///   when TLS files are given.
     /// - [`Error::ModuleNotLoaded`]: a reachable node runs without the module.
     /// - [`Error::NoQuorum`]: fewer than a majority of the nodes could be
     ///   reached and checked within the connect timeout.
@@ -268,10 +307,11 @@ impl RedlockBuilder {
                 "retry attempts must be at least 1".into(),
             ));
         }
+        let tls = self.tls.load()?;
         let nodes = self
             .urls
             .iter()
-            .map(|url| Node::new(url, self.node_timeout, self.connect_timeout))
+            .map(|url| Node::new(url, self.node_timeout, self.connect_timeout, tls.as_ref()))
             .collect::<Result<Box<[_]>, _>>()?;
         let endpoints: Vec<Endpoint> = nodes.iter().map(|n| n.endpoint().clone()).collect();
         if let Some(&(i, j)) = identical_urls(&endpoints).first() {

@@ -45,6 +45,17 @@ pub enum Error {
         node: String,
     },
 
+    /// The nodes' ACL does not let the connecting user run this command on
+    /// this key (`NOPERM`).
+    #[error("permission denied by the ACL of {}: {detail}; grant the user the REDLOCK commands on this key (e.g. ~locks:* +redlock.acquire +redlock.release +redlock.extend +redlock.fence +redlock.inspect)", .nodes.join(", "))]
+    PermissionDenied {
+        /// The nodes that refused.
+        nodes: Vec<String>,
+        /// The server's reply, e.g. `NOPERM this user has no permissions to
+        /// access one of the keys used as arguments`.
+        detail: String,
+    },
+
     /// Nodes refused new locks because they restarted recently without
     /// durable persistence (the module's restart guard,
     /// `redlock.restart-grace-ms`).
@@ -154,6 +165,11 @@ pub(crate) enum NodeFailure {
     },
     /// The node refused an argument (`ERR invalid …`).
     BadArgument(String),
+    /// The node's ACL refused the command or key (`NOPERM …`).
+    NoPermission(String),
+    /// The node wants a password, or refused the one given (`NOAUTH`,
+    /// `WRONGPASS`).
+    AuthFailed(String),
     /// Any other error reply.
     Refused(String),
     /// A reply of a type the command never gives.
@@ -177,6 +193,8 @@ impl fmt::Display for NodeFailure {
             NodeFailure::ModuleNotLoaded => f.write_str("the redlock module is not loaded"),
             NodeFailure::Grace { message, .. } => f.write_str(message),
             NodeFailure::BadArgument(e) | NodeFailure::Refused(e) => f.write_str(e),
+            NodeFailure::NoPermission(e) => write!(f, "permission denied: {e}"),
+            NodeFailure::AuthFailed(e) => write!(f, "authentication failed: {e}"),
             NodeFailure::Unexpected(e) => write!(f, "unexpected reply: {e}"),
             NodeFailure::WriteBack(e) => write!(f, "write-back failed: {e}"),
             NodeFailure::SameServer { twin } => {
@@ -203,6 +221,10 @@ impl NodeFailure {
                         remaining: parse_grace_remaining(detail),
                         message: text,
                     }
+                } else if code == "NOAUTH" || code == "WRONGPASS" {
+                    NodeFailure::AuthFailed(text)
+                } else if code == "NOPERM" {
+                    NodeFailure::NoPermission(text)
                 } else if code == "ERR" && detail.starts_with("invalid ") {
                     NodeFailure::BadArgument(text)
                 } else {

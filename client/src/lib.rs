@@ -15,6 +15,7 @@ mod node;
 mod quorum;
 mod redlock;
 mod tally;
+mod tls;
 mod waiting;
 mod with_lock;
 

@@ -43,6 +43,7 @@ use redis::{AsyncConnectionConfig, Client, Cmd, Value};
 
 use crate::error::{Error, NodeFailure};
 use crate::identity::{parse_run_id, Endpoint, ServerId};
+use crate::tls::TlsSettings;
 
 /// The settings of every node's connection; see the module docs for what
 /// the rounds rely on.
@@ -79,6 +80,8 @@ pub(crate) struct Node {
     timeout: Duration,
     /// Bound on establishing a connection (TCP, TLS, AUTH, setup).
     connect_timeout: Duration,
+    /// A `rediss://` node.
+    tls: bool,
     state: Mutex<ConnState>,
     /// Idle connections for blocking commands (`REDLOCK.WAIT`), which never
     /// go through the shared connection: a blocked command would stall
@@ -132,15 +135,21 @@ impl Node {
         url: &str,
         timeout: Duration,
         connect_timeout: Duration,
+        tls_settings: Option<&TlsSettings>,
     ) -> Result<Arc<Self>, Error> {
-        if url.starts_with("rediss://") {
+        crate::tls::check_url(url, &redact(url), tls_settings)?;
+        if url
+            .get(..9)
+            .is_some_and(|s| s.eq_ignore_ascii_case("rediss://"))
+        {
             ensure_tls_provider();
         }
-        let client = Client::open(url)
+        let client = crate::tls::client(url, tls_settings)
             .map_err(|e| Error::InvalidArgument(format!("bad node URL {:?}: {e}", redact(url))))?;
         let info = client.get_connection_info();
         let addr = info.addr().to_string().into_boxed_str();
         let endpoint = Endpoint::of(info);
+        let tls = matches!(info.addr(), redis::ConnectionAddr::TcpTls { .. });
         Ok(Arc::new(Node {
             addr,
             url: redact(url).into_boxed_str(),
@@ -148,6 +157,7 @@ impl Node {
             client,
             timeout,
             connect_timeout,
+            tls,
             state: Mutex::new(ConnState::default()),
             blocking: Mutex::new(Vec::new()),
         }))
@@ -204,7 +214,7 @@ impl Node {
                 "connect timed out after {} ms",
                 self.connect_timeout.as_millis()
             )),
-            Ok(Err(e)) => Err(e.to_string()),
+            Ok(Err(e)) => Err(self.explain_connect_failure(&e).await),
             Ok(Ok(conn)) => Ok(conn),
         };
         let result = match result {
@@ -228,6 +238,28 @@ impl Node {
                 state.last_error = Some(e.clone());
                 Err(NodeFailure::NotConnected(e))
             }
+        }
+    }
+
+    /// Why a connection attempt failed, in words that say what to do.
+    ///
+    /// A TLS server that refuses the client (no client certificate, one it
+    /// does not trust) sends its alert after the handshake; the multiplexed
+    /// connection then only reports that its driver stopped. One plain
+    /// synchronous attempt, which reports the alert itself, finds the
+    /// reason.
+    async fn explain_connect_failure(&self, err: &redis::RedisError) -> String {
+        let text = crate::tls::describe_connect_error(err);
+        if !self.tls || !text.contains("unexpectedly terminated") {
+            return text;
+        }
+        let client = self.client.clone();
+        let timeout = self.connect_timeout;
+        let attempt =
+            tokio::task::spawn_blocking(move || client.get_connection_with_timeout(timeout).err());
+        match attempt.await {
+            Ok(Some(sync_err)) => crate::tls::describe_connect_error(&sync_err),
+            _ => text,
         }
     }
 
@@ -335,7 +367,10 @@ impl Node {
         match self.call_within(&probe, Some(self.connect_timeout)).await.1 {
             Ok(_)
             | Err(
-                NodeFailure::Refused(_) | NodeFailure::BadArgument(_) | NodeFailure::Grace { .. },
+                NodeFailure::Refused(_)
+                | NodeFailure::BadArgument(_)
+                | NodeFailure::Grace { .. }
+                | NodeFailure::NoPermission(_),
             ) => Ok(()),
             Err(e) => Err(e),
         }
@@ -374,7 +409,11 @@ impl Node {
                             self.connect_timeout.as_millis()
                         )))
                     }
-                    Ok(Err(e)) => return Err(NodeFailure::NotConnected(e.to_string())),
+                    Ok(Err(e)) => {
+                        return Err(NodeFailure::NotConnected(
+                            self.explain_connect_failure(&e).await,
+                        ))
+                    }
                     Ok(Ok(conn)) => conn,
                 }
             }
@@ -510,6 +549,7 @@ mod tests {
             "http://x:pw@nowhere",
             Duration::from_millis(1),
             Duration::from_millis(1),
+            None,
         )
         .err()
         .expect("bad scheme");

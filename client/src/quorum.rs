@@ -305,6 +305,20 @@ impl Quorum {
                     node: self.nodes[failed[0].0].addr().to_string(),
                 };
             }
+            if let Some((_, NodeFailure::NoPermission(detail))) = failed.first() {
+                if failed
+                    .iter()
+                    .all(|(_, e)| matches!(e, NodeFailure::NoPermission(_)))
+                {
+                    return Error::PermissionDenied {
+                        nodes: failed
+                            .iter()
+                            .map(|(i, _)| self.nodes[*i].addr().to_string())
+                            .collect(),
+                        detail: detail.clone(),
+                    };
+                }
+            }
             if failed
                 .iter()
                 .all(|(_, e)| matches!(e, NodeFailure::Grace { .. }))

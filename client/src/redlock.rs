@@ -134,6 +134,7 @@ impl Redlock {
             retry: RetryPolicy::default(),
             drift_factor: DEFAULT_DRIFT_FACTOR,
             clock_floor: true,
+            tls: Default::default(),
             #[cfg(feature = "danger-test-switches")]
             danger: Default::default(),
         }

@@ -12,6 +12,9 @@
 //! ```
 
 pub mod proxy;
+pub mod tls;
+
+pub use tls::TestPki;
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
@@ -63,6 +66,10 @@ pub struct NodeBuilder {
     module_args: Vec<String>,
     configs: Vec<(String, String)>,
     env: Vec<(String, String)>,
+    /// TLS only (`--port 0`, `--tls-port`), with these certificates.
+    tls: Option<TestPki>,
+    /// ACL users, one `user` line each (rules separated by spaces).
+    users: Vec<String>,
 }
 
 impl NodeBuilder {
@@ -91,6 +98,25 @@ impl NodeBuilder {
         self.module = None;
         self.configs
             .retain(|(name, _)| !name.starts_with("redlock."));
+        self
+    }
+
+    /// Serves TLS only: `--tls-port` with the server certificate of `pki`,
+    /// `--tls-ca-cert-file` its CA and `tls-auth-clients yes` (clients must
+    /// present a certificate signed by that CA), and `--port 0` (no plain
+    /// TCP). [`Node::url`] is then `rediss://…`; the test kit's own
+    /// connections ([`Node::connection`]) use a Unix socket.
+    pub fn tls(mut self, pki: &TestPki) -> Self {
+        self.tls = Some(pki.clone());
+        self
+    }
+
+    /// Adds an ACL user, as the `user` line of redis.conf:
+    /// `"locker on >secret ~locks:* -@all +redlock.acquire"`. The default
+    /// user stays as it is (no password), for the test kit's own
+    /// connections.
+    pub fn acl_user(mut self, line: &str) -> Self {
+        self.users.push(line.to_string());
         self
     }
 
@@ -144,6 +170,8 @@ impl Node {
                 ("save".into(), "".into()),
                 ("redlock.restart-grace-ms".into(), "0".into()),
             ],
+            tls: None,
+            users: Vec::new(),
         }
     }
 
@@ -154,10 +182,31 @@ impl Node {
 
     fn spawn(&mut self) -> Result<(), String> {
         let mut cmd = Command::new("redis-server");
-        cmd.current_dir(self.dir.path())
-            .arg("--port")
-            .arg(self.port.to_string())
-            .arg("--bind")
+        cmd.current_dir(self.dir.path());
+        match &self.spec.tls {
+            None => {
+                cmd.arg("--port").arg(self.port.to_string());
+            }
+            Some(pki) => {
+                cmd.arg("--port")
+                    .arg("0")
+                    .arg("--tls-port")
+                    .arg(self.port.to_string())
+                    .arg("--tls-cert-file")
+                    .arg(pki.server_cert())
+                    .arg("--tls-key-file")
+                    .arg(pki.server_key())
+                    .arg("--tls-ca-cert-file")
+                    .arg(pki.ca_cert())
+                    .arg("--tls-auth-clients")
+                    .arg("yes")
+                    .arg("--unixsocket")
+                    .arg(self.socket_path())
+                    .arg("--unixsocketperm")
+                    .arg("700");
+            }
+        }
+        cmd.arg("--bind")
             .arg("127.0.0.1")
             .arg("--dir")
             .arg(self.dir.path())
@@ -165,6 +214,10 @@ impl Node {
             .arg(self.dir.path().join("redis.log"))
             .arg("--daemonize")
             .arg("no");
+        for user in &self.spec.users {
+            // One argument per rule: redis-server quotes each argument.
+            cmd.arg("--user").args(user.split_whitespace());
+        }
         if let Some(module) = &self.spec.module {
             cmd.arg("--loadmodule").arg(module);
             cmd.args(&self.spec.module_args);
@@ -197,7 +250,7 @@ impl Node {
     }
 
     fn try_ping(&self) -> bool {
-        let Ok(client) = redis::Client::open(self.url()) else {
+        let Ok(client) = redis::Client::open(self.admin_url()) else {
             return false;
         };
         let Ok(mut con) = client.get_connection_with_timeout(Duration::from_millis(200)) else {
@@ -212,9 +265,42 @@ impl Node {
         self.port
     }
 
-    /// `redis://127.0.0.1:PORT`.
+    /// `redis://127.0.0.1:PORT`, or `rediss://127.0.0.1:PORT` for a TLS
+    /// node.
     pub fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}", self.port)
+        let scheme = if self.spec.tls.is_some() {
+            "rediss"
+        } else {
+            "redis"
+        };
+        format!("{scheme}://{}", self.addr())
+    }
+
+    /// `redis://user:password@127.0.0.1:PORT` (`rediss://` for a TLS node);
+    /// an empty `user` gives the password-only form `redis://:password@…`.
+    pub fn url_as(&self, user: &str, password: &str) -> String {
+        let url = self.url();
+        let (scheme, rest) = url.split_once("://").unwrap_or(("redis", &url));
+        format!("{scheme}://{user}:{password}@{rest}")
+    }
+
+    /// `127.0.0.1:PORT`.
+    pub fn addr(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    /// The Unix socket of a TLS node (for the test kit's own connections).
+    fn socket_path(&self) -> PathBuf {
+        self.dir.path().join("redis.sock")
+    }
+
+    /// The URL of the test kit's own connections: the node's URL, or its
+    /// Unix socket for a TLS node (no client certificate needed).
+    fn admin_url(&self) -> String {
+        match self.spec.tls {
+            None => self.url(),
+            Some(_) => format!("redis+unix://{}", self.socket_path().display()),
+        }
     }
 
     /// The node's data folder.
@@ -227,11 +313,12 @@ impl Node {
         self.child.as_ref().map(Child::id)
     }
 
-    /// A new synchronous connection.
+    /// A new synchronous connection as the default user (over the Unix
+    /// socket for a TLS node).
     pub fn connection(&self) -> redis::Connection {
-        redis::Client::open(self.url())
+        redis::Client::open(self.admin_url())
             .and_then(|c| c.get_connection_with_timeout(Duration::from_secs(5)))
-            .unwrap_or_else(|e| panic!("connect to {}: {e}", self.url()))
+            .unwrap_or_else(|e| panic!("connect to {}: {e}", self.admin_url()))
     }
 
     /// The end of the server log (for failure messages).
@@ -246,7 +333,7 @@ impl Node {
         let Some(mut child) = self.child.take() else {
             return;
         };
-        if let Ok(client) = redis::Client::open(self.url()) {
+        if let Ok(client) = redis::Client::open(self.admin_url()) {
             if let Ok(mut con) = client.get_connection_with_timeout(Duration::from_millis(500)) {
                 let _: redis::RedisResult<()> =
                     redis::cmd("SHUTDOWN").arg("NOSAVE").query(&mut con);

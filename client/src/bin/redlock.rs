@@ -1,6 +1,10 @@
 //! `redlock`: take, release, inspect and run under fenced Redlock locks from
 //! the shell. See `redlock --help`.
 
+#[path = "redlock/job.rs"]
+mod job;
+
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -34,12 +38,17 @@ Exit codes:
 
 Durations: 500ms, 30s, 2m, 1h (decimals allowed: 1.5s).
 
+Environment: REDLOCK_NODES, REDLOCK_TLS_CA, REDLOCK_TLS_CERT and REDLOCK_TLS_KEY stand for
+--nodes, --tls-ca, --tls-cert and --tls-key.
+
 Examples:
   export REDLOCK_NODES=redis://10.0.0.1:6379,redis://10.0.0.2:6379,redis://10.0.0.3:6379
   redlock acquire reports --ttl 30s
   redlock release reports --owner 5c0e9f5e-1d7a-4b8e-9a56-3f1f0f6c2d11
   redlock inspect reports
-  redlock run nightly-backup --ttl 30s -- ./backup.sh --full   # token in $REDLOCK_TOKEN";
+  redlock run nightly-backup --ttl 30s -- ./backup.sh --full   # token in $REDLOCK_TOKEN
+  REDLOCK_NODES=rediss://locker:pw@10.0.0.1:6380,… \\
+    redlock --tls-ca ca.crt --tls-cert client.crt --tls-key client.key acquire locks:reports";
 
 /// Fenced distributed locks over a Redlock quorum of Redis masters running
 /// the redlock module.
@@ -47,7 +56,9 @@ Examples:
 #[command(name = "redlock", version, after_help = AFTER_HELP)]
 struct Cli {
     /// Node URLs, comma-separated: redis://host:port, rediss://host:port (TLS),
-    /// redis://user:password@host:port (ACL). Usually 5 independent masters.
+    /// redis://user:password@host:port (ACL user), redis://:password@host:port
+    /// (requirepass). Usually 5 independent masters. Prefer REDLOCK_NODES
+    /// for URLs with passwords: command lines are visible to other users.
     #[arg(
         long,
         env = "REDLOCK_NODES",
@@ -57,6 +68,33 @@ struct Cli {
     )]
     nodes: Vec<String>,
 
+    /// PEM file of the CA that signed the nodes' TLS certificates (for
+    /// rediss:// nodes; default: the system's trust store). Certificate
+    /// verification cannot be turned off.
+    #[arg(long, env = "REDLOCK_TLS_CA", value_name = "FILE", global = true)]
+    tls_ca: Option<PathBuf>,
+
+    /// PEM file of the client certificate for mutual TLS (Redis's default
+    /// `tls-auth-clients yes`); needs --tls-key.
+    #[arg(
+        long,
+        env = "REDLOCK_TLS_CERT",
+        value_name = "FILE",
+        requires = "tls_key",
+        global = true
+    )]
+    tls_cert: Option<PathBuf>,
+
+    /// PEM file of the client certificate's private key; needs --tls-cert.
+    #[arg(
+        long,
+        env = "REDLOCK_TLS_KEY",
+        value_name = "FILE",
+        requires = "tls_cert",
+        global = true
+    )]
+    tls_key: Option<PathBuf>,
+
     /// Print results as JSON on stdout (and errors as JSON on stderr).
     #[arg(long, global = true)]
     json: bool,
@@ -64,6 +102,10 @@ struct Cli {
     /// Longest wait for one node's reply.
     #[arg(long, default_value = "200ms", value_parser = parse_duration, global = true)]
     node_timeout: Duration,
+
+    /// Longest wait for a connection to one node (TCP, TLS handshake, AUTH).
+    #[arg(long, default_value = "1s", value_parser = parse_duration, global = true)]
+    connect_timeout: Duration,
 
     #[command(subcommand)]
     command: Command,
@@ -102,11 +144,29 @@ enum Command {
     /// Run a command while holding the lock, like flock(1) for a fleet.
     ///
     /// The lock is extended while the command runs; the token is passed in
-    /// REDLOCK_TOKEN (and the key in REDLOCK_KEY); if the lock is lost, the
-    /// command gets SIGTERM, then SIGKILL after --kill-after, and redlock
-    /// exits with code 4; otherwise redlock exits with the command's status.
-    /// The lock is released when the command exits. SIGTERM, SIGINT and
-    /// SIGHUP sent to redlock are passed on to the command.
+    /// REDLOCK_TOKEN (and the key in REDLOCK_KEY). The command runs in a
+    /// process group of its own, and every signal goes to that whole group,
+    /// so that no process it started outlives the lock:
+    ///
+    /// - lock lost: SIGTERM, then SIGKILL after --kill-after; exit code 4.
+    ///
+    /// - SIGTERM, SIGINT, SIGHUP or SIGQUIT sent to redlock: passed on, then
+    ///   SIGKILL after --kill-after; redlock exits with the command's status.
+    ///
+    /// - the command exits but left processes in its group: they get
+    ///   SIGTERM, then SIGKILL after --kill-after.
+    ///
+    /// The lock is released only once no process of the group is left;
+    /// redlock then exits with the command's status.
+    ///
+    /// Terminal: when redlock is the foreground job of a terminal, the
+    /// command's group gets the terminal while it runs (as a shell does for
+    /// a job): the command reads typed input, and Ctrl-C, Ctrl-\ and Ctrl-Z
+    /// reach its whole group (after Ctrl-C ended the command, redlock
+    /// releases the lock and dies of SIGINT too). Ctrl-Z stops redlock too (the lease is not
+    /// extended while stopped; a stop longer than the lease loses the lock);
+    /// `fg` resumes both. Run in the background or without a terminal, the
+    /// terminal is left alone.
     Run {
         /// The lock's name.
         key: String,
@@ -116,7 +176,8 @@ enum Command {
         /// Keep trying for about this long while the lock is busy.
         #[arg(long, default_value = "0s", value_parser = parse_duration)]
         wait: Duration,
-        /// When the lock is lost: time between SIGTERM and SIGKILL.
+        /// Time between SIGTERM (or the signal passed on) and SIGKILL to the
+        /// command's process group.
         #[arg(long, default_value = "10s", value_parser = parse_duration)]
         kill_after: Duration,
         /// The command and its arguments, after `--`.
@@ -163,6 +224,7 @@ impl Out {
             Error::NoQuorum { .. } => ("no_quorum", EXIT_ERROR),
             Error::ModuleNotLoaded { .. } => ("module_not_loaded", EXIT_ERROR),
             Error::RestartGuard { .. } => ("restart_guard", EXIT_ERROR),
+            Error::PermissionDenied { .. } => ("permission_denied", EXIT_ERROR),
             Error::ExpiredBeforeUse { .. } => ("expired_before_use", EXIT_ERROR),
             Error::Lost { .. } => ("lost", EXIT_LOST),
             Error::InvalidArgument(_) => ("invalid_argument", EXIT_USAGE),
@@ -192,11 +254,17 @@ fn attempts_for(wait: Duration) -> RetryPolicy {
 }
 
 async fn connect(cli: &Cli, wait: Duration) -> Result<Redlock, Error> {
-    Redlock::builder(cli.nodes.iter().filter(|n| !n.trim().is_empty()).cloned())
+    let mut builder = Redlock::builder(cli.nodes.iter().filter(|n| !n.trim().is_empty()).cloned())
         .node_timeout(cli.node_timeout)
-        .retry(attempts_for(wait))
-        .build()
-        .await
+        .connect_timeout(cli.connect_timeout)
+        .retry(attempts_for(wait));
+    if let Some(ca) = &cli.tls_ca {
+        builder = builder.tls_ca_file(ca);
+    }
+    if let (Some(cert), Some(key)) = (&cli.tls_cert, &cli.tls_key) {
+        builder = builder.tls_client_cert(cert, key);
+    }
+    builder.build().await
 }
 
 fn main() -> ExitCode {
@@ -383,9 +451,17 @@ async fn inspect(redlock: &Redlock, out: Out, key: &str) -> u8 {
 
 /// How the command under `run` ended.
 enum RunEnd {
-    Exited(std::process::ExitStatus),
+    /// The command exited (and its whole process group is gone);
+    /// `terminal`: its group had the terminal.
+    Exited {
+        status: std::process::ExitStatus,
+        terminal: bool,
+    },
+    /// The lock was lost; the group was terminated (the command's status).
     Lost(Option<std::process::ExitStatus>),
+    /// The command could not be started.
     NotStarted(std::io::Error),
+    /// Waiting for the command failed (its group was still terminated).
     WaitFailed(std::io::Error),
 }
 
@@ -398,30 +474,63 @@ fn status_code(status: std::process::ExitStatus) -> u8 {
     }
 }
 
-fn send_signal(child: &tokio::process::Child, sig: libc::c_int) {
-    if let Some(pid) = child.id() {
-        // SAFETY: kill(2) on the pid of our own child, which we have not reaped.
-        unsafe {
-            libc::kill(pid as libc::pid_t, sig);
+/// How often `run` checks whether the rest of the command's group is gone
+/// after the command itself exited.
+const GROUP_POLL: Duration = Duration::from_millis(10);
+
+/// The signals that ask `run` to stop; they are passed on to the
+/// command's group.
+struct StopSignals(Vec<(libc::c_int, tokio::signal::unix::Signal)>);
+
+impl StopSignals {
+    fn install() -> Self {
+        use tokio::signal::unix::{signal, SignalKind};
+        StopSignals(
+            [
+                (libc::SIGTERM, SignalKind::terminate()),
+                (libc::SIGINT, SignalKind::interrupt()),
+                (libc::SIGHUP, SignalKind::hangup()),
+                (libc::SIGQUIT, SignalKind::quit()),
+            ]
+            .into_iter()
+            .filter_map(|(number, kind)| signal(kind).ok().map(|s| (number, s)))
+            .collect(),
+        )
+    }
+
+    /// The next stop signal received.
+    async fn next(&mut self) -> libc::c_int {
+        if self.0.is_empty() {
+            return std::future::pending().await;
         }
+        let waits = self.0.iter_mut().map(|(number, s)| {
+            let number = *number;
+            Box::pin(async move {
+                s.recv().await;
+                number
+            })
+        });
+        futures_util::future::select_all(waits).await.0
     }
 }
 
-/// SIGTERM, then SIGKILL after `kill_after`; reaps the child.
-async fn terminate(
-    child: &mut tokio::process::Child,
-    kill_after: Duration,
-) -> Option<std::process::ExitStatus> {
-    send_signal(child, libc::SIGTERM);
-    match tokio::time::timeout(kill_after, child.wait()).await {
-        Ok(status) => status.ok(),
-        Err(_) => {
-            let _ = child.start_kill();
-            child.wait().await.ok()
+/// The next SIGCHLD (never, when it could not be watched).
+async fn child_changed(sigchld: &mut Option<tokio::signal::unix::Signal>) {
+    match sigchld {
+        Some(s) => {
+            s.recv().await;
         }
+        None => std::future::pending().await,
     }
 }
 
+/// Runs the command in a process group of its own while the lock is held.
+///
+/// The group is signalled as a whole: SIGTERM when the lock is lost or
+/// when the command exited and left processes behind, the received signal
+/// when `run` is asked to stop (SIGTERM, SIGINT, SIGHUP, SIGQUIT); SIGKILL
+/// `kill_after` after the first of these. The closure returns (and the lock
+/// is released) only once no process of the group is left.
 async fn run_command(
     redlock: &Redlock,
     out: Out,
@@ -430,46 +539,78 @@ async fn run_command(
     kill_after: Duration,
     argv: &[String],
 ) -> u8 {
-    use tokio::signal::unix::{signal, SignalKind};
     let Some((program, args)) = argv.split_first() else {
         return out.fail("invalid_argument", "no command given after --", EXIT_USAGE);
     };
     let result = redlock
         .with_lock(key, ttl, |guard| async move {
-            let spawned = tokio::process::Command::new(program)
+            // Installed before the command starts, so that no stop request
+            // can end `run` and leave the command running unlocked.
+            let mut stop_signals = StopSignals::install();
+            let mut sigchld =
+                tokio::signal::unix::signal(tokio::signal::unix::SignalKind::child()).ok();
+            job::adopt_orphans();
+            let terminal = job::Terminal::foreground();
+            let mut command = tokio::process::Command::new(program);
+            command
                 .args(args)
                 .env("REDLOCK_TOKEN", guard.token().to_string())
                 .env("REDLOCK_KEY", guard.key())
-                .kill_on_drop(true)
-                .spawn();
-            let mut child = match spawned {
-                Ok(child) => child,
+                .kill_on_drop(true);
+            let (mut child, group) = match job::spawn(&mut command, terminal.as_ref()) {
+                Ok(started) => started,
                 Err(e) => return RunEnd::NotStarted(e),
             };
-            // Forward termination signals to the command, and keep waiting
-            // for it (the lock is released after it exits).
-            let mut term = signal(SignalKind::terminate()).ok();
-            let mut int = signal(SignalKind::interrupt()).ok();
-            let mut hup = signal(SignalKind::hangup()).ok();
-            async fn recv(s: &mut Option<tokio::signal::unix::Signal>) {
-                match s {
-                    Some(s) => {
-                        s.recv().await;
+            let leader = child.id();
+            let mut status: Option<std::io::Result<std::process::ExitStatus>> = None;
+            let mut lost = false;
+            let mut kill_at: Option<tokio::time::Instant> = None;
+            let mut killed = false;
+            let stop = |sig: libc::c_int, kill_at: &mut Option<tokio::time::Instant>| {
+                group.signal(sig);
+                kill_at.get_or_insert_with(|| tokio::time::Instant::now() + kill_after);
+            };
+            loop {
+                if status.is_some() {
+                    if group.is_gone() {
+                        break;
                     }
-                    None => std::future::pending().await,
+                    if kill_at.is_none() {
+                        tracing::debug!("the command exited and left processes in its group: terminating them");
+                        stop(libc::SIGTERM, &mut kill_at);
+                    }
+                }
+                let escalate = kill_at.filter(|_| !killed);
+                tokio::select! {
+                    s = child.wait(), if status.is_none() => status = Some(s),
+                    _ = guard.lost(), if !lost => {
+                        lost = true;
+                        stop(libc::SIGTERM, &mut kill_at);
+                    }
+                    sig = stop_signals.next() => stop(sig, &mut kill_at),
+                    _ = child_changed(&mut sigchld), if terminal.is_some() && status.is_none() => {
+                        if let (Some(terminal), Some(pid)) = (&terminal, leader) {
+                            follow_stop(terminal, group, pid);
+                        }
+                    }
+                    _ = tokio::time::sleep_until(escalate.unwrap_or_else(tokio::time::Instant::now)), if escalate.is_some() => {
+                        group.signal(libc::SIGKILL);
+                        killed = true;
+                    }
+                    _ = tokio::time::sleep(GROUP_POLL), if status.is_some() => {}
                 }
             }
-            loop {
-                tokio::select! {
-                    status = child.wait() => return match status {
-                        Ok(s) => RunEnd::Exited(s),
-                        Err(e) => RunEnd::WaitFailed(e),
-                    },
-                    _ = guard.lost() => return RunEnd::Lost(terminate(&mut child, kill_after).await),
-                    _ = recv(&mut term) => send_signal(&child, libc::SIGTERM),
-                    _ = recv(&mut int) => send_signal(&child, libc::SIGINT),
-                    _ = recv(&mut hup) => send_signal(&child, libc::SIGHUP),
-                }
+            let had_terminal = terminal.is_some();
+            drop(terminal);
+            match (status, lost) {
+                (Some(Ok(s)), true) => RunEnd::Lost(Some(s)),
+                (_, true) => RunEnd::Lost(None),
+                (Some(Ok(status)), false) => RunEnd::Exited {
+                    status,
+                    terminal: had_terminal,
+                },
+                (Some(Err(e)), false) => RunEnd::WaitFailed(e),
+                (None, false) => RunEnd::WaitFailed(std::io::Error::other("no exit status")),
             }
         })
         .await;
@@ -480,7 +621,13 @@ async fn run_command(
             EXIT_BUSY,
         ),
         Err(e) => out.error(&e),
-        Ok(RunEnd::Exited(status)) => status_code(status),
+        Ok(RunEnd::Exited { status, terminal }) => {
+            use std::os::unix::process::ExitStatusExt;
+            if terminal && status.signal() == Some(libc::SIGINT) {
+                die_of_sigint();
+            }
+            status_code(status)
+        }
         Ok(RunEnd::Lost(status)) => out.fail(
             "lost",
             &format!(
@@ -507,6 +654,38 @@ async fn run_command(
             EXIT_ERROR,
         ),
     }
+}
+
+/// Ends `redlock` by SIGINT, after Ctrl-C ended the command that had the
+/// terminal (the lock is released by then). Ctrl-C reached only the
+/// command's group; dying of the same signal tells a calling shell script
+/// that the user interrupted it, so that the script stops as well instead
+/// of going on with its next command.
+fn die_of_sigint() -> ! {
+    // SAFETY: resets SIGINT to its default action and raises it; no memory
+    // is involved.
+    unsafe {
+        libc::signal(libc::SIGINT, libc::SIG_DFL);
+        libc::raise(libc::SIGINT);
+    }
+    std::process::exit(128 + libc::SIGINT)
+}
+
+/// The command was stopped from the terminal (Ctrl-Z): stop `redlock` as
+/// well, so that the shell sees the job stopped and gets the terminal back;
+/// when `redlock` is continued, continue the command's group (in the
+/// foreground again after `fg`). The lease is not extended while `redlock`
+/// is stopped: a stop longer than the lease loses the lock.
+fn follow_stop(terminal: &job::Terminal, group: job::ProcessGroup, leader: u32) {
+    if !job::leader_stopped(leader) {
+        return;
+    }
+    terminal.take_back();
+    job::stop_self();
+    if terminal.owned() {
+        terminal.give_to(group);
+    }
+    group.signal(libc::SIGCONT);
 }
 
 #[cfg(test)]
