@@ -691,3 +691,78 @@ fn run_keeps_the_terminal_usable() {
     let v = json(&redlock(&urls, &["--json", "inspect", "tty"]));
     assert_eq!(v["held_on"], 0, "{v}");
 }
+
+/// `--wait` waits for the lock to free, woken by the nodes (`REDLOCK.WAIT`),
+/// for `acquire` and for `run`; without it a busy lock is exit code 3.
+#[test]
+fn wait_is_woken_by_the_nodes() {
+    let nodes = five();
+    let urls = nodes_arg(&nodes);
+    let woken = |nodes: &[redlock_testkit::Node]| -> u64 {
+        nodes
+            .iter()
+            .map(|n| {
+                let mut con = n.connection();
+                let info: String = redis::cmd("INFO").arg("redlock").query(&mut con).unwrap();
+                info.lines()
+                    .find_map(|l| l.strip_prefix("redlock_wait_woken:"))
+                    .and_then(|v| v.trim().parse::<u64>().ok())
+                    .unwrap_or(0)
+            })
+            .sum()
+    };
+    // Held for 800 ms by someone who never releases.
+    let out = redlock(&urls, &["--json", "acquire", "busy", "--ttl", "800ms"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let first = json(&out)["token"].as_u64().unwrap();
+    let started = Instant::now();
+    let out = redlock(
+        &urls,
+        &[
+            "--json", "acquire", "busy", "--ttl", "800ms", "--wait", "10s",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(json(&out)["token"].as_u64().unwrap() > first);
+    assert!(
+        started.elapsed() >= Duration::from_millis(500),
+        "{:?}",
+        started.elapsed()
+    );
+    assert!(
+        woken(&nodes) >= 3,
+        "acquire --wait did not block in REDLOCK.WAIT"
+    );
+
+    // run --wait: runs the command once the lock frees.
+    let before = woken(&nodes);
+    let out = redlock(
+        &urls,
+        &[
+            "run",
+            "busy",
+            "--ttl",
+            "5s",
+            "--wait",
+            "10s",
+            "--",
+            "sh",
+            "-c",
+            "echo ran-$REDLOCK_TOKEN",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(stdout(&out).starts_with("ran-"), "{}", stdout(&out));
+    assert!(
+        woken(&nodes) >= before + 3,
+        "run --wait did not block in REDLOCK.WAIT"
+    );
+
+    // A short --wait on a held lock: busy after about that long.
+    let out = redlock(&urls, &["acquire", "held", "--ttl", "20s"]);
+    assert_eq!(out.status.code(), Some(0));
+    let started = Instant::now();
+    let out = redlock(&urls, &["acquire", "held", "--wait", "300ms"]);
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    assert!(started.elapsed() >= Duration::from_millis(300));
+}

@@ -123,8 +123,9 @@ enum Command {
         /// Lease length.
         #[arg(long, default_value = "30s", value_parser = parse_duration)]
         ttl: Duration,
-        /// Keep trying for about this long while the lock is busy (default:
-        /// fail at once with exit code 3).
+        /// Wait up to this long for a busy lock, woken by the nodes when it
+        /// frees (no polling; first come, first served); default: fail at
+        /// once with exit code 3.
         #[arg(long, default_value = "0s", value_parser = parse_duration)]
         wait: Duration,
     },
@@ -173,7 +174,9 @@ enum Command {
         /// Lease length; the lock is extended about every ttl/3.
         #[arg(long, default_value = "30s", value_parser = parse_duration)]
         ttl: Duration,
-        /// Keep trying for about this long while the lock is busy.
+        /// Wait up to this long for a busy lock, woken by the nodes when it
+        /// frees (no polling; first come, first served); default: fail at
+        /// once with exit code 3.
         #[arg(long, default_value = "0s", value_parser = parse_duration)]
         wait: Duration,
         /// Time between SIGTERM (or the signal passed on) and SIGKILL to the
@@ -243,21 +246,14 @@ impl Out {
     }
 }
 
-fn attempts_for(wait: Duration) -> RetryPolicy {
-    let policy = RetryPolicy::default();
-    let per_try = policy.base_delay + policy.jitter / 2;
-    let extra = (wait.as_secs_f64() / per_try.as_secs_f64()).ceil() as u32;
-    RetryPolicy {
-        attempts: 1 + extra,
-        ..policy
-    }
-}
-
-async fn connect(cli: &Cli, wait: Duration) -> Result<Redlock, Error> {
+async fn connect(cli: &Cli) -> Result<Redlock, Error> {
+    // One attempt without --wait; with it, the waiting paths (woken by the
+    // nodes) take over, and the retry policy only paces retries after
+    // failures that are not "busy".
     let mut builder = Redlock::builder(cli.nodes.iter().filter(|n| !n.trim().is_empty()).cloned())
         .node_timeout(cli.node_timeout)
         .connect_timeout(cli.connect_timeout)
-        .retry(attempts_for(wait));
+        .retry(RetryPolicy::no_retry());
     if let Some(ca) = &cli.tls_ca {
         builder = builder.tls_ca_file(ca);
     }
@@ -294,11 +290,7 @@ fn main() -> ExitCode {
 }
 
 async fn run(cli: Cli, out: Out) -> u8 {
-    let wait = match &cli.command {
-        Command::Acquire { wait, .. } | Command::Run { wait, .. } => *wait,
-        _ => Duration::ZERO,
-    };
-    let redlock = match connect(&cli, wait).await {
+    let redlock = match connect(&cli).await {
         Ok(r) => r,
         Err(e) => return out.error(&e),
     };
@@ -309,10 +301,10 @@ async fn run(cli: Cli, out: Out) -> u8 {
         Command::Run {
             key,
             ttl,
+            wait,
             kill_after,
             command,
-            ..
-        } => run_command(&redlock, out, &key, ttl, kill_after, &command).await,
+        } => run_command(&redlock, out, &key, ttl, wait, kill_after, &command).await,
     }
 }
 
@@ -325,7 +317,7 @@ async fn acquire(redlock: &Redlock, out: Out, key: &str, ttl: Duration, wait: Du
             })
         })
     } else {
-        redlock.acquire(key, ttl).await
+        redlock.acquire_wait(key, ttl, wait).await
     };
     let lock = match result {
         Ok(lock) => lock,
@@ -536,84 +528,90 @@ async fn run_command(
     out: Out,
     key: &str,
     ttl: Duration,
+    wait: Duration,
     kill_after: Duration,
     argv: &[String],
 ) -> u8 {
     let Some((program, args)) = argv.split_first() else {
         return out.fail("invalid_argument", "no command given after --", EXIT_USAGE);
     };
-    let result = redlock
-        .with_lock(key, ttl, |guard| async move {
-            // Installed before the command starts, so that no stop request
-            // can end `run` and leave the command running unlocked.
-            let mut stop_signals = StopSignals::install();
-            let mut sigchld =
-                tokio::signal::unix::signal(tokio::signal::unix::SignalKind::child()).ok();
-            job::adopt_orphans();
-            let terminal = job::Terminal::foreground();
-            let mut command = tokio::process::Command::new(program);
-            command
-                .args(args)
-                .env("REDLOCK_TOKEN", guard.token().to_string())
-                .env("REDLOCK_KEY", guard.key())
-                .kill_on_drop(true);
-            let (mut child, group) = match job::spawn(&mut command, terminal.as_ref()) {
-                Ok(started) => started,
-                Err(e) => return RunEnd::NotStarted(e),
-            };
-            let leader = child.id();
-            let mut status: Option<std::io::Result<std::process::ExitStatus>> = None;
-            let mut lost = false;
-            let mut kill_at: Option<tokio::time::Instant> = None;
-            let mut killed = false;
-            let stop = |sig: libc::c_int, kill_at: &mut Option<tokio::time::Instant>| {
-                group.signal(sig);
-                kill_at.get_or_insert_with(|| tokio::time::Instant::now() + kill_after);
-            };
-            loop {
-                if status.is_some() {
-                    if group.is_gone() {
-                        break;
-                    }
-                    if kill_at.is_none() {
-                        tracing::debug!("the command exited and left processes in its group: terminating them");
-                        stop(libc::SIGTERM, &mut kill_at);
-                    }
+    let work = |guard: redlock_client::LockGuard| async move {
+        // Installed before the command starts, so that no stop request
+        // can end `run` and leave the command running unlocked.
+        let mut stop_signals = StopSignals::install();
+        let mut sigchld =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::child()).ok();
+        job::adopt_orphans();
+        let terminal = job::Terminal::foreground();
+        let mut command = tokio::process::Command::new(program);
+        command
+            .args(args)
+            .env("REDLOCK_TOKEN", guard.token().to_string())
+            .env("REDLOCK_KEY", guard.key())
+            .kill_on_drop(true);
+        let (mut child, group) = match job::spawn(&mut command, terminal.as_ref()) {
+            Ok(started) => started,
+            Err(e) => return RunEnd::NotStarted(e),
+        };
+        let leader = child.id();
+        let mut status: Option<std::io::Result<std::process::ExitStatus>> = None;
+        let mut lost = false;
+        let mut kill_at: Option<tokio::time::Instant> = None;
+        let mut killed = false;
+        let stop = |sig: libc::c_int, kill_at: &mut Option<tokio::time::Instant>| {
+            group.signal(sig);
+            kill_at.get_or_insert_with(|| tokio::time::Instant::now() + kill_after);
+        };
+        loop {
+            if status.is_some() {
+                if group.is_gone() {
+                    break;
                 }
-                let escalate = kill_at.filter(|_| !killed);
-                tokio::select! {
-                    s = child.wait(), if status.is_none() => status = Some(s),
-                    _ = guard.lost(), if !lost => {
-                        lost = true;
-                        stop(libc::SIGTERM, &mut kill_at);
-                    }
-                    sig = stop_signals.next() => stop(sig, &mut kill_at),
-                    _ = child_changed(&mut sigchld), if terminal.is_some() && status.is_none() => {
-                        if let (Some(terminal), Some(pid)) = (&terminal, leader) {
-                            follow_stop(terminal, group, pid);
-                        }
-                    }
-                    _ = tokio::time::sleep_until(escalate.unwrap_or_else(tokio::time::Instant::now)), if escalate.is_some() => {
-                        group.signal(libc::SIGKILL);
-                        killed = true;
-                    }
-                    _ = tokio::time::sleep(GROUP_POLL), if status.is_some() => {}
+                if kill_at.is_none() {
+                    tracing::debug!(
+                        "the command exited and left processes in its group: terminating them"
+                    );
+                    stop(libc::SIGTERM, &mut kill_at);
                 }
             }
-            let had_terminal = terminal.is_some();
-            drop(terminal);
-            match (status, lost) {
-                (Some(Ok(s)), true) => RunEnd::Lost(Some(s)),
-                (_, true) => RunEnd::Lost(None),
-                (Some(Ok(status)), false) => RunEnd::Exited {
-                    status,
-                    terminal: had_terminal,
-                },
-                (Some(Err(e)), false) => RunEnd::WaitFailed(e),
-                (None, false) => RunEnd::WaitFailed(std::io::Error::other("no exit status")),
+            let escalate = kill_at.filter(|_| !killed);
+            tokio::select! {
+                s = child.wait(), if status.is_none() => status = Some(s),
+                _ = guard.lost(), if !lost => {
+                    lost = true;
+                    stop(libc::SIGTERM, &mut kill_at);
+                }
+                sig = stop_signals.next() => stop(sig, &mut kill_at),
+                _ = child_changed(&mut sigchld), if terminal.is_some() && status.is_none() => {
+                    if let (Some(terminal), Some(pid)) = (&terminal, leader) {
+                        follow_stop(terminal, group, pid);
+                    }
+                }
+                _ = tokio::time::sleep_until(escalate.unwrap_or_else(tokio::time::Instant::now)), if escalate.is_some() => {
+                    group.signal(libc::SIGKILL);
+                    killed = true;
+                }
+                _ = tokio::time::sleep(GROUP_POLL), if status.is_some() => {}
             }
-        })
-        .await;
+        }
+        let had_terminal = terminal.is_some();
+        drop(terminal);
+        match (status, lost) {
+            (Some(Ok(s)), true) => RunEnd::Lost(Some(s)),
+            (_, true) => RunEnd::Lost(None),
+            (Some(Ok(status)), false) => RunEnd::Exited {
+                status,
+                terminal: had_terminal,
+            },
+            (Some(Err(e)), false) => RunEnd::WaitFailed(e),
+            (None, false) => RunEnd::WaitFailed(std::io::Error::other("no exit status")),
+        }
+    };
+    let result = if wait.is_zero() {
+        redlock.with_lock(key, ttl, work).await
+    } else {
+        redlock.with_lock_wait(key, ttl, wait, work).await
+    };
     match result {
         Err(Error::Busy { .. }) => out.fail(
             "busy",
@@ -702,12 +700,6 @@ mod tests {
         assert!(parse_duration("30").is_err());
         assert!(parse_duration("30x").is_err());
         assert!(parse_duration("s").is_err());
-    }
-
-    #[test]
-    fn wait_becomes_attempts() {
-        assert_eq!(attempts_for(Duration::ZERO).attempts, 1);
-        assert!(attempts_for(Duration::from_secs(3)).attempts >= 20);
     }
 
     #[test]
