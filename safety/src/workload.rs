@@ -302,10 +302,16 @@ async fn client_task(
                 .await;
             // The round that got the lock started after the wait: the
             // history takes that start (on its own clock) as the invocation.
+            // The instant is read before the history clock: a stop of this
+            // process between the two readings moves the start later (the
+            // check gets looser), never earlier (no false alarm).
             let started = match &result {
-                Ok(lock) => mono_ns()
-                    .saturating_sub(lock.started_at().elapsed().as_nanos() as u64)
-                    .max(called),
+                Ok(lock) => {
+                    let since_start = lock.started_at().elapsed();
+                    mono_ns()
+                        .saturating_sub(since_start.as_nanos() as u64)
+                        .max(called)
+                }
                 Err(_) => called,
             };
             rec.record_at(&Event {
