@@ -229,13 +229,33 @@ fn bounded(name: &'static str, bytes: &[u8], min: i64, max: i64) -> Result<i64, 
 
 /// A decimal integer: digits only with an optional leading `-`, as Redis
 /// itself reads integers. `Ok(None)` when it does not fit in an i64.
+///
+/// One pass over the digits (callgrind: validating, UTF-8 checking and
+/// `str::parse` took three passes, about 370 instructions per ACQUIRE).
+/// A negative number is accumulated downwards so that `i64::MIN` fits.
 fn integer(name: &'static str, bytes: &[u8]) -> Result<Option<i64>, CommandError> {
-    let digits = bytes.strip_prefix(b"-").unwrap_or(bytes);
-    if digits.is_empty() || !digits.iter().all(u8::is_ascii_digit) {
+    let (negative, digits) = match bytes.strip_prefix(b"-") {
+        Some(rest) => (true, rest),
+        None => (false, bytes),
+    };
+    if digits.is_empty() {
         return Err(CommandError::NotAnInteger(name));
     }
-    let text = std::str::from_utf8(bytes).map_err(|_| CommandError::NotAnInteger(name))?;
-    Ok(text.parse().ok())
+    let mut value: Option<i64> = Some(0);
+    for &b in digits {
+        if !b.is_ascii_digit() {
+            return Err(CommandError::NotAnInteger(name));
+        }
+        let digit = i64::from(b - b'0');
+        value = value.and_then(|v| v.checked_mul(10)).and_then(|v| {
+            if negative {
+                v.checked_sub(digit)
+            } else {
+                v.checked_add(digit)
+            }
+        });
+    }
+    Ok(value)
 }
 
 #[cfg(test)]
@@ -250,6 +270,36 @@ mod tests {
             .map(|a| &*Box::leak(a.as_bytes().to_vec().into_boxed_slice()))
             .collect();
         acquire(&owned, MAX)
+    }
+
+    #[test]
+    fn integers_parse_like_str_parse() {
+        for text in [
+            "0",
+            "-0",
+            "7",
+            "-7",
+            "007",
+            "60000",
+            "9223372036854775807",
+            "-9223372036854775808",
+            "9223372036854775808",
+            "-9223372036854775809",
+            "99999999999999999999999",
+        ] {
+            assert_eq!(
+                integer("n", text.as_bytes()),
+                Ok(text.parse::<i64>().ok()),
+                "{text}"
+            );
+        }
+        for text in ["", "-", "+1", "1-", "--1", "1.0", " 1", "1 ", "１"] {
+            assert_eq!(
+                integer("n", text.as_bytes()),
+                Err(CommandError::NotAnInteger("n")),
+                "{text:?}"
+            );
+        }
     }
 
     #[test]

@@ -13,6 +13,7 @@
 
 use std::fmt;
 use std::future::Future;
+use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::Poll;
 use std::time::Duration;
@@ -123,61 +124,42 @@ pub(crate) async fn fan_out(
     targets: impl Iterator<Item = usize> + Clone,
     cmd: Cmd,
     leftovers: Leftovers,
-    mut on_reply: impl FnMut(usize, Option<ServerId>, Result<Value, NodeFailure>) -> bool,
+    mut on_reply: impl FnMut(usize, Option<ServerId>, Result<Value, NodeFailure>) -> Next,
 ) -> (RoundEnd, Unanswered) {
-    // All nodes of one client share the timeout; take the largest anyway.
-    let timeout = targets
-        .clone()
-        .map(|i| nodes[i].timeout())
-        .max()
-        .unwrap_or_default();
-    let deadline = tokio::time::Instant::now() + timeout;
-    let cmd = Arc::new(cmd);
-    // `unconstrained`: tokio's cooperative budget could otherwise make a
-    // channel send return Pending in the first poll, so that a command is
-    // queued only later, possibly after a command the caller sends next
-    // (a RELEASE overtaken by its own ACQUIRE would leave the node locked).
-    let mut calls = FuturesUnordered::new();
-    let mut decided = false;
-    // Start every call here, in this one poll and in target order, before
-    // anything else: `FuturesUnordered` alone does not guarantee that. Its
-    // first `poll_next` stops early when a reply already woke one of its
-    // futures from another worker thread (measured: the first reply came
-    // back while 4 of 5 calls had not been polled yet), and a call that was
-    // not polled has not queued its command (see `node.rs`, "What the
-    // rounds rely on"). Calls that finish at once (no connection) are
-    // recorded now.
-    std::future::poll_fn(|cx| {
-        for i in targets.clone() {
-            let node = Arc::clone(&nodes[i]);
-            let cmd = Arc::clone(&cmd);
-            let mut call = Box::pin(tokio::task::unconstrained(async move {
-                let (id, reply) = node.call_untimed(&cmd).await;
-                (i, id, reply)
-            }));
-            match call.as_mut().poll(cx) {
-                Poll::Ready((i, id, reply)) => decided |= on_reply(i, id, reply),
-                Poll::Pending => calls.push(call),
-            }
-        }
-        Poll::Ready(())
-    })
-    .await;
-    if !calls.is_empty() && !decided {
+    let (mut calls, state, deadline, timeout) =
+        start_calls(nodes, targets, cmd, &mut on_reply).await;
+    if !calls.is_empty() && state != Next::Done {
         // One timer for the round instead of one per call: every call was
         // started above, in the same poll, so this is the same bound.
         let timer = tokio::time::sleep_until(deadline);
         tokio::pin!(timer);
+        // Set once the round is decided but lingers (see [`Next::Linger`]).
+        let mut lingering = false;
+        if let Next::Linger(until) = state {
+            lingering = true;
+            timer.as_mut().reset(until.min(deadline));
+        }
         loop {
             tokio::select! {
                 biased;
                 next = calls.next() => {
                     let Some((i, id, reply)) = next else { break };
-                    if on_reply(i, id, reply) {
-                        break;
+                    match on_reply(i, id, reply) {
+                        Next::Done => break,
+                        Next::Wait => {}
+                        Next::Linger(until) => {
+                            if !lingering {
+                                lingering = true;
+                                timer.as_mut().reset(until.min(deadline));
+                            }
+                        }
                     }
                 }
                 () = &mut timer => {
+                    if lingering {
+                        // Decided; the calls still pending are leftovers.
+                        break;
+                    }
                     // Past the bound: nothing left to finish.
                     return (RoundEnd::TimedOut(timeout), Unanswered::default());
                 }
@@ -205,6 +187,94 @@ pub(crate) async fn fan_out(
         }
     }
     (RoundEnd::Replied, Unanswered::default())
+}
+
+/// One node's call of a round: the node's index, its server identity when
+/// known, and the reply.
+type Call = Pin<
+    Box<dyn Future<Output = (usize, Option<ServerId>, Result<Value, NodeFailure>)> + Send + Sync>,
+>;
+
+/// The first half of [`fan_out`]: starts every call in one poll, in target
+/// order, and feeds the replies that are ready at once to `on_reply`.
+/// Returns the pending calls, what `on_reply` said last (`Done` wins), and the
+/// round's deadline and timeout (the largest per-node timeout of the
+/// targets). Once this returned, every command is queued on its node's
+/// connection.
+async fn start_calls(
+    nodes: &[Arc<Node>],
+    targets: impl Iterator<Item = usize> + Clone,
+    cmd: Cmd,
+    on_reply: &mut impl FnMut(usize, Option<ServerId>, Result<Value, NodeFailure>) -> Next,
+) -> (FuturesUnordered<Call>, Next, tokio::time::Instant, Duration) {
+    // All nodes of one client share the timeout; take the largest anyway.
+    let timeout = targets
+        .clone()
+        .map(|i| nodes[i].timeout())
+        .max()
+        .unwrap_or_default();
+    let deadline = tokio::time::Instant::now() + timeout;
+    let cmd = Arc::new(cmd);
+    // `unconstrained`: tokio's cooperative budget could otherwise make a
+    // channel send return Pending in the first poll, so that a command is
+    // queued only later, possibly after a command the caller sends next
+    // (a RELEASE overtaken by its own ACQUIRE would leave the node locked).
+    let calls = FuturesUnordered::new();
+    let mut state = Next::Wait;
+    // Start every call here, in this one poll and in target order, before
+    // anything else: `FuturesUnordered` alone does not guarantee that. Its
+    // first `poll_next` stops early when a reply already woke one of its
+    // futures from another worker thread (measured: the first reply came
+    // back while 4 of 5 calls had not been polled yet), and a call that was
+    // not polled has not queued its command (see `node.rs`, "What the
+    // rounds rely on"). Calls that finish at once (no connection) are
+    // recorded now.
+    std::future::poll_fn(|cx| {
+        for i in targets.clone() {
+            let node = Arc::clone(&nodes[i]);
+            let cmd = Arc::clone(&cmd);
+            let mut call: Call = Box::pin(tokio::task::unconstrained(async move {
+                let (id, reply) = node.call_untimed(&cmd).await;
+                (i, id, reply)
+            }));
+            match call.as_mut().poll(cx) {
+                Poll::Ready((i, id, reply)) => {
+                    state = match (state, on_reply(i, id, reply)) {
+                        (Next::Done, _) | (_, Next::Done) => Next::Done,
+                        (Next::Linger(until), _) | (_, Next::Linger(until)) => Next::Linger(until),
+                        (Next::Wait, Next::Wait) => Next::Wait,
+                    }
+                }
+                Poll::Pending => calls.push(call),
+            }
+        }
+        Poll::Ready(())
+    })
+    .await;
+    (calls, state, deadline, timeout)
+}
+
+/// What a round does after a reply.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Next {
+    /// Not decided: wait for more replies (up to the round's timer).
+    Wait,
+    /// Decided: stop waiting.
+    Done,
+    /// Decided, but keep collecting replies until every target answered or
+    /// this instant (bounded by the round's timer) passed, whichever comes
+    /// first; what is still pending then is a leftover.
+    Linger(tokio::time::Instant),
+}
+
+impl From<bool> for Next {
+    fn from(decided: bool) -> Self {
+        if decided {
+            Next::Done
+        } else {
+            Next::Wait
+        }
+    }
 }
 
 /// How [`fan_out`] ended.
@@ -378,6 +448,8 @@ impl Quorum {
         let mut tally = AcquireTally::new(self.node_count(), self.quorum);
         let mut votes = OneVotePerServer::new(self.node_count());
         let mut decided = None;
+        let started = tokio::time::Instant::now();
+        let mut busy_linger = None;
         let (end, unanswered) = fan_out(
             &self.nodes,
             0..self.node_count(),
@@ -385,8 +457,28 @@ impl Quorum {
             Leftovers::Return,
             |i, id, reply| {
                 let reply = self.one_vote(&mut votes, i, id, reply);
-                decided = tally.record(i, acquire_reply(reply));
-                decided.is_some()
+                let now = tally.record(i, acquire_reply(reply));
+                if decided.is_none() {
+                    decided = now;
+                    if matches!(decided, Some(AcquireOutcome::Busy { .. })) {
+                        let at = tokio::time::Instant::now();
+                        busy_linger = Some(at + (at - started));
+                    }
+                }
+                match (&decided, busy_linger) {
+                    // Busy: the nodes that have not answered yet would need
+                    // a RELEASE (they may have granted it), and under
+                    // contention they almost always answer "held" a moment
+                    // later. So wait for them, but never longer than the
+                    // round took to decide (a slow node costs a busy answer
+                    // at most twice its quorum latency); those still
+                    // unanswered then are released as before.
+                    (Some(_), Some(until)) if tally.replies().iter().any(Option::is_none) => {
+                        Next::Linger(until)
+                    }
+                    (Some(_), _) => Next::Done,
+                    (None, _) => Next::Wait,
+                }
             },
         )
         .await;
@@ -446,7 +538,7 @@ impl Quorum {
             |i, id, reply| {
                 let reply = self.one_vote(&mut votes, i, id, reply);
                 decided = fencing.record(i, fence_reply(reply));
-                decided.is_some()
+                decided.is_some().into()
             },
         )
         .await;
@@ -479,11 +571,55 @@ impl Quorum {
             Leftovers::Finish,
             |i, _, reply| {
                 replies[i] = Some(confirmation(reply));
-                false
+                Next::Wait
             },
         )
         .await;
         tracing::debug!(outcomes = %Outcomes(&self.nodes, &replies), "release of a failed attempt");
+    }
+
+    /// RELEASE on `targets` without waiting for a reply (a busy
+    /// `try_acquire`). Every command is queued on its node's connection
+    /// before this returns, so whatever this client sends a node next (in
+    /// particular the caller's next attempt) reaches it after the RELEASE
+    /// (property 2 in `node.rs`); a background task collects the replies,
+    /// bounded by the per-node timeout. `unanswered` (the attempt's own
+    /// unanswered ACQUIREs) is kept until then, so the RELEASE is queued
+    /// behind them.
+    ///
+    /// Why not a background task for the whole release: that task runs only
+    /// after the caller moved on, and a caller retrying at once (a
+    /// `try_acquire` loop) queued its next ACQUIRE first, which then found
+    /// the lock held by its own previous attempt on every node that granted
+    /// it; under contention that turned every split vote into another
+    /// busy round (measured in `docs/performance.md`, contended row).
+    pub(crate) async fn release_queued(
+        &self,
+        key: &str,
+        owner: &str,
+        targets: &[usize],
+        unanswered: Unanswered,
+    ) {
+        if targets.is_empty() {
+            return;
+        }
+        let mut cmd = redis::cmd("REDLOCK.RELEASE");
+        cmd.arg(key).arg(owner);
+        let (mut calls, _, deadline, _) =
+            start_calls(&self.nodes, targets.iter().copied(), cmd, &mut |_, _, _| {
+                Next::Wait
+            })
+            .await;
+        drop(unanswered);
+        if calls.is_empty() {
+            return;
+        }
+        if let Ok(handle) = tokio::runtime::Handle::try_current() {
+            handle.spawn(async move {
+                let rest = async { while calls.next().await.is_some() {} };
+                let _ = tokio::time::timeout_at(deadline, rest).await;
+            });
+        }
     }
 
     /// A RELEASE or EXTEND round on every node (replies 1 or 0), finished
@@ -501,7 +637,7 @@ impl Quorum {
             |i, id, reply| {
                 let reply = self.one_vote(&mut votes, i, id, reply);
                 decided = tally.record(i, confirmation(reply));
-                decided.is_some()
+                decided.is_some().into()
             },
         )
         .await;

@@ -245,8 +245,11 @@ impl Redlock {
     ///
     /// A failed attempt is released on the nodes that may have granted it
     /// (those that did not answer yet, timed out, or granted). When busy,
-    /// that release runs in the background so that the "busy" answer costs
-    /// one round trip; otherwise it completes before this returns.
+    /// the round first waits a little for the nodes that have not answered
+    /// (at most as long again as it took to decide; under contention they
+    /// answer "held" and need no RELEASE), then queues the RELEASE on the
+    /// rest before returning and collects their replies in the background;
+    /// otherwise the release completes before this returns.
     ///
     /// # Errors
     ///
@@ -279,19 +282,15 @@ impl Redlock {
             match self.attempt(key, ttl, owner).await {
                 Ok(lock) => Ok(Some(lock)),
                 Err((Error::Busy { .. }, leftovers)) => {
-                    if !leftovers.nodes.is_empty() {
-                        let inner = Arc::clone(&self.inner);
-                        let key = key.to_string();
-                        tokio::spawn(
-                            async move {
-                                inner
-                                    .quorum
-                                    .release_on(&key, owner.as_str(), &leftovers.nodes)
-                                    .await
-                            }
-                            .in_current_span(),
-                        );
-                    }
+                    self.inner
+                        .quorum
+                        .release_queued(
+                            key,
+                            owner.as_str(),
+                            &leftovers.nodes,
+                            leftovers._unanswered,
+                        )
+                        .await;
                     Ok(None)
                 }
                 Err((error, leftovers)) => {

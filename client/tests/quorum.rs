@@ -329,3 +329,41 @@ async fn clock_floor_keeps_tokens_increasing_after_counter_loss() {
         "without the floor the token goes back to {after_without}"
     );
 }
+
+/// A busy `try_acquire` leaves nothing that blocks the caller's next
+/// attempt: the nodes that granted it are released before it returns (the
+/// RELEASE is queued ahead of whatever the client sends next). Another
+/// owner holds three of five nodes, the busy attempt is granted the other
+/// two; once the other owner frees one node, that node and the two free
+/// ones are a quorum for the next attempt.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn busy_try_acquire_is_released_before_the_next_attempt() {
+    let nodes = five();
+    let redlock = client(&nodes).await;
+    let ttl = Duration::from_secs(10);
+    for round in 0..20 {
+        let key = format!("split:{round}");
+        for node in &nodes[..3] {
+            let granted: i64 = redis::cmd("REDLOCK.ACQUIRE")
+                .arg(&key)
+                .arg("other")
+                .arg(10_000)
+                .query(&mut node.connection())
+                .unwrap();
+            assert!(granted > 0);
+        }
+        assert!(redlock.try_acquire(&key, ttl).await.unwrap().is_none());
+        let released: i64 = redis::cmd("REDLOCK.RELEASE")
+            .arg(&key)
+            .arg("other")
+            .query(&mut nodes[0].connection())
+            .unwrap();
+        assert_eq!(released, 1);
+        let lock = redlock
+            .try_acquire(&key, ttl)
+            .await
+            .unwrap()
+            .unwrap_or_else(|| panic!("round {round}: three nodes are free for us"));
+        assert!(lock.release().await.unwrap());
+    }
+}
