@@ -130,7 +130,10 @@ fn reconnect_with_a_partial_resync(rule: &str) -> (usize, usize, bool) {
     take(&mut m, "linked", 3);
     let acked: i64 = redis::cmd("WAIT").arg(1).arg(5_000).query(&mut m).unwrap();
     assert_eq!(acked, 1);
-    // Cut the link from the master's side, lock names while it is down.
+    // Cut the link from the master's side, lock names while it is down. The
+    // replica is stopped meanwhile, so that it cannot reconnect before the
+    // names are locked.
+    replica.pause();
     let _: () = redis::cmd("CLIENT")
         .arg("KILL")
         .arg("TYPE")
@@ -142,6 +145,7 @@ fn reconnect_with_a_partial_resync(rule: &str) -> (usize, usize, bool) {
         info_field(&mut m, "replication", "connected_slaves").as_deref() == Some("0")
     });
     take(&mut m, "apart", 5);
+    replica.resume();
     wait_until(Duration::from_secs(20), "replica back", || link_up(&mut r));
     let acked: i64 = redis::cmd("WAIT").arg(1).arg(5_000).query(&mut m).unwrap();
     assert_eq!(acked, 1);
