@@ -34,13 +34,7 @@ fn check_seeded(con: &mut redis::Connection, context: &str) {
 }
 
 fn aof_files(node: &Node) -> String {
-    let mut text = String::new();
-    let dir = node.dir().join("appendonlydir");
-    for entry in std::fs::read_dir(dir).unwrap() {
-        let bytes = std::fs::read(entry.unwrap().path()).unwrap();
-        text.push_str(&String::from_utf8_lossy(&bytes));
-    }
-    text
+    String::from_utf8_lossy(&aof_bytes(node)).into_owned()
 }
 
 #[test]

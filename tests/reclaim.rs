@@ -480,20 +480,11 @@ fn a_replica_promoted_mid_sweep_continues() {
 fn memory_per_held_and_released_name() {
     let node = builder().start();
     let mut con = node.connection();
-    let usage = |con: &mut redis::Connection, key: &str| -> i64 {
-        redis::cmd("MEMORY")
-            .arg("USAGE")
-            .arg(key)
-            .arg("SAMPLES")
-            .arg(0)
-            .query(con)
-            .unwrap()
-    };
     let name = "lock:order:1234567";
     acquire_floor(&mut con, name, "0b9a4a2e-5c1f-4f7e", MAX_TTL_MS, now_us()).unwrap();
-    let held = usage(&mut con, name);
+    let held = memory_usage(&mut con, name);
     assert_eq!(release(&mut con, name, "0b9a4a2e-5c1f-4f7e"), 1);
-    let released = usage(&mut con, name);
+    let released = memory_usage(&mut con, name);
     let plain = "lock:order:7654321";
     let _: () = redis::cmd("SET")
         .arg(plain)
@@ -503,7 +494,7 @@ fn memory_per_held_and_released_name() {
         .arg(60_000)
         .query(&mut con)
         .unwrap();
-    let set = usage(&mut con, plain);
+    let set = memory_usage(&mut con, plain);
     println!(
         "MEMORY USAGE: held {held} B ({:.2}x), released {released} B ({:.2}x), SET NX PX {set} B",
         held as f64 / set as f64,

@@ -376,20 +376,14 @@ impl Node {
         }
     }
 
-    /// `REDLOCK.WAIT key timeout_ms QUEUE owner ticket` on a connection of
-    /// its own: `Ok(true)` when the lock is free on this node for `owner`
-    /// (at once, or when it frees and `owner` is first in the node's queue
-    /// by `ticket`), `Ok(false)` when the node's timeout passed first. Not
-    /// bounded by the per-node timeout (the caller bounds the whole wait);
-    /// dropping the future closes the connection, which ends the wait on
-    /// the node.
-    pub(crate) async fn wait_free(
-        &self,
-        key: &str,
-        timeout_ms: u64,
-        owner: &str,
-        ticket: u64,
-    ) -> Result<bool, NodeFailure> {
+    /// A `REDLOCK.WAIT` command (`key timeout QUEUE owner ticket`) on a
+    /// connection of its own: `Ok(true)` when the lock is free on this node
+    /// for the owner (at once, or when it frees and the owner is first in
+    /// the node's queue), `Ok(false)` when the node's timeout passed first.
+    /// Not bounded by the per-node timeout (the caller bounds the whole
+    /// wait); dropping the future closes the connection, which ends the
+    /// wait on the node.
+    pub(crate) async fn wait_free(&self, cmd: &Cmd) -> Result<bool, NodeFailure> {
         let idle = self
             .blocking
             .lock()
@@ -423,16 +417,10 @@ impl Node {
             conn: Some(conn),
             answered: false,
         };
-        let mut cmd = redis::cmd("REDLOCK.WAIT");
-        cmd.arg(key)
-            .arg(timeout_ms)
-            .arg("QUEUE")
-            .arg(owner)
-            .arg(ticket);
         let Some(conn) = loan.conn.as_mut() else {
             return Err(NodeFailure::NotConnected("no connection".into()));
         };
-        let reply = conn.send_packed_command(&cmd).await;
+        let reply = conn.send_packed_command(cmd).await;
         match reply.and_then(Value::extract_error) {
             Ok(Value::Int(n)) => {
                 loan.answered = true;

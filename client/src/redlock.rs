@@ -63,6 +63,18 @@ pub(crate) fn ttl_millis(ttl: Duration) -> Result<u64, Error> {
     Ok(ms.min(i64::MAX as u128) as u64)
 }
 
+/// The `redlock.acquire` span of one acquisition (the token is recorded
+/// once known).
+fn acquire_span(key: &str, owner: OwnerId, ttl: Duration) -> tracing::Span {
+    tracing::debug_span!(
+        "redlock.acquire",
+        key,
+        owner = owner.as_str(),
+        ttl_ms = ttl.as_millis() as u64,
+        token = tracing::field::Empty
+    )
+}
+
 pub(crate) fn now_micros() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -203,13 +215,7 @@ impl Redlock {
     /// ```
     pub async fn acquire(&self, key: &str, ttl: Duration) -> Result<Lock, Error> {
         let owner = OwnerId::new();
-        let span = tracing::debug_span!(
-            "redlock.acquire",
-            key,
-            owner = owner.as_str(),
-            ttl_ms = ttl.as_millis() as u64,
-            token = tracing::field::Empty
-        );
+        let span = acquire_span(key, owner, ttl);
         async {
             let attempts = self.inner.retry.attempts.max(1);
             let mut attempt = 1;
@@ -271,13 +277,7 @@ impl Redlock {
     /// ```
     pub async fn try_acquire(&self, key: &str, ttl: Duration) -> Result<Option<Lock>, Error> {
         let owner = OwnerId::new();
-        let span = tracing::debug_span!(
-            "redlock.acquire",
-            key,
-            owner = owner.as_str(),
-            ttl_ms = ttl.as_millis() as u64,
-            token = tracing::field::Empty
-        );
+        let span = acquire_span(key, owner, ttl);
         async {
             match self.attempt(key, ttl, owner).await {
                 Ok(lock) => Ok(Some(lock)),

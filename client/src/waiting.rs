@@ -170,16 +170,18 @@ async fn wait_for_free(
         .map(|n| n.timeout())
         .max()
         .unwrap_or_default();
+    // One command for every node.
+    let mut cmd = redis::cmd("REDLOCK.WAIT");
+    cmd.arg(key)
+        .arg(timeout_ms)
+        .arg("QUEUE")
+        .arg(owner.as_str())
+        .arg(ticket);
+    let cmd = Arc::new(cmd);
     let mut calls = FuturesUnordered::new();
     for (i, node) in quorum.nodes.iter().enumerate() {
-        let node = Arc::clone(node);
-        let key = key.to_string();
-        calls.push(async move {
-            let reply = node
-                .wait_free(&key, timeout_ms, owner.as_str(), ticket)
-                .await;
-            (i, reply)
-        });
+        let (node, cmd) = (Arc::clone(node), Arc::clone(&cmd));
+        calls.push(async move { (i, node.wait_free(&cmd).await) });
     }
     let (mut free, mut failed) = (0, Vec::new());
     // The nodes answer at `until`; a node that does not is frozen or cut off.

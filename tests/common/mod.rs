@@ -195,3 +195,23 @@ pub fn wait_replicated(m: &mut redis::Connection) {
     let acked: i64 = redis::cmd("WAIT").arg(1).arg(5_000).query(m).unwrap();
     assert_eq!(acked, 1, "no replica acknowledged the writes");
 }
+
+/// Every file of the node's AOF folder, concatenated.
+pub fn aof_bytes(node: &Node) -> Vec<u8> {
+    let mut all = Vec::new();
+    for entry in std::fs::read_dir(node.dir().join("appendonlydir")).unwrap() {
+        all.extend(std::fs::read(entry.unwrap().path()).unwrap());
+    }
+    all
+}
+
+/// `MEMORY USAGE key SAMPLES 0`.
+pub fn memory_usage(con: &mut redis::Connection, key: &str) -> i64 {
+    redis::cmd("MEMORY")
+        .arg("USAGE")
+        .arg(key)
+        .arg("SAMPLES")
+        .arg(0)
+        .query(con)
+        .unwrap()
+}
