@@ -244,8 +244,12 @@ pub fn bars(call: &Call, owner: &OwnerHash, now: MonoMillis) -> bool {
     let Some(name) = call.args.get(1) else {
         return false;
     };
-    let waited: WaitedKey = (selected_db(call.raw()), name.to_vec());
     let mut map = waiting();
+    // No key with waiters or a reservation: no lookup (and no allocation).
+    if map.is_empty() {
+        return false;
+    }
+    let waited: WaitedKey = (selected_db(call.raw()), name.to_vec());
     let Some(entry) = map.get_mut(&waited) else {
         return false;
     };
