@@ -568,3 +568,162 @@ fn each_shard_reclaims_its_own_records() {
         }
     }
 }
+
+/// A connection per node, following `-MOVED` (new home) and `-ASK` (one
+/// `ASKING` call) as a cluster client does.
+struct Router {
+    cons: std::collections::HashMap<u16, redis::Connection>,
+    home: u16,
+    redirects: u64,
+}
+
+impl Router {
+    fn new(home: u16) -> Router {
+        Router {
+            cons: Default::default(),
+            home,
+            redirects: 0,
+        }
+    }
+
+    fn con(&mut self, port: u16) -> &mut redis::Connection {
+        self.cons.entry(port).or_insert_with(|| {
+            redis::Client::open(format!("redis://127.0.0.1:{port}"))
+                .unwrap()
+                .get_connection()
+                .unwrap()
+        })
+    }
+
+    fn query<T: redis::FromRedisValue>(&mut self, cmd: &redis::Cmd) -> T {
+        let mut ask: Option<u16> = None;
+        for _ in 0..10 {
+            let result = match ask.take() {
+                None => {
+                    let home = self.home;
+                    cmd.query::<T>(self.con(home))
+                }
+                Some(port) => {
+                    let mut pipe = redis::pipe();
+                    pipe.cmd("ASKING").ignore().add_command(cmd.clone());
+                    pipe.query::<(T,)>(self.con(port)).map(|(v,)| v)
+                }
+            };
+            let err = match result {
+                Ok(v) => return v,
+                Err(e) => e,
+            };
+            let Some((addr, _)) = err.redirect_node() else {
+                panic!("{:?}: {err}", cmd.args_iter().next());
+            };
+            let port: u16 = addr.rsplit_once(':').unwrap().1.parse().unwrap();
+            self.redirects += 1;
+            if err.kind() == MOVED {
+                self.home = port;
+            } else {
+                ask = Some(port);
+            }
+        }
+        panic!("more than 10 redirects");
+    }
+}
+
+/// Resharding under load: workers contend for one lock (following
+/// redirects) while its slot moves from shard to shard, key by key. Grants
+/// stay exclusive, tokens only go up, holders always extend and release,
+/// and no call fails with anything but a redirect.
+#[test]
+fn resharding_under_contention_keeps_locks_exclusive_and_tokens_increasing() {
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    use std::sync::{Arc, Mutex};
+
+    let cluster = Cluster::builder().shards(3).start();
+    let key = "{hot}lock";
+    let slot = cluster.slot_of(b"hot");
+    let mut shard = cluster.shard_of_slot(slot);
+    {
+        // Neighbours in the same slot, so that a move takes several steps
+        // and the lock moves between two of them.
+        let mut con = cluster.master(shard).connection();
+        for i in 0..12 {
+            let name = format!("{{hot}}filler:{i}");
+            acquire(&mut con, &name, "f", 60_000).unwrap();
+        }
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    let held = Arc::new(AtomicBool::new(false));
+    let grants = Arc::new(Mutex::new(Vec::<i64>::new()));
+    let redirects = Arc::new(AtomicU64::new(0));
+    let home = cluster.master(shard).port();
+    let workers: Vec<_> = (0..4)
+        .map(|w| {
+            let (stop, held, grants, redirects) = (
+                stop.clone(),
+                held.clone(),
+                grants.clone(),
+                redirects.clone(),
+            );
+            std::thread::spawn(move || {
+                let mut router = Router::new(home);
+                let owner = format!("worker-{w}");
+                while !stop.load(Ordering::Relaxed) {
+                    let token: Option<i64> = router.query(
+                        redis::cmd("REDLOCK.ACQUIRE")
+                            .arg(key)
+                            .arg(&owner)
+                            .arg(10_000),
+                    );
+                    let Some(token) = token else {
+                        std::thread::sleep(Duration::from_millis(1));
+                        continue;
+                    };
+                    assert!(
+                        !held.swap(true, Ordering::SeqCst),
+                        "{owner} got {token} while another worker held the lock"
+                    );
+                    grants.lock().unwrap().push(token);
+                    let extended: i64 = router.query(
+                        redis::cmd("REDLOCK.EXTEND")
+                            .arg(key)
+                            .arg(&owner)
+                            .arg(10_000),
+                    );
+                    assert_eq!(extended, 1, "{owner} could not extend {token}");
+                    std::thread::sleep(Duration::from_millis(2));
+                    held.store(false, Ordering::SeqCst);
+                    let released: i64 =
+                        router.query(redis::cmd("REDLOCK.RELEASE").arg(key).arg(&owner));
+                    assert_eq!(released, 1, "{owner} could not release {token}");
+                }
+                redirects.fetch_add(router.redirects, Ordering::Relaxed);
+            })
+        })
+        .collect();
+    for round in 0..3 {
+        let to = (shard + 1) % 3;
+        let migration = cluster.begin_migration(slot, to);
+        while cluster.migrate_keys(&migration, 2) > 0 {
+            std::thread::sleep(Duration::from_millis(30));
+        }
+        cluster.finish_migration(&migration);
+        shard = to;
+        std::thread::sleep(Duration::from_millis(100 + 50 * round));
+    }
+    stop.store(true, Ordering::Relaxed);
+    for w in workers {
+        w.join().expect("a worker failed");
+    }
+    let grants = grants.lock().unwrap();
+    assert!(grants.len() > 20, "only {} grants", grants.len());
+    assert!(
+        grants.windows(2).all(|w| w[0] < w[1]),
+        "tokens went back or repeated: {grants:?}"
+    );
+    assert!(
+        redirects.load(Ordering::Relaxed) > 0,
+        "the workers never followed a redirect"
+    );
+    let mut con = cluster.master(shard).connection();
+    let view = inspect(&mut con, key).unwrap();
+    assert_eq!(view.token, *grants.last().unwrap());
+}
