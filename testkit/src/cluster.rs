@@ -98,7 +98,12 @@ impl ClusterBuilder {
                     // down, and replicas stay in their group.
                     .config("cluster-replica-validity-factor", "0")
                     .config("cluster-allow-replica-migration", "no")
-                    .config("appendonly", "no");
+                    // Replicas sync at once (the default waits 5 s for more),
+                    // and a master pings them every second: `CLUSTER SLOTS`
+                    // lists a replica only once its replication offset is
+                    // not 0, which on an idle master takes the first ping.
+                    .config("repl-diskless-sync-delay", "0")
+                    .config("repl-ping-replica-period", "1");
                 std::thread::spawn(move || builder.start())
             })
             .collect();
