@@ -492,10 +492,10 @@ fn failovers_keep_the_locks_and_open_the_promotion_guard() {
     for key in &keys {
         locks.push((key.clone(), inspect(&mut m, key).unwrap()));
     }
+    let since = Instant::now();
     let old_master = cluster.master(shard);
     let waiter = wait_in_background(old_master, &keys[1], 30_000);
     wait_for_waiters(&mut m, 1);
-    let since = Instant::now();
     cluster.failover(shard);
     check_promoted(&cluster, shard, &locks, since);
     // Redis answers every client blocked on a master that becomes a
@@ -522,8 +522,22 @@ fn failovers_keep_the_locks_and_open_the_promotion_guard() {
         locks.push((key.clone(), inspect(&mut m, key).unwrap()));
     }
     let since = Instant::now();
+    // A waiter on another, healthy shard.
+    let elsewhere = keys_on(&cluster, 0, "elsewhere", 1).remove(0);
+    let other = cluster.master(0);
+    acquire(&mut other.connection(), &elsewhere, "h", LEASE_MS).unwrap();
+    let bystander = wait_in_background(other, &elsewhere, 30_000);
+    wait_for_waiters(&mut other.connection(), 1);
     cluster.kill_master(shard);
     check_promoted(&cluster, shard, &locks, since);
+    // While a shard has no master the cluster is down (full coverage is
+    // required by default), and Redis answers every blocked client of every
+    // shard with `-CLUSTERDOWN`.
+    let reply = bystander
+        .recv_timeout(Duration::from_secs(1))
+        .expect("the waiter on a healthy shard is still blocked");
+    let err = reply.expect_err("the waiter was answered");
+    assert_eq!(err.code(), Some("CLUSTERDOWN"), "{err}");
 }
 
 /// Each shard sweeps its own idle records (and its replica follows with the
