@@ -21,6 +21,7 @@
 //! Every wait has a deadline and panics with what was seen when it passes.
 //! Nodes stop on drop (like [`Node`]). A node frozen with [`Node::pause`]
 //! must be resumed before a call that waits for the cluster to settle.
+//! Nodes serve plain TCP (a TLS cluster is not supported here).
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -429,6 +430,15 @@ impl Cluster {
         }
         self.wait_stable();
         index
+    }
+
+    /// Starts a stopped or killed node of `shard` again (same port, folder
+    /// and `nodes.conf`) and waits until the cluster is stable with it. A
+    /// master that was failed over while it was down comes back as a
+    /// replica of the shard's new master.
+    pub fn restart_node(&mut self, shard: usize, index: usize) {
+        self.shards[shard][index].restart();
+        self.wait_stable();
     }
 
     /// Waits until every running node reports `cluster_state:ok`, they all
