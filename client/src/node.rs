@@ -55,7 +55,7 @@ pub(crate) fn connection_config(connect_timeout: Duration) -> AsyncConnectionCon
 
 /// Makes sure rustls has a crypto provider for `rediss://` nodes: the
 /// process default when one is installed, otherwise ring.
-fn ensure_tls_provider() {
+pub(crate) fn ensure_tls_provider() {
     if rustls::crypto::CryptoProvider::get_default().is_none() {
         // Err: another thread installed one first, which is as good.
         let _ = rustls::crypto::ring::default_provider().install_default();
