@@ -263,13 +263,17 @@ impl RedlockBuilder {
     ///
     /// - [`Error::InvalidArgument`]: a bad URL, no nodes, bad options, the
     ///   same node listed twice (identical URLs once the host's case, the
-    ///   default port and database are normalised), or two members that
-    ///   turn out to be the same Redis server (same `run_id`: an alias,
-    ///   `localhost` next to `127.0.0.1`, two forwarded ports); a TLS file
+    ///   default port and database are normalised; a cluster's seeds
+    ///   count), or two members that turn out to be the same Redis server
+    ///   (same `run_id`: an alias, `localhost` next to `127.0.0.1`, two
+    ///   forwarded ports, the same cluster twice, a cluster and one of its
+    ///   own nodes); a cluster member whose seeds mix `redis://` and
+    ///   `rediss://`; a TLS file
     ///   that is missing or holds no PEM of the right type (the message
     ///   names the file); a URL with a `#fragment`; a plain `redis://` URL
     ///   when TLS files are given.
-    /// - [`Error::ModuleNotLoaded`]: a reachable node runs without the module.
+    /// - [`Error::ModuleNotLoaded`]: a reachable node (or a master of a
+    ///   reachable cluster) runs without the module.
     /// - [`Error::NoQuorum`]: fewer than a majority of the nodes could be
     ///   reached and checked within the connect timeout.
     ///

@@ -12,6 +12,13 @@
 //!   member's reply already counted for the same server identity (its
 //!   `run_id`, learned on every connect, so also after every reconnect).
 //!   A server that restarted has a new `run_id`, which is fine.
+//!
+//! A cluster member counts as one server made of all its nodes: at build
+//! time the `run_id` of every node of every cluster is learned, and two
+//! members that share one (the same cluster given twice, a cluster next to
+//! one of its own nodes) are refused ([`shared_server`]), as are two
+//! members with a seed or URL in common. Its replies carry no identity in
+//! the rounds (they may come from any shard).
 
 use std::sync::Arc;
 

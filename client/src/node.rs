@@ -34,6 +34,10 @@
 //!
 //! The connection has no response timeout of its own: the rounds bound
 //! every call with one timer per round.
+//!
+//! A member that is a Redis Cluster does not have these properties (its
+//! commands may be retried after redirects); `cluster.rs` says what it does
+//! instead.
 
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
