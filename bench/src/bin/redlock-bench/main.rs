@@ -194,6 +194,9 @@ async fn run(args: &Args) -> Result<bool, String> {
     if let (Some(l), true) = (&lockers, plan.runs(Section::Slow)) {
         sections::slow::run(l, &nodes, &pids, &plan, &mut report).await?;
     }
+    if plan.runs(Section::Cluster) {
+        sections::cluster::run(&module, &nodes, &plan, &mut report).await?;
+    }
 
     println!();
     println!(

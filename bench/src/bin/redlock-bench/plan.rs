@@ -16,6 +16,7 @@ pub(crate) enum Section {
     Slow,
     Reclaim,
     Waiting,
+    Cluster,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -62,6 +63,7 @@ impl Plan {
             Section::Slow,
             Section::Reclaim,
             Section::Waiting,
+            Section::Cluster,
         ];
         Plan {
             smoke: args.smoke,

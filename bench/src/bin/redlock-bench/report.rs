@@ -224,6 +224,8 @@ pub(crate) struct Report {
     pub(crate) figures: Figures,
     pub(crate) table: Table,
     pub(crate) targets: Vec<Target>,
+    /// Lines printed under the targets.
+    pub(crate) notes: Vec<String>,
 }
 
 impl Report {
@@ -245,6 +247,10 @@ impl Report {
                     opt(t.figure, |v| format!("{v:.2}"))
                 );
             }
+            println!();
+        }
+        for note in &self.notes {
+            println!("{note}");
             println!();
         }
     }

@@ -1,5 +1,6 @@
 //! One module per scenario of the table (and the sections printed after it).
 
+pub(crate) mod cluster;
 pub(crate) mod contended;
 pub(crate) mod memory;
 pub(crate) mod profile;
