@@ -138,7 +138,18 @@ pub struct IdleSweep {
     pub sweep_share: Option<f64>,
     /// Mean sweep tick, µs.
     pub mean_tick_us: Option<f64>,
+    /// Median over [`PING_WINDOW`]s before the sweep of the sweeping node's
+    /// PING p99 over the control node's.
+    pub window_ratio_before: Option<f64>,
+    /// The same during the sweep.
+    pub window_ratio_during: Option<f64>,
 }
+
+/// PINGs are compared window by window: the load of the rest of the
+/// machine changes within seconds, and a window's two p99s see the same.
+const PING_WINDOW: Duration = Duration::from_secs(5);
+/// PINGs before the sweep (a full run).
+const PING_BEFORE: Duration = Duration::from_secs(10);
 
 fn now_us() -> i64 {
     SystemTime::now()
@@ -362,13 +373,21 @@ fn idle_sweep(builder: &NodeBuilder, n: u64) -> Result<IdleSweep, String> {
     let control = self::node(builder, 0);
     let ping = |cons: &mut [redis::Connection; 2],
                 until: &dyn Fn() -> bool|
-     -> Result<([Samples; 2], f64), String> {
-        let mut s = [
-            Samples::with_capacity(100_000),
-            Samples::with_capacity(100_000),
-        ];
+     -> Result<(Vec<[Samples; 2]>, f64), String> {
+        let mut windows: Vec<[Samples; 2]> = Vec::new();
+        let mut window_end = Instant::now();
         let mut max = 0f64;
         while !until() {
+            if Instant::now() >= window_end {
+                windows.push([
+                    Samples::with_capacity(20_000),
+                    Samples::with_capacity(20_000),
+                ]);
+                window_end = Instant::now() + PING_WINDOW;
+            }
+            let Some(window) = windows.last_mut() else {
+                break;
+            };
             for (i, con) in cons.iter_mut().enumerate() {
                 let t = Instant::now();
                 let _: String = redis::cmd("PING").query(con).map_err(|e| e.to_string())?;
@@ -376,16 +395,22 @@ fn idle_sweep(builder: &NodeBuilder, n: u64) -> Result<IdleSweep, String> {
                 if i == 0 {
                     max = max.max(d.as_secs_f64() * 1e6);
                 }
-                s[i].push(d);
+                window[i].push(d);
                 std::thread::sleep(Duration::from_micros(200));
             }
         }
-        Ok((s, max))
+        Ok((windows, max))
     };
     let mut pingers = [node.connection(), control.connection()];
-    let before_end = Instant::now() + Duration::from_secs(2);
-    let ([mut before, mut control_before], _) =
-        ping(&mut pingers, &|| Instant::now() >= before_end)?;
+    // A smoke run's sweep is over in a second: a short look before it.
+    let before_for = if n >= 100_000 {
+        PING_BEFORE
+    } else {
+        PING_WINDOW
+    };
+    let before_end = Instant::now() + before_for;
+    let (before_windows, _) = ping(&mut pingers, &|| Instant::now() >= before_end)?;
+    let (window_ratio_before, [mut before, mut control_before]) = pooled(before_windows);
 
     let counters_before = sweep_counters(&mut con)?;
     let done = Arc::new(AtomicBool::new(false));
@@ -413,8 +438,8 @@ fn idle_sweep(builder: &NodeBuilder, n: u64) -> Result<IdleSweep, String> {
             Ok(took)
         })
     };
-    let ([mut during, mut control_during], max) =
-        ping(&mut pingers, &|| done.load(Ordering::Relaxed))?;
+    let (during_windows, max) = ping(&mut pingers, &|| done.load(Ordering::Relaxed))?;
+    let (window_ratio_during, [mut during, mut control_during]) = pooled(during_windows);
     let took = watcher
         .join()
         .map_err(|_| "sweep watcher panicked".to_string())??;
@@ -441,7 +466,24 @@ fn idle_sweep(builder: &NodeBuilder, n: u64) -> Result<IdleSweep, String> {
             .ok_or("no control PING during the sweep")?,
         sweep_share,
         mean_tick_us,
+        window_ratio_before,
+        window_ratio_during,
     })
+}
+
+/// The median over windows of the sweeping node's PING p99 over the
+/// control node's, and every window's samples pooled per node.
+fn pooled(windows: Vec<[Samples; 2]>) -> (Option<f64>, [Samples; 2]) {
+    let mut ratios = Vec::new();
+    let mut all = [Samples::default(), Samples::default()];
+    for [mut node, mut control] in windows {
+        if let (Some(n), Some(c)) = (node.percentiles(), control.percentiles()) {
+            ratios.push(n.p99 / c.p99);
+        }
+        all[0].merge(node);
+        all[1].merge(control);
+    }
+    ((!ratios.is_empty()).then(|| median(ratios)), all)
 }
 
 impl Steady {
@@ -563,7 +605,10 @@ impl IdleSweep {
             self.control_during.p999
         );
         println!(
-            "- PING p99 during the sweep / control node's PING p99 in the same interval: {:.2}× (before the sweep: {:.2}×); \"flat\" = within 1.2× of a node without a sweep, pinged alternately with it",
+            "- PING p99, sweeping node / control node, median over {} s windows: {} during the sweep (before it: {}); over the whole interval: {:.2}× (before: {:.2}×). \"Flat\" = the median within 1.2×: the node sweeping against a node without a sweep, pinged alternately with it in the same windows",
+            PING_WINDOW.as_secs(),
+            self.window_ratio_during.map_or("n/a".into(), |r| format!("{r:.2}×")),
+            self.window_ratio_before.map_or("n/a".into(), |r| format!("{r:.2}×")),
             self.ping_p99_ratio(),
             self.ping_before.p99 / self.control_before.p99
         );

@@ -1348,7 +1348,7 @@ async fn reclaim_section(module: &Path, smoke: bool, figures: &mut Figures) -> R
         Some(idle.longest_tick_cpu_us as f64),
     );
     figures.put("reclaim_ping_p99_during_us", Some(idle.ping_during.p99));
-    figures.put("reclaim_ping_p99_over_control", Some(idle.ping_p99_ratio()));
+    figures.put("reclaim_ping_p99_over_control", idle.window_ratio_during);
     figures.put("reclaim_idle_sweep_share", idle.sweep_share);
     Ok(())
 }
