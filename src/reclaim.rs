@@ -16,10 +16,11 @@
 //! the sweep period. In a steady state (names becoming reclaimable at some
 //! rate) a pass over the records takes a few dozen ticks and then rests, so
 //! the sweep keeps up with that rate at well under 1 % of the main thread.
-//! Measured (docs/performance.md), scanning a keyspace colder than the CPU
-//! caches costs about a microsecond per key, mostly `RedisModule_Scan`'s own
-//! walk and copy of the key name: a backlog of a million records takes about
-//! a minute to clear.
+//! Measured (docs/performance.md), reclaiming a record of a keyspace larger
+//! than the CPU caches costs about 2 µs, mostly `RedisModule_Scan`'s own
+//! walk and copy of the key name: a tick reclaims about ten, and a backlog
+//! of a million records takes two to three minutes to clear (10 s with the
+//! earlier 200 µs ticks, which delayed commands ten times longer).
 //!
 //! Only a master sweeps: a replica (checked at every tick) keeps what its
 //! master sends, and the master's deletes reach it, and the AOF, as `DEL`.

@@ -50,13 +50,14 @@ pub struct ReclaimPlan {
 }
 
 impl ReclaimPlan {
-    /// A full run: 2,000 names/s, reclaim-after 2 s, 12 s runs, a million idle records.
+    /// A full run: 2,000 names/s, reclaim-after 2 s, five rounds of 12 s, a
+    /// million idle records.
     pub const FULL: ReclaimPlan = ReclaimPlan {
         rate: 2_000,
         reclaim_after_ms: 2_000,
         duration: Duration::from_secs(12),
         idle_records: 1_000_000,
-        rounds: 3,
+        rounds: 5,
     };
 
     /// A smoke run: a few seconds.
