@@ -64,7 +64,9 @@ use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::{
     MultipleNodeRoutingInfo, Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr,
 };
-use redis::{Cmd, ConnectionAddr, ConnectionInfo, ErrorKind, IntoConnectionInfo, RedisError, Value};
+use redis::{
+    Cmd, ConnectionAddr, ConnectionInfo, ErrorKind, IntoConnectionInfo, RedisError, Value,
+};
 use tokio::sync::{oneshot, watch};
 
 use crate::error::{Error, NodeFailure};
@@ -166,7 +168,11 @@ impl Cluster {
         {
             return Err(Error::InvalidArgument(format!(
                 "cluster seeds {} mix redis:// and rediss://: use one scheme for all seeds",
-                seeds.iter().map(|s| redact(s)).collect::<Vec<_>>().join(", ")
+                seeds
+                    .iter()
+                    .map(|s| redact(s))
+                    .collect::<Vec<_>>()
+                    .join(", ")
             )));
         }
         if any_tls {
@@ -185,7 +191,11 @@ impl Cluster {
         let client = builder.build().map_err(|e| {
             Error::InvalidArgument(format!(
                 "bad cluster seeds {}: {e}",
-                seeds.iter().map(|s| redact(s)).collect::<Vec<_>>().join(", ")
+                seeds
+                    .iter()
+                    .map(|s| redact(s))
+                    .collect::<Vec<_>>()
+                    .join(", ")
             ))
         })?;
         let addr = format!(
@@ -198,7 +208,11 @@ impl Cluster {
         );
         let url = format!(
             "cluster({})",
-            seeds.iter().map(|s| redact(s)).collect::<Vec<_>>().join(",")
+            seeds
+                .iter()
+                .map(|s| redact(s))
+                .collect::<Vec<_>>()
+                .join(",")
         );
         Ok(Arc::new(Cluster {
             addr: addr.into_boxed_str(),
@@ -461,13 +475,16 @@ impl Cluster {
             .cmd("CLUSTER")
             .arg("NODES");
         let route = SingleNodeRoutingInfo::SpecificNode(Route::with_key(key, SlotAddr::Master));
-        let replies =
-            match tokio::time::timeout(self.timeout, conn.route_pipeline(pipe, 0, 2, route)).await
-            {
-                Err(_) => return Err(NodeFailure::Timeout(self.timeout)),
-                Ok(Err(e)) => return Err(failure(&e)),
-                Ok(Ok(replies)) => replies,
-            };
+        let replies = match tokio::time::timeout(
+            self.timeout,
+            conn.route_pipeline(pipe, 0, 2, route),
+        )
+        .await
+        {
+            Err(_) => return Err(NodeFailure::Timeout(self.timeout)),
+            Ok(Err(e)) => return Err(failure(&e)),
+            Ok(Ok(replies)) => replies,
+        };
         let mut replies = replies.into_iter();
         let inspect = replies
             .next()
@@ -498,9 +515,10 @@ impl Cluster {
         let mut asking = false;
         for _ in 0..=MAX_REDIRECTS {
             let mut loan = self.blocking_connection(&targets).await?;
-            let conn = loan.conn.as_mut().ok_or_else(|| {
-                NodeFailure::NotConnected("no connection".into())
-            })?;
+            let conn = loan
+                .conn
+                .as_mut()
+                .ok_or_else(|| NodeFailure::NotConnected("no connection".into()))?;
             if asking {
                 let reply = conn.send_packed_command(&redis::cmd("ASKING")).await;
                 if let Err(e) = reply.and_then(Value::extract_error) {
@@ -543,7 +561,10 @@ impl Cluster {
 
     /// An idle blocking connection to the first of `targets` that has one
     /// or accepts a new one.
-    async fn blocking_connection(&self, targets: &[Box<str>]) -> Result<BlockingLoan<'_>, NodeFailure> {
+    async fn blocking_connection(
+        &self,
+        targets: &[Box<str>],
+    ) -> Result<BlockingLoan<'_>, NodeFailure> {
         let mut last = NodeFailure::NotConnected("no address to connect to".into());
         for addr in targets {
             let idle = lock(&self.blocking).get_mut(addr).and_then(Vec::pop);

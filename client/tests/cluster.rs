@@ -115,12 +115,23 @@ async fn three_members_of_three_shards_lock_keys_on_every_shard() {
         for (view, cluster) in views.iter().zip(&cs) {
             let slot = cluster.slot_of(key.as_bytes());
             let master = cluster.master_for_slot(slot);
-            let shard = view.shard.as_ref().expect("a cluster member names its shard");
-            assert_eq!(shard.addr, format!("127.0.0.1:{}", master.port()), "{view:?}");
+            let shard = view
+                .shard
+                .as_ref()
+                .expect("a cluster member names its shard");
+            assert_eq!(
+                shard.addr,
+                format!("127.0.0.1:{}", master.port()),
+                "{view:?}"
+            );
             let index = cluster.shard_of_slot(slot);
             assert_eq!(shard.node_id, cluster.node_id(index, 0), "{view:?}");
             shards_seen[index] = true;
-            assert_eq!(on_shard(cluster, key), Some((true, first)), "{key} on {view:?}");
+            assert_eq!(
+                on_shard(cluster, key),
+                Some((true, first)),
+                "{key} on {view:?}"
+            );
         }
         assert!(lock.release().await.expect("release"));
         assert_eq!(views_held(&redlock.inspect(key).await), 0);
@@ -150,7 +161,11 @@ async fn three_members_of_three_shards_lock_keys_on_every_shard() {
             .expect("the waiter is woken by the release")
             .expect("join")
             .expect("waiting acquire");
-        assert!(woke.token() > second, "{key}: {} after {second}", woke.token());
+        assert!(
+            woke.token() > second,
+            "{key}: {} after {second}",
+            woke.token()
+        );
         assert!(woke.release().await.expect("release"));
     }
     assert_eq!(shards_seen, vec![true; 3], "keys landed on every shard");
@@ -226,7 +241,9 @@ async fn resharding_a_held_contended_key_keeps_the_lock_and_its_tokens() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     mover.await.expect("slot moves");
-    lock.extend(Duration::from_secs(5)).await.expect("extend after the move");
+    lock.extend(Duration::from_secs(5))
+        .await
+        .expect("extend after the move");
     for c in &cs {
         assert_eq!(c.shard_of_slot(slot), to);
         let (held, token) = on_shard(c, &key).expect("the key is on the new shard");
@@ -238,11 +255,17 @@ async fn resharding_a_held_contended_key_keeps_the_lock_and_its_tokens() {
         let shard = view.shard.as_ref().expect("shard");
         assert_eq!(shard.addr, format!("127.0.0.1:{}", c.master(to).port()));
     }
-    assert!(lock.release().await.expect("release"), "still held at the end");
+    assert!(
+        lock.release().await.expect("release"),
+        "still held at the end"
+    );
     // Let the contenders take it a few times on the new shard.
     let until = Instant::now() + Duration::from_secs(10);
     while tokens.lock().unwrap().len() < 4 {
-        assert!(Instant::now() < until, "contenders never got the lock after the release");
+        assert!(
+            Instant::now() < until,
+            "contenders never got the lock after the release"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
@@ -251,7 +274,10 @@ async fn resharding_a_held_contended_key_keeps_the_lock_and_its_tokens() {
         busy += c.await.expect("contender").0;
     }
     assert!(extends >= 5, "extends: {extends}");
-    assert!(busy > 0, "the contenders found the lock busy while it moved");
+    assert!(
+        busy > 0,
+        "the contenders found the lock busy while it moved"
+    );
     let tokens = tokens.lock().unwrap().clone();
     for pair in tokens.windows(2) {
         assert!(pair[1] > pair[0], "tokens repeat or go back: {tokens:?}");
@@ -326,7 +352,10 @@ async fn a_shard_failover_keeps_the_lock_state_on_that_member() {
             token: t,
         } => {
             assert_eq!(*t, token);
-            assert!(*pttl > Duration::from_secs(5), "the extend reached the new master");
+            assert!(
+                *pttl > Duration::from_secs(5),
+                "the extend reached the new master"
+            );
         }
         other => panic!("the lock on the cluster member: {other:?}"),
     }
@@ -338,7 +367,10 @@ async fn a_shard_failover_keeps_the_lock_state_on_that_member() {
             .is_none(),
         "exclusive after the failover"
     );
-    assert!(lock.release().await.expect("release"), "the owner is known after the failover");
+    assert!(
+        lock.release().await.expect("release"),
+        "the owner is known after the failover"
+    );
     let next = other
         .try_acquire(key, Duration::from_secs(1))
         .await
@@ -377,7 +409,11 @@ async fn two_clusters_and_three_nodes_make_one_quorum() {
         assert!(lock.token() > last);
         last = lock.token();
         lock.extend(Duration::from_secs(10)).await.expect("extend");
-        assert!(other.try_acquire(&key, Duration::from_secs(1)).await.unwrap().is_none());
+        assert!(other
+            .try_acquire(&key, Duration::from_secs(1))
+            .await
+            .unwrap()
+            .is_none());
         let views = redlock.inspect(&key).await;
         assert_eq!(views_held(&views), 5, "{views:?}");
         for (i, view) in views.iter().enumerate() {
@@ -438,7 +474,10 @@ async fn a_cluster_counted_twice_is_refused() {
     .build()
     .await
     .expect_err("a seed listed as a node");
-    assert!(same_seed.to_string().contains("are the same node"), "{same_seed}");
+    assert!(
+        same_seed.to_string().contains("are the same node"),
+        "{same_seed}"
+    );
 }
 
 /// The order of one lock's commands on a cluster member: a lock released
@@ -493,7 +532,9 @@ async fn a_release_reaches_a_frozen_shard_after_the_acquire_it_undoes() {
         .await
         .expect("acquire after the move")
         .expect("free");
-    lock.extend(Duration::from_secs(10)).await.expect("extend after the move");
+    lock.extend(Duration::from_secs(10))
+        .await
+        .expect("extend after the move");
     assert_eq!(on_shard(cluster, key), Some((true, lock.token())));
     assert!(lock.release().await.expect("release after the move"));
 }
