@@ -482,13 +482,15 @@ async fn a_cluster_counted_twice_is_refused() {
 
 /// The order of one lock's commands on a cluster member: a lock released
 /// while its ACQUIRE on a frozen shard is still unanswered ends up free on
-/// that shard once it wakes up (the RELEASE waits for the ACQUIRE's
-/// outcome), and a `-MOVED` after a slot moved is followed by every lock
-/// command.
+/// that shard once it wakes up, and stays free (the ACQUIRE, kept running
+/// in its task after the round gave up on it, is answered before the
+/// RELEASE is sent). Then a `-MOVED` after the slot moved is followed by
+/// every lock command.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_release_reaches_a_frozen_shard_after_the_acquire_it_undoes() {
-    let cs = clusters(1, 3);
-    let cluster = &cs[0];
+    // A node timeout longer than the freeze: the other masters must not
+    // declare the frozen one failed (the cluster would go down).
+    let cluster = &Cluster::builder().shards(3).node_timeout_ms(15_000).start();
     let nodes = common::five();
     let members = vec![
         member(cluster),
@@ -501,6 +503,7 @@ async fn a_release_reaches_a_frozen_shard_after_the_acquire_it_undoes() {
     let master = cluster.master_for_slot(slot);
     {
         let _frozen = common::Frozen::new([master]);
+        let frozen_at = Instant::now();
         let lock = redlock
             .try_acquire(key, Duration::from_secs(30))
             .await
@@ -511,9 +514,10 @@ async fn a_release_reaches_a_frozen_shard_after_the_acquire_it_undoes() {
             .await
             .expect("release returns");
         assert!(release.expect("release by the two nodes"));
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        // Frozen well past the round's timer, within the command's bound.
+        tokio::time::sleep_until((frozen_at + CONNECT_TIMEOUT / 2).into()).await;
     }
-    // Thawed: the ACQUIRE runs first, then the RELEASE.
+    // Thawed: the ACQUIRE's attempts run first, then the RELEASE.
     let until = Instant::now() + Duration::from_secs(10);
     loop {
         match on_shard(cluster, key) {
@@ -524,6 +528,13 @@ async fn a_release_reaches_a_frozen_shard_after_the_acquire_it_undoes() {
             }
         }
     }
+    // Nothing of the acquisition is left to arrive after it.
+    tokio::time::sleep(CONNECT_TIMEOUT).await;
+    let (held, _) = on_shard(cluster, key).expect("the key");
+    assert!(
+        !held,
+        "an ACQUIRE landed after the RELEASE meant to undo it"
+    );
     // Move the slot: the next lock commands follow the MOVED.
     let to = (cluster.shard_of_slot(slot) + 1) % cluster.shard_count();
     cluster.migrate_slot(slot, to);
