@@ -813,6 +813,31 @@ mod tests {
     }
 
     #[test]
+    fn bad_seeds_are_refused_with_what_is_wrong() {
+        let ms = Duration::from_millis(100);
+        let new = |seeds: &[&str]| {
+            let seeds: Vec<String> = seeds.iter().map(|s| s.to_string()).collect();
+            match Cluster::new(&seeds, ms, ms, None) {
+                Ok(_) => String::new(),
+                Err(e) => e.to_string(),
+            }
+        };
+        assert!(new(&[]).contains("at least one seed URL"));
+        let mixed = new(&["redis://:pw@h:7000", "rediss://:pw@h:7001"]);
+        assert!(mixed.contains("mix redis:// and rediss://"), "{mixed}");
+        assert!(!mixed.contains("pw"), "{mixed}");
+        let insecure = new(&["rediss://h:7000/#insecure"]);
+        assert!(insecure.contains("cannot be turned off"), "{insecure}");
+        assert!(new(&["unix:///tmp/redis.sock"]).contains("not a TCP URL"));
+        // TLS seeds are accepted (the redis crate's cluster client does TLS).
+        assert_eq!(new(&["rediss://h:7000", "rediss://h:7001"]), "");
+        let cluster = Cluster::new(&["redis://u:secret@H:7000".to_string()], ms, ms, None)
+            .expect("a plain seed");
+        assert_eq!(cluster.addr(), "cluster(H:7000)");
+        assert_eq!(cluster.url(), "cluster(redis://***@H:7000)");
+    }
+
+    #[test]
     fn myself_is_found_in_cluster_nodes() {
         let nodes = "07c37dfeb2352e0b0a4e1b4c3c7c4f0b8e0a1111 127.0.0.1:30002@40002 master - 0 1426238316232 2 connected 5461-10922\n\
                      67ed2db8d677e59ec4a4cefb06858cf2a1a89fa1 127.0.0.1:30001@40001,host-a myself,master - 0 0 1 connected 0-5460\n";

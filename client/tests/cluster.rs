@@ -433,6 +433,31 @@ async fn two_clusters_and_three_nodes_make_one_quorum() {
     assert!(lock.release().await.expect("release"));
 }
 
+/// A cluster whose masters run without the module is named in the error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_without_the_module_is_refused_by_name() {
+    let plain = Cluster::builder()
+        .shards(3)
+        .node(Node::builder().without_module())
+        .start();
+    let nodes = common::five();
+    let err = Redlock::builder([
+        member(&plain),
+        Member::node(nodes[0].url()),
+        Member::node(nodes[1].url()),
+    ])
+    .connect_timeout(CONNECT_TIMEOUT)
+    .build()
+    .await
+    .expect_err("no module on the cluster");
+    match err {
+        Error::ModuleNotLoaded { node } => {
+            assert!(node.starts_with("cluster(127.0.0.1:"), "{node}")
+        }
+        other => panic!("expected ModuleNotLoaded, got {other}"),
+    }
+}
+
 /// One server, one vote: the same cluster given twice (through other
 /// seeds), or a cluster next to one of its own nodes under another name,
 /// is refused at build.
