@@ -39,6 +39,14 @@
 //! runs out, never a token out of order (every token comes from the
 //! module's counter, which ACQUIRE only raises).
 //!
+//! `client/tests/cluster_order.rs` shows the hazard on cue (a fake node
+//! answers an ACQUIRE with `-TRYAGAIN` after the round gave up on it: the
+//! connection sends it again after a pause, and a RELEASE not sequenced
+//! behind it lands in between) and pins the order;
+//! `client/tests/cluster_contract.rs` pins what is relied on from the
+//! connection (keyed routing through `-ASK` and `-MOVED`, one execution per
+//! command).
+//!
 //! The rounds still bound every call with the per-member timeout, exactly
 //! as for a node: a sequenced command that is not answered in time counts as
 //! a timeout (which may have executed, so it is released), and finishes in
