@@ -53,6 +53,20 @@ fn on_shard(cluster: &Cluster, key: &str) -> Option<(bool, u64)> {
     })
 }
 
+/// The node's count of ACQUIREs refused as busy (`INFO redlock`).
+fn busy_count(node: &Node) -> u64 {
+    let info: String = redis::cmd("INFO")
+        .arg("redlock")
+        .query(&mut node.connection())
+        .expect("INFO redlock");
+    info.lines()
+        .find_map(|l| {
+            l.split_once("acquire_busy:")
+                .map(|(_, n)| n.trim().parse().unwrap())
+        })
+        .unwrap_or_else(|| panic!("no acquire_busy in {info}"))
+}
+
 /// Keys `prefix0, prefix1, …` until every shard of `cluster` holds at least
 /// `per_shard` of them.
 fn keys_on_every_shard(cluster: &Cluster, prefix: &str, per_shard: usize) -> Vec<String> {
@@ -431,6 +445,55 @@ async fn two_clusters_and_three_nodes_make_one_quorum() {
         .expect("three nodes of five are a quorum")
         .expect("free");
     assert!(lock.release().await.expect("release"));
+}
+
+/// A waiting acquire on a key whose slot is half-moved: its `REDLOCK.WAIT`
+/// follows `-MOVED` to the slot's owner and `-ASK` to the shard that has
+/// the key already, blocks there, and is woken by the holder's release.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_follows_redirects_to_a_key_in_a_moving_slot() {
+    let cs = clusters(1, 3);
+    let cluster = &cs[0];
+    let redlock = client(vec![member(cluster)]).await;
+    let waiting = client(vec![member(cluster)]).await;
+    let key = "wait:moving";
+    let lock = redlock
+        .try_acquire(key, Duration::from_secs(10))
+        .await
+        .expect("acquire")
+        .expect("free");
+    let slot = cluster.slot_of(key.as_bytes());
+    let to = (cluster.shard_of_slot(slot) + 1) % cluster.shard_count();
+    let migration = cluster.begin_migration(slot, to);
+    assert_eq!(
+        cluster.migrate_keys(&migration, 10),
+        1,
+        "the key moves ahead of its slot"
+    );
+    let waiter = tokio::spawn(async move {
+        waiting
+            .acquire_wait(key, Duration::from_secs(5), Duration::from_secs(10))
+            .await
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        !waiter.is_finished(),
+        "the waiter blocks while the lock is held"
+    );
+    let first = lock.token();
+    assert!(lock.release().await.expect("release through -ASK"));
+    let woke = tokio::time::timeout(Duration::from_secs(5), waiter)
+        .await
+        .expect("the waiter is woken by the release")
+        .expect("join")
+        .expect("waiting acquire");
+    assert!(woke.token() > first);
+    // Woken by the shard, not by polling: the waiter's only busy attempt
+    // was its first one, on the shard that has the key.
+    assert_eq!(busy_count(cluster.master(to)), 1);
+    cluster.finish_migration(&migration);
+    assert_eq!(on_shard(cluster, key), Some((true, woke.token())));
+    assert!(woke.release().await.expect("release after the move"));
 }
 
 /// A cluster whose masters run without the module is named in the error.
