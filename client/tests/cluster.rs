@@ -28,15 +28,28 @@ fn member(cluster: &Cluster) -> Member {
     Member::cluster(cluster.seed_urls())
 }
 
-/// Starts `n` clusters of `shards` shards (no replicas) in parallel.
+/// Clusters start one at a time: the tests of this file run in parallel,
+/// and many nodes starting at once on a loaded machine make port choices
+/// collide and starts time out.
+static STARTING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// Starts a cluster (one start at a time, see [`STARTING`]).
+fn start(builder: redlock_testkit::ClusterBuilder) -> Cluster {
+    let _one = STARTING.lock().unwrap_or_else(|p| p.into_inner());
+    builder.start()
+}
+
+/// Starts `n` clusters of `shards` shards (no replicas).
 fn clusters(n: usize, shards: usize) -> Vec<Cluster> {
-    let handles: Vec<_> = (0..n)
-        .map(|_| std::thread::spawn(move || Cluster::builder().shards(shards).start()))
-        .collect();
-    handles
-        .into_iter()
-        .map(|h| h.join().expect("cluster start"))
+    (0..n)
+        .map(|_| start(Cluster::builder().shards(shards)))
         .collect()
+}
+
+/// `n` single nodes with the module.
+fn singles(n: usize) -> Vec<Node> {
+    let _one = STARTING.lock().unwrap_or_else(|p| p.into_inner());
+    redlock_testkit::start_nodes(n, &Node::builder())
 }
 
 /// `REDLOCK.INSPECT key` on the master that serves the key's slot now:
@@ -305,8 +318,8 @@ async fn resharding_a_held_contended_key_keeps_the_lock_and_its_tokens() {
 /// that every quorum below needs the cluster member.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_shard_failover_keeps_the_lock_state_on_that_member() {
-    let mut cluster = Cluster::builder().shards(3).replicas(1).start();
-    let nodes = common::five();
+    let mut cluster = start(Cluster::builder().shards(3).replicas(1));
+    let nodes = singles(2);
     let members = vec![
         member(&cluster),
         Member::node(nodes[0].url()),
@@ -399,7 +412,7 @@ async fn a_shard_failover_keeps_the_lock_state_on_that_member() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_clusters_and_three_nodes_make_one_quorum() {
     let cs = clusters(2, 3);
-    let nodes = common::five();
+    let nodes = singles(3);
     let members = vec![
         member(&cs[0]),
         Member::node(nodes[0].url()),
@@ -499,11 +512,12 @@ async fn a_waiter_follows_redirects_to_a_key_in_a_moving_slot() {
 /// A cluster whose masters run without the module is named in the error.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cluster_without_the_module_is_refused_by_name() {
-    let plain = Cluster::builder()
-        .shards(3)
-        .node(Node::builder().without_module())
-        .start();
-    let nodes = common::five();
+    let plain = start(
+        Cluster::builder()
+            .shards(3)
+            .node(Node::builder().without_module()),
+    );
+    let nodes = singles(2);
     let err = Redlock::builder([
         member(&plain),
         Member::node(nodes[0].url()),
@@ -527,7 +541,7 @@ async fn a_cluster_without_the_module_is_refused_by_name() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cluster_counted_twice_is_refused() {
     let cs = clusters(1, 3);
-    let nodes = common::five();
+    let nodes = singles(1);
     let seeds = cs[0].seed_urls();
     let twice = Redlock::builder([
         Member::cluster(seeds[..1].to_vec()),
@@ -578,8 +592,8 @@ async fn a_cluster_counted_twice_is_refused() {
 async fn a_release_reaches_a_frozen_shard_after_the_acquire_it_undoes() {
     // A node timeout longer than the freeze: the other masters must not
     // declare the frozen one failed (the cluster would go down).
-    let cluster = &Cluster::builder().shards(3).node_timeout_ms(15_000).start();
-    let nodes = common::five();
+    let cluster = &start(Cluster::builder().shards(3).node_timeout_ms(15_000));
+    let nodes = singles(2);
     let members = vec![
         member(cluster),
         Member::node(nodes[0].url()),
