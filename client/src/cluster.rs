@@ -556,6 +556,21 @@ impl Cluster {
                         targets = vec![node];
                         continue;
                     }
+                    // The shard let the waiter go without an answer about
+                    // the lock: its key left the node (`-TRYAGAIN`, e.g. a
+                    // MIGRATE), the node became a replica (`-UNBLOCKED`, and
+                    // it closes the connection), or a shard of the cluster
+                    // has no master for now (`-CLUSTERDOWN`). Wait again;
+                    // the retry finds the key's new place or its state. The
+                    // waiting round bounds the whole.
+                    if let Some(code @ ("TRYAGAIN" | "UNBLOCKED" | "CLUSTERDOWN")) = e.code() {
+                        loan.answered = code == "TRYAGAIN";
+                        asking = false;
+                        drop(loan);
+                        let pause = if code == "CLUSTERDOWN" { 50 } else { 5 };
+                        tokio::time::sleep(Duration::from_millis(pause)).await;
+                        continue;
+                    }
                     let (failure, broken) = NodeFailure::from_redis(&e);
                     loan.answered = !broken;
                     return Err(failure);

@@ -26,7 +26,7 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use crate::{free_port, Node, NodeBuilder};
+use crate::{Node, NodeBuilder};
 
 /// Number of hash slots in a Redis Cluster.
 pub const SLOTS: u16 = 16384;
@@ -94,7 +94,7 @@ impl ClusterBuilder {
                     .config("cluster-enabled", "yes")
                     .config("cluster-config-file", "nodes.conf")
                     .config("cluster-node-timeout", &node_timeout)
-                    .config("cluster-port", &free_port().to_string())
+                    .free_port_config("cluster-port")
                     // Failover is allowed however long the replica's link was
                     // down, and replicas stay in their group.
                     .config("cluster-replica-validity-factor", "0")

@@ -72,6 +72,8 @@ pub struct NodeBuilder {
     tls: Option<TestPki>,
     /// ACL users, one `user` line each (rules separated by spaces).
     users: Vec<String>,
+    /// Options whose value is a free port picked at each start attempt.
+    port_configs: Vec<String>,
 }
 
 impl NodeBuilder {
@@ -86,6 +88,14 @@ impl NodeBuilder {
     /// `redlock.*` configs work too).
     pub fn config(mut self, name: &str, value: &str) -> Self {
         self.configs.push((name.to_string(), value.to_string()));
+        self
+    }
+
+    /// Adds a `--name PORT` server option with a free loopback port, picked
+    /// anew at each start attempt (like the node's own port), e.g. the
+    /// cluster bus's `cluster-port`.
+    pub fn free_port_config(mut self, name: &str) -> Self {
+        self.port_configs.push(name.to_string());
         self
     }
 
@@ -136,11 +146,16 @@ impl NodeBuilder {
                 .prefix("redlock-node-")
                 .tempdir()
                 .expect("temp dir");
+            let mut spec = self.clone();
+            for name in std::mem::take(&mut spec.port_configs) {
+                spec.configs.retain(|(n, _)| *n != name);
+                spec.configs.push((name, free_port().to_string()));
+            }
             let mut node = Node {
                 port: free_port(),
                 dir,
                 child: None,
-                spec: self.clone(),
+                spec,
             };
             match node.spawn() {
                 Ok(()) => return node,
@@ -174,6 +189,7 @@ impl Node {
             ],
             tls: None,
             users: Vec::new(),
+            port_configs: Vec::new(),
         }
     }
 
