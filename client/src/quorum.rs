@@ -71,6 +71,17 @@ impl<R: fmt::Display> fmt::Display for Outcomes<'_, R> {
     }
 }
 
+/// `name key owner`, with room for `arg_count` arguments in all and two
+/// numbers after the owner: the command is built without reallocating as
+/// its arguments are appended.
+fn lock_cmd(name: &str, key: &str, owner: &str, arg_count: usize) -> Cmd {
+    // Two numbers of at most 20 digits and a `FLOOR`.
+    const NUMBERS: usize = 2 * 20 + 5;
+    let mut cmd = Cmd::with_capacity(arg_count, name.len() + key.len() + owner.len() + NUMBERS);
+    cmd.arg(name).arg(key).arg(owner);
+    cmd
+}
+
 /// What a round does with the calls still pending once it is decided.
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Leftovers {
@@ -440,8 +451,8 @@ impl Quorum {
         floor: Option<u64>,
         #[cfg(feature = "danger-test-switches")] write_back: bool,
     ) -> Result<(u64, Unanswered), (Error, Leftover)> {
-        let mut cmd = redis::cmd("REDLOCK.ACQUIRE");
-        cmd.arg(key).arg(owner).arg(ttl_ms);
+        let mut cmd = lock_cmd("REDLOCK.ACQUIRE", key, owner, 6);
+        cmd.arg(ttl_ms);
         if let Some(floor) = floor {
             cmd.arg("FLOOR").arg(floor);
         }
@@ -526,8 +537,8 @@ impl Quorum {
         // later majority intersects it, so the next token is > T. A node
         // reports T only for the one owner that moved its counter to T, so
         // two holders never share a token.
-        let mut fence = redis::cmd("REDLOCK.FENCE");
-        fence.arg(key).arg(owner).arg(token);
+        let mut fence = lock_cmd("REDLOCK.FENCE", key, owner, 4);
+        fence.arg(token);
         let targets = fencing.targets().to_vec();
         let mut decided = None;
         let (end, _) = fan_out(
@@ -561,8 +572,7 @@ impl Quorum {
         if targets.is_empty() {
             return;
         }
-        let mut cmd = redis::cmd("REDLOCK.RELEASE");
-        cmd.arg(key).arg(owner);
+        let cmd = lock_cmd("REDLOCK.RELEASE", key, owner, 3);
         let mut replies: Vec<Option<Confirmation>> = vec![None; self.node_count()];
         fan_out(
             &self.nodes,
@@ -603,8 +613,7 @@ impl Quorum {
         if targets.is_empty() {
             return;
         }
-        let mut cmd = redis::cmd("REDLOCK.RELEASE");
-        cmd.arg(key).arg(owner);
+        let cmd = lock_cmd("REDLOCK.RELEASE", key, owner, 3);
         let (mut calls, _, deadline, _) =
             start_calls(&self.nodes, targets.iter().copied(), cmd, &mut |_, _, _| {
                 Next::Wait
@@ -655,8 +664,7 @@ impl Quorum {
     /// `owner`, `NoQuorum` when too few nodes answered at all. Slow nodes
     /// still get the release in the background.
     pub(crate) async fn release(&self, key: &str, owner: &str) -> Result<bool, Error> {
-        let mut cmd = redis::cmd("REDLOCK.RELEASE");
-        cmd.arg(key).arg(owner);
+        let cmd = lock_cmd("REDLOCK.RELEASE", key, owner, 3);
         match self.confirmation_round(cmd, "release").await {
             ConfirmationOutcome::Confirmed => Ok(true),
             ConfirmationOutcome::NotHeld { .. } => Ok(false),
@@ -670,8 +678,8 @@ impl Quorum {
     /// quorum answered but fewer than a quorum still had the lock:
     /// [`Error::Lost`]; when too few answered at all: `NoQuorum`.
     pub(crate) async fn extend(&self, key: &str, owner: &str, ttl_ms: u64) -> Result<(), Error> {
-        let mut cmd = redis::cmd("REDLOCK.EXTEND");
-        cmd.arg(key).arg(owner).arg(ttl_ms);
+        let mut cmd = lock_cmd("REDLOCK.EXTEND", key, owner, 4);
+        cmd.arg(ttl_ms);
         match self.confirmation_round(cmd, "extend").await {
             ConfirmationOutcome::Confirmed => Ok(()),
             ConfirmationOutcome::NotHeld { confirmed } => Err(Error::Lost {
