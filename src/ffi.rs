@@ -246,3 +246,54 @@ pub fn register(
         Err(format!("could not register {}", name.to_string_lossy()))
     }
 }
+
+/// Declares the key of a registered command as one key spec, the argument
+/// at index 1, with `flags` (`REDISMODULE_CMD_KEY_*`). Without it Redis
+/// derives a spec from the `(1, 1, 1)` range given at registration, with
+/// read-write flags for every command, so an ACL selector that grants
+/// read-only key access (`%R~…`) would refuse INSPECT and WAIT. Servers
+/// without `RedisModule_SetCommandInfo` (before 7.0) keep the range.
+pub fn set_key_spec(ctx: &Context, name: &CStr, flags: u32) -> Result<(), String> {
+    // SAFETY: reading function pointers Redis filled in at module load.
+    let (Some(get), Some(set)) = (unsafe { raw::RedisModule_GetCommand }, unsafe {
+        raw::RedisModule_SetCommandInfo
+    }) else {
+        return Ok(());
+    };
+    // SAFETY: called from OnLoad with a valid context, after the command
+    // was registered; the name is static.
+    let command = unsafe { get(ctx.ctx, name.as_ptr()) };
+    if command.is_null() {
+        return Err(format!("{} is not registered", name.to_string_lossy()));
+    }
+    let version = raw::RedisModuleCommandInfoVersion {
+        version: 1,
+        sizeof_historyentry: std::mem::size_of::<raw::RedisModuleCommandHistoryEntry>(),
+        sizeof_keyspec: std::mem::size_of::<raw::RedisModuleCommandKeySpec>(),
+        sizeof_arg: std::mem::size_of::<raw::RedisModuleCommandArg>(),
+    };
+    // SAFETY: plain C structs for which all-zero is the documented "unset"
+    // (a zeroed key spec ends the array).
+    let mut specs: [raw::RedisModuleCommandKeySpec; 2] = unsafe { std::mem::zeroed() };
+    specs[0].flags = u64::from(flags);
+    specs[0].begin_search_type = raw::RedisModuleKeySpecBeginSearchType_REDISMODULE_KSPEC_BS_INDEX;
+    specs[0].bs.index.pos = 1;
+    specs[0].find_keys_type = raw::RedisModuleKeySpecFindKeysType_REDISMODULE_KSPEC_FK_RANGE;
+    specs[0].fk.range.lastkey = 0;
+    specs[0].fk.range.keystep = 1;
+    specs[0].fk.range.limit = 0;
+    // SAFETY: as above; the info only has to live for the call.
+    let mut info: raw::RedisModuleCommandInfo = unsafe { std::mem::zeroed() };
+    info.version = &version;
+    info.key_specs = specs.as_mut_ptr();
+    // SAFETY: command came from GetCommand; info and what it points to
+    // outlive the call, which copies them.
+    if unsafe { set(command, &info) } == raw::REDISMODULE_OK as c_int {
+        Ok(())
+    } else {
+        Err(format!(
+            "could not set the key spec of {}",
+            name.to_string_lossy()
+        ))
+    }
+}

@@ -54,18 +54,53 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
         ctx.log_warning(&e);
         return Status::Err;
     }
+    // Every command has one key, the first argument: cluster routing
+    // (MOVED/ASK), COMMAND GETKEYS and ACL key patterns rely on it.
     let one_key = (1, 1, 1);
-    let table: &[(&std::ffi::CStr, ffi::CommandFn, &std::ffi::CStr)] = &[
-        (c"REDLOCK.ACQUIRE", acquire_entry, c"write deny-oom fast"),
-        (c"REDLOCK.RELEASE", release_entry, c"write fast"),
-        (c"REDLOCK.EXTEND", extend_entry, c"write fast"),
-        (c"REDLOCK.FENCE", fence_entry, c"write fast"),
-        (c"REDLOCK.INSPECT", inspect_entry, c"readonly fast"),
-        (c"REDLOCK.APPLY", apply_entry, c"write fast"),
-        (c"REDLOCK.WAIT", wait_entry, c"readonly"),
+    use redis_module::raw::{
+        REDISMODULE_CMD_KEY_ACCESS as ACCESS, REDISMODULE_CMD_KEY_OW as OW,
+        REDISMODULE_CMD_KEY_RO as RO, REDISMODULE_CMD_KEY_RW as RW,
+        REDISMODULE_CMD_KEY_UPDATE as UPDATE,
+    };
+    type Row = (
+        &'static std::ffi::CStr,
+        ffi::CommandFn,
+        &'static std::ffi::CStr,
+        u32,
+    );
+    let table: &[Row] = &[
+        (
+            c"REDLOCK.ACQUIRE",
+            acquire_entry,
+            c"write deny-oom fast",
+            RW | ACCESS | UPDATE,
+        ),
+        (
+            c"REDLOCK.RELEASE",
+            release_entry,
+            c"write fast",
+            RW | UPDATE,
+        ),
+        (c"REDLOCK.EXTEND", extend_entry, c"write fast", RW | UPDATE),
+        (
+            c"REDLOCK.FENCE",
+            fence_entry,
+            c"write fast",
+            RW | ACCESS | UPDATE,
+        ),
+        (
+            c"REDLOCK.INSPECT",
+            inspect_entry,
+            c"readonly fast",
+            RO | ACCESS,
+        ),
+        (c"REDLOCK.APPLY", apply_entry, c"write fast", OW | UPDATE),
+        (c"REDLOCK.WAIT", wait_entry, c"readonly", RO),
     ];
-    for (name, entry, flags) in table {
-        if let Err(e) = ffi::register(ctx, name, *entry, flags, one_key) {
+    for (name, entry, flags, key_flags) in table {
+        let registered = ffi::register(ctx, name, *entry, flags, one_key)
+            .and_then(|()| ffi::set_key_spec(ctx, name, *key_flags));
+        if let Err(e) = registered {
             ctx.log_warning(&e);
             return Status::Err;
         }

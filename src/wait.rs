@@ -27,6 +27,13 @@
 //! A key deleted under its waiters (`DEL`, `FLUSHALL`) wakes them on servers
 //! that offer `RM_BlockClientOnKeysWithFlags` (Redis 7.2+, Valkey); on Redis
 //! 7.0 they are answered at their timeout.
+//!
+//! In a cluster, a waiter whose slot moves to another shard is answered by
+//! Redis itself with `-MOVED` (it checks the slots of clients blocked on
+//! keys, module clients included, about every 100 ms), and a waiter on a
+//! master that becomes a replica gets `-UNBLOCKED` at once. A key that
+//! disappears under its waiters in cluster mode is taken for a key that
+//! moved with its slot, not for a free lock (see [`in_cluster`]).
 
 use std::collections::BTreeMap;
 use std::os::raw::{c_int, c_void};
@@ -403,14 +410,17 @@ extern "C" fn on_ready(
             unsafe { select(ctx, tag.key.0) };
         }
         let now = mono_now();
-        let deadline = {
+        let (missing, deadline) = {
             let key = LockKey::read(ctx, name);
             match key.get() {
-                Ok(state) => state.and_then(|s| s.live_deadline(now)),
+                Ok(state) => (state.is_none(), state.and_then(|s| s.live_deadline(now))),
                 // Another type now: the lock is gone.
-                Err(_) => None,
+                Err(_) => (false, None),
             }
         };
+        if missing && in_cluster(ctx) {
+            return false;
+        }
         let mut map = waiting();
         let Some(entry) = map.get_mut(&tag.key) else {
             return deadline.is_none();
@@ -440,6 +450,19 @@ extern "C" fn on_ready(
             raw::REDISMODULE_OK as c_int
         }
     }
+}
+
+/// Whether the server runs in cluster mode. There a lock key that
+/// disappears under its waiters has usually moved to another shard with its
+/// slot (`MIGRATE` deletes it here), which does not make the lock free: the
+/// waiters stay blocked and Redis answers them with `-MOVED` once the slot
+/// has moved (its cron checks blocked clients' slots), or at their timeout.
+/// Only servers that wake waiters of deleted keys (7.2+) get here with a
+/// missing key; on 7.0 nobody is woken for a missing key.
+fn in_cluster(ctx: *mut raw::RedisModuleCtx) -> bool {
+    // SAFETY: ctx is the blocked client's context in its reply callback.
+    let flags = unsafe { raw::RedisModule_GetContextFlags.map_or(0, |f| f(ctx)) };
+    flags & raw::REDISMODULE_CTX_FLAGS_CLUSTER as c_int != 0
 }
 
 /// Timeout callback: the lock stayed held for the whole timeout.

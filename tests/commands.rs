@@ -428,6 +428,54 @@ fn acl_user_limited_to_lock_commands_and_prefix() {
     assert_eq!(inspect(&mut admin, "other:a"), None);
 }
 
+/// The key specs say which commands only read their key: a user with
+/// read-only key access (`%R~`) may INSPECT and WAIT, not take or change a
+/// lock.
+#[test]
+fn read_only_key_access_allows_inspect_and_wait_only() {
+    let node = Node::start();
+    let mut admin = node.connection();
+    assert_eq!(acquire(&mut admin, "locks:a", "me", 10_000), Some(1));
+    let _: () = redis::cmd("ACL")
+        .arg(&[
+            "SETUSER",
+            "watcher",
+            "on",
+            ">s3cret",
+            "resetkeys",
+            "%R~locks:*",
+            "-@all",
+            "+redlock.acquire",
+            "+redlock.release",
+            "+redlock.extend",
+            "+redlock.fence",
+            "+redlock.inspect",
+            "+redlock.wait",
+        ])
+        .query(&mut admin)
+        .unwrap();
+    let url = format!("redis://watcher:s3cret@127.0.0.1:{}", node.port());
+    let mut con = redis::Client::open(url).unwrap().get_connection().unwrap();
+    assert_eq!(inspect(&mut con, "locks:a").unwrap().token, 1);
+    let free: i64 = redis::cmd("REDLOCK.WAIT")
+        .arg("locks:free")
+        .arg(100)
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(free, 1);
+    for args in [
+        &[&b"REDLOCK.ACQUIRE"[..], b"locks:b", b"me", b"100"][..],
+        &[b"REDLOCK.RELEASE", b"locks:a", b"me"],
+        &[b"REDLOCK.EXTEND", b"locks:a", b"me", b"100"],
+        &[b"REDLOCK.FENCE", b"locks:a", b"me"],
+    ] {
+        let err = error_of(&mut con, args);
+        assert!(err.starts_with("NOPERM"), "{err}");
+    }
+    assert_eq!(inspect(&mut admin, "locks:b"), None);
+    assert!(inspect(&mut admin, "locks:a").unwrap().held);
+}
+
 #[test]
 fn info_counts_and_eviction_warning() {
     let node = Node::builder()

@@ -7,7 +7,9 @@ use std::time::Duration;
 use rand::Rng;
 
 use crate::error::{Error, NodeFailure};
-use crate::identity::{identical_urls, same_servers, Endpoint};
+use crate::cluster::Cluster;
+use crate::identity::{identical_urls, shared_server, Endpoint};
+use crate::member::{Member, MemberKind, Voter};
 use crate::node::Node;
 use crate::quorum::Quorum;
 use crate::redlock::{Inner, Redlock};
@@ -105,7 +107,7 @@ pub(crate) struct DangerSwitches {
 /// Options for a [`Redlock`]; made by [`Redlock::builder`].
 #[derive(Clone, Debug)]
 pub struct RedlockBuilder {
-    pub(crate) urls: Vec<String>,
+    pub(crate) members: Vec<Member>,
     pub(crate) node_timeout: Duration,
     pub(crate) connect_timeout: Duration,
     pub(crate) retry: RetryPolicy,
@@ -261,13 +263,17 @@ impl RedlockBuilder {
     ///
     /// - [`Error::InvalidArgument`]: a bad URL, no nodes, bad options, the
     ///   same node listed twice (identical URLs once the host's case, the
-    ///   default port and database are normalised), or two members that
-    ///   turn out to be the same Redis server (same `run_id`: an alias,
-    ///   `localhost` next to `127.0.0.1`, two forwarded ports); a TLS file
+    ///   default port and database are normalised; a cluster's seeds
+    ///   count), or two members that turn out to be the same Redis server
+    ///   (same `run_id`: an alias, `localhost` next to `127.0.0.1`, two
+    ///   forwarded ports, the same cluster twice, a cluster and one of its
+    ///   own nodes); a cluster member whose seeds mix `redis://` and
+    ///   `rediss://`; a TLS file
     ///   that is missing or holds no PEM of the right type (the message
     ///   names the file); a URL with a `#fragment`; a plain `redis://` URL
     ///   when TLS files are given.
-    /// - [`Error::ModuleNotLoaded`]: a reachable node runs without the module.
+    /// - [`Error::ModuleNotLoaded`]: a reachable node (or a master of a
+    ///   reachable cluster) runs without the module.
     /// - [`Error::NoQuorum`]: fewer than a majority of the nodes could be
     ///   reached and checked within the connect timeout.
     ///
@@ -286,7 +292,7 @@ impl RedlockBuilder {
     /// # Ok(()) }
     /// ```
     pub async fn build(self) -> Result<Redlock, Error> {
-        if self.urls.is_empty() {
+        if self.members.is_empty() {
             return Err(Error::InvalidArgument(
                 "no nodes given: pass at least one redis:// URL (5 independent masters are the usual setup)".into(),
             ));
@@ -309,12 +315,39 @@ impl RedlockBuilder {
         }
         let tls = self.tls.load()?;
         let nodes = self
-            .urls
+            .members
             .iter()
-            .map(|url| Node::new(url, self.node_timeout, self.connect_timeout, tls.as_ref()))
+            .map(|member| match &member.0 {
+                MemberKind::Node(url) => {
+                    Node::new(url, self.node_timeout, self.connect_timeout, tls.as_ref())
+                        .map(Voter::Node)
+                }
+                MemberKind::Cluster(seeds) => {
+                    Cluster::new(seeds, self.node_timeout, self.connect_timeout, tls.as_ref())
+                        .map(Voter::Cluster)
+                }
+            })
             .collect::<Result<Box<[_]>, _>>()?;
-        let endpoints: Vec<Endpoint> = nodes.iter().map(|n| n.endpoint().clone()).collect();
-        if let Some(&(i, j)) = identical_urls(&endpoints).first() {
+        // Every endpoint a member connects to (a cluster's seeds), with
+        // its member: the same endpoint in two members is one server twice.
+        let mut endpoints: Vec<(Endpoint, usize)> = Vec::new();
+        for (i, voter) in nodes.iter().enumerate() {
+            match voter {
+                Voter::Node(n) => endpoints.push((n.endpoint().clone(), i)),
+                Voter::Cluster(c) => {
+                    let mut own: Vec<Endpoint> = Vec::new();
+                    for e in c.endpoints() {
+                        if !own.contains(&e) {
+                            own.push(e);
+                        }
+                    }
+                    endpoints.extend(own.into_iter().map(|e| (e, i)));
+                }
+            }
+        }
+        let only: Vec<Endpoint> = endpoints.iter().map(|(e, _)| e.clone()).collect();
+        if let Some(&(a, b)) = identical_urls(&only).first() {
+            let (i, j) = (endpoints[a].1, endpoints[b].1);
             return Err(Error::InvalidArgument(format!(
                 "{} and {} are the same node: each server may be listed once (one server, one vote)",
                 nodes[i].url(),
@@ -335,10 +368,7 @@ impl RedlockBuilder {
         };
 
         // Connect and check for the module, all nodes at once.
-        let checks = quorum.nodes.iter().map(|node| async move {
-            node.connect().await?;
-            node.check_module().await
-        });
+        let checks = quorum.nodes.iter().map(Voter::connect_and_check);
         let results = futures_util::future::join_all(checks).await;
         let mut failed = Vec::new();
         for (i, result) in results.into_iter().enumerate() {
@@ -352,8 +382,8 @@ impl RedlockBuilder {
                 Err(e) => failed.push((i, e)),
             }
         }
-        let ids: Vec<_> = quorum.nodes.iter().map(|n| n.server_id()).collect();
-        if let Some(&(i, j)) = same_servers(&ids).first() {
+        let ids: Vec<_> = quorum.nodes.iter().map(Voter::server_ids).collect();
+        if let Some((i, j, id)) = shared_server(&ids) {
             let (a, b) = (quorum.nodes[i].url(), quorum.nodes[j].url());
             tracing::error!(
                 node = b,
@@ -361,8 +391,7 @@ impl RedlockBuilder {
                 "two members of the quorum are the same Redis server"
             );
             return Err(Error::InvalidArgument(format!(
-                "{a} and {b} are the same Redis server (run_id {}): each server may be listed once (one server, one vote)",
-                ids[i].as_deref().unwrap_or("")
+                "{a} and {b} are the same Redis server (run_id {id}): each server may be listed once (one server, one vote)"
             )));
         }
         if n - failed.len() < quorum.quorum {

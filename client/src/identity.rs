@@ -12,6 +12,13 @@
 //!   member's reply already counted for the same server identity (its
 //!   `run_id`, learned on every connect, so also after every reconnect).
 //!   A server that restarted has a new `run_id`, which is fine.
+//!
+//! A cluster member counts as one server made of all its nodes: at build
+//! time the `run_id` of every node of every cluster is learned, and two
+//! members that share one (the same cluster given twice, a cluster next to
+//! one of its own nodes) are refused ([`shared_server`]), as are two
+//! members with a seed or URL in common. Its replies carry no identity in
+//! the rounds (they may come from any shard).
 
 use std::sync::Arc;
 
@@ -85,16 +92,19 @@ pub(crate) fn identical_urls(endpoints: &[Endpoint]) -> Vec<(usize, usize)> {
     pairs
 }
 
-/// Every pair `(first, later)` of members whose known identities are equal.
-pub(crate) fn same_servers(ids: &[Option<ServerId>]) -> Vec<(usize, usize)> {
-    let mut pairs = Vec::new();
-    for (j, id) in ids.iter().enumerate() {
-        let Some(id) = id else { continue };
-        if let Some(i) = ids[..j].iter().position(|f| f.as_ref() == Some(id)) {
-            pairs.push((i, j));
+/// The first pair `(first, later)` of members that share a known server
+/// identity, with that identity. A member has one identity (a node) or one
+/// per node (a cluster: a cluster listed twice, or a cluster that contains
+/// a node also listed on its own, shares one).
+pub(crate) fn shared_server(ids: &[Vec<ServerId>]) -> Option<(usize, usize, ServerId)> {
+    for (j, later) in ids.iter().enumerate() {
+        for id in later {
+            if let Some(i) = ids[..j].iter().position(|first| first.contains(id)) {
+                return Some((i, j, id.clone()));
+            }
         }
     }
-    pairs
+    None
 }
 
 /// The members that counted in one round, by server: a reply counts only
@@ -178,18 +188,20 @@ mod tests {
     }
 
     #[test]
-    fn same_servers_pairs_each_later_member_with_the_first() {
-        let a: ServerId = Arc::from("a");
-        let b: ServerId = Arc::from("b");
-        let ids = [
-            Some(a.clone()),
-            None,
-            Some(b),
-            Some(a.clone()),
-            None,
-            Some(a),
-        ];
-        assert_eq!(same_servers(&ids), vec![(0, 3), (0, 5)]);
+    fn shared_servers_pair_a_later_member_with_the_first() {
+        let id = |s: &str| -> ServerId { Arc::from(s) };
+        // Nodes: a twice.
+        let ids = [vec![id("a")], vec![], vec![id("b")], vec![id("a")]];
+        assert_eq!(shared_server(&ids), Some((0, 3, id("a"))));
+        // A cluster {c, d, e} and a node that is one of its nodes.
+        let ids = [vec![id("a")], vec![id("c"), id("d"), id("e")], vec![id("d")]];
+        assert_eq!(shared_server(&ids), Some((1, 2, id("d"))));
+        // The same cluster twice (seen through other seeds: same nodes).
+        let ids = [vec![id("c"), id("d")], vec![id("x")], vec![id("d"), id("c")]];
+        assert_eq!(shared_server(&ids), Some((0, 2, id("d"))));
+        // Distinct members; unknown identities never match.
+        let ids = [vec![id("c"), id("d")], vec![], vec![], vec![id("a")]];
+        assert_eq!(shared_server(&ids), None);
     }
 
     #[test]

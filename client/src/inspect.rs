@@ -4,6 +4,7 @@ use std::time::Duration;
 
 use redis::Value;
 
+use crate::member::Voter;
 use crate::redlock::Redlock;
 
 /// The lock's state on one node, as `REDLOCK.INSPECT` reports it.
@@ -24,17 +25,32 @@ pub enum NodeState {
     Error(String),
 }
 
-/// One node's view of a lock: see [`Redlock::inspect`].
+/// One member's view of a lock: see [`Redlock::inspect`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct NodeView {
-    /// The node's address (`host:port`).
+    /// The member's address: `host:port` for a node, `cluster(host:port,…)`
+    /// (its seeds) for a cluster.
     pub node: String,
-    /// What the node reports.
+    /// For a cluster member, the shard that holds the key (the master of
+    /// the key's hash slot, which answered); `None` for a node, or when the
+    /// cluster did not answer.
+    pub shard: Option<Shard>,
+    /// What the member reports.
     pub state: NodeState,
 }
 
+/// The shard of a cluster member that holds a key: see [`NodeView::shard`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Shard {
+    /// The shard master's address (`host:port`, as the cluster announces it).
+    pub addr: String,
+    /// The master's cluster node id (`CLUSTER MYID`).
+    pub node_id: String,
+}
+
 impl Redlock {
-    /// Every node's view of `key` (held, time left, counter), in node order.
+    /// Every member's view of `key` (held, time left, counter), in member
+    /// order; for a cluster member, also which shard holds the key.
     /// Read-only; waits for every node (each bounded by the node timeout).
     /// A node that does not answer usably is reported as
     /// [`NodeState::Error`], so this never fails as a whole.
@@ -58,12 +74,22 @@ impl Redlock {
         let mut cmd = redis::cmd("REDLOCK.INSPECT");
         cmd.arg(key);
         let cmd = &cmd;
-        let replies = futures_util::future::join_all(nodes.iter().map(|node| node.call(cmd))).await;
+        let replies = futures_util::future::join_all(nodes.iter().map(|member| async move {
+            match member {
+                Voter::Node(_) => (member.call(cmd).await, None),
+                Voter::Cluster(c) => match c.inspect(key).await {
+                    Ok((value, shard)) => (Ok(value), shard),
+                    Err(e) => (Err(e), None),
+                },
+            }
+        }))
+        .await;
         nodes
             .iter()
             .zip(replies)
-            .map(|(node, reply)| NodeView {
+            .map(|(node, (reply, shard))| NodeView {
                 node: node.addr().to_string(),
+                shard: shard.map(|(addr, node_id)| Shard { addr, node_id }),
                 state: match reply {
                     Err(e) => NodeState::Error(e.to_string()),
                     Ok(v) => parse_inspect(v),

@@ -7,10 +7,12 @@
 pub struct RepositoryReadme;
 
 mod builder;
+mod cluster;
 mod error;
 mod identity;
 mod inspect;
 mod lock;
+mod member;
 mod node;
 mod quorum;
 mod redlock;
@@ -24,8 +26,9 @@ pub use builder::{
     DEFAULT_NODE_TIMEOUT,
 };
 pub use error::Error;
-pub use inspect::{NodeState, NodeView};
+pub use inspect::{NodeState, NodeView, Shard};
 pub use lock::{Lock, LockInfo};
+pub use member::Member;
 pub use redlock::Redlock;
 /// Re-exported so that users of [`LockGuard::lost_token`] need no direct
 /// `tokio-util` dependency.

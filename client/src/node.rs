@@ -34,6 +34,10 @@
 //!
 //! The connection has no response timeout of its own: the rounds bound
 //! every call with one timer per round.
+//!
+//! A member that is a Redis Cluster does not have these properties (its
+//! commands may be retried after redirects); `cluster.rs` says what it does
+//! instead.
 
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
@@ -55,7 +59,7 @@ pub(crate) fn connection_config(connect_timeout: Duration) -> AsyncConnectionCon
 
 /// Makes sure rustls has a crypto provider for `rediss://` nodes: the
 /// process default when one is installed, otherwise ring.
-fn ensure_tls_provider() {
+pub(crate) fn ensure_tls_provider() {
     if rustls::crypto::CryptoProvider::get_default().is_none() {
         // Err: another thread installed one first, which is as good.
         let _ = rustls::crypto::ring::default_provider().install_default();

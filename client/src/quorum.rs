@@ -23,7 +23,7 @@ use redis::{Cmd, Value};
 
 use crate::error::{Error, NodeFailure};
 use crate::identity::{OneVotePerServer, ServerId};
-use crate::node::Node;
+use crate::member::Voter;
 use crate::tally::{
     AcquireOutcome, AcquireReply, AcquireTally, Confirmation, ConfirmationOutcome,
     ConfirmationTally, Failures, FenceReply, WriteBackOutcome,
@@ -48,13 +48,13 @@ pub(crate) struct Leftover {
 
 /// The nodes and the majority.
 pub(crate) struct Quorum {
-    pub(crate) nodes: Box<[Arc<Node>]>,
+    pub(crate) nodes: Box<[Voter]>,
     pub(crate) quorum: usize,
 }
 
 /// The replies of one round, for tracing: `addr=reply` for every node
 /// (`-` for a node the round did not wait for).
-pub(crate) struct Outcomes<'a, R>(pub(crate) &'a [Arc<Node>], pub(crate) &'a [Option<R>]);
+pub(crate) struct Outcomes<'a, R>(pub(crate) &'a [Voter], pub(crate) &'a [Option<R>]);
 
 impl<R: fmt::Display> fmt::Display for Outcomes<'_, R> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -131,7 +131,7 @@ pub(crate) enum Leftovers {
 /// pending when the round was decided, which are dropped, returned or
 /// finished in the background, per `leftovers`.
 pub(crate) async fn fan_out(
-    nodes: &[Arc<Node>],
+    nodes: &[Voter],
     targets: impl Iterator<Item = usize> + Clone,
     cmd: Cmd,
     leftovers: Leftovers,
@@ -224,7 +224,7 @@ type Call = Pin<
 /// targets). Once this returned, every command is queued on its node's
 /// connection.
 async fn start_calls(
-    nodes: &[Arc<Node>],
+    nodes: &[Voter],
     targets: impl Iterator<Item = usize> + Clone,
     cmd: Cmd,
     on_reply: &mut impl FnMut(usize, Option<ServerId>, Result<Value, NodeFailure>) -> Next,
@@ -254,7 +254,7 @@ async fn start_calls(
     std::future::poll_fn(|cx| {
         let _same_order = queueing_lock(&cmd);
         for i in targets.clone() {
-            let node = Arc::clone(&nodes[i]);
+            let node = nodes[i].clone();
             let cmd = Arc::clone(&cmd);
             let mut call: Call = Box::pin(tokio::task::unconstrained(async move {
                 let (id, reply) = node.call_untimed(&cmd).await;

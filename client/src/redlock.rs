@@ -11,6 +11,7 @@ use crate::builder::{
 };
 use crate::error::Error;
 use crate::lock::{Lock, OwnerId};
+use crate::member::Member;
 use crate::quorum::{Leftover, Quorum, Unanswered};
 
 /// Fixed part of the drift margin.
@@ -121,26 +122,36 @@ impl std::fmt::Debug for Redlock {
 }
 
 impl Redlock {
-    /// Starts configuring a client for `nodes` (redis URLs: `redis://host:port`,
-    /// `rediss://` for TLS, `redis://user:password@host:port` for ACL auth).
-    /// Five independent masters is the usual setup; one node is a plain
-    /// fenced lock without fault tolerance.
+    /// Starts configuring a client for `members`: node URLs
+    /// (`redis://host:port`, `rediss://` for TLS,
+    /// `redis://user:password@host:port` for ACL auth), or [`Member`]s, which
+    /// may also be Redis Clusters ([`Member::cluster`]). Five independent
+    /// members is the usual setup; one node is a plain fenced lock without
+    /// fault tolerance.
     ///
     /// # Examples
     ///
     /// ```
     /// use std::time::Duration;
-    /// let builder = redlock_client::Redlock::builder(["redis://127.0.0.1:7001"])
+    /// use redlock_client::{Member, Redlock};
+    ///
+    /// let builder = Redlock::builder(["redis://127.0.0.1:7001"])
     ///     .node_timeout(Duration::from_millis(50));
     /// # let _ = builder;
+    /// let mixed = Redlock::builder([
+    ///     Member::cluster(["redis://127.0.0.1:7101", "redis://127.0.0.1:7102"]),
+    ///     Member::node("redis://127.0.0.1:7002"),
+    ///     Member::node("redis://127.0.0.1:7003"),
+    /// ]);
+    /// # let _ = mixed;
     /// ```
-    pub fn builder<I, S>(nodes: I) -> RedlockBuilder
+    pub fn builder<I, S>(members: I) -> RedlockBuilder
     where
         I: IntoIterator<Item = S>,
-        S: Into<String>,
+        S: Into<Member>,
     {
         RedlockBuilder {
-            urls: nodes.into_iter().map(Into::into).collect(),
+            members: members.into_iter().map(Into::into).collect(),
             node_timeout: DEFAULT_NODE_TIMEOUT,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             retry: RetryPolicy::default(),
@@ -152,7 +163,8 @@ impl Redlock {
         }
     }
 
-    /// The nodes' addresses (`host:port`), in the order given.
+    /// The members' addresses, in the order given: `host:port` for a node,
+    /// `cluster(host:port,…)` (its seeds) for a cluster.
     ///
     /// # Examples
     ///

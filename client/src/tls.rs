@@ -109,6 +109,25 @@ pub(crate) fn client(url: &str, tls: Option<&TlsSettings>) -> redis::RedisResult
     }
 }
 
+/// The client for a parsed connection (a cluster node found through a
+/// redirect), with the TLS settings when given.
+pub(crate) fn client_for(
+    info: redis::ConnectionInfo,
+    tls: Option<&TlsSettings>,
+) -> redis::RedisResult<redis::Client> {
+    match tls {
+        None => redis::Client::open(info),
+        Some(settings) => redis::Client::build_with_tls(info, settings.0.clone()),
+    }
+}
+
+impl TlsSettings {
+    /// The certificates, for a cluster client.
+    pub(crate) fn certificates(&self) -> redis::TlsCertificates {
+        self.0.clone()
+    }
+}
+
 /// A connection failure in words that say what to do: TLS handshake
 /// problems (no client certificate, an unknown CA, a name mismatch) and
 /// failed authentication. Other errors keep the redis crate's text.

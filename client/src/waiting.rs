@@ -178,10 +178,12 @@ async fn wait_for_free(
         .arg(owner.as_str())
         .arg(ticket);
     let cmd = Arc::new(cmd);
+    // The calls may outlive this function (finished in the background).
+    let shared_key: Arc<str> = Arc::from(key);
     let mut calls = FuturesUnordered::new();
     for (i, node) in quorum.nodes.iter().enumerate() {
-        let (node, cmd) = (Arc::clone(node), Arc::clone(&cmd));
-        calls.push(async move { (i, node.wait_free(&cmd).await) });
+        let (node, cmd, key) = (node.clone(), Arc::clone(&cmd), Arc::clone(&shared_key));
+        calls.push(async move { (i, node.wait_free(&key, &cmd).await) });
     }
     let (mut free, mut failed) = (0, Vec::new());
     // The nodes answer at `until`; a node that does not is frozen or cut off.

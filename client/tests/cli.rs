@@ -766,3 +766,103 @@ fn wait_is_woken_by_the_nodes() {
     assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
     assert!(started.elapsed() >= Duration::from_millis(300));
 }
+
+/// Runs `redlock ARGS` with `env` added to the environment, at most 20 s.
+fn redlock_env(env: &[(&str, &str)], args: &[&str]) -> Output {
+    let mut cmd = Command::new(BIN);
+    cmd.env_remove("REDLOCK_NODES").env_remove("REDLOCK_CLUSTERS");
+    for (name, value) in env {
+        cmd.env(name, value);
+    }
+    let child = cmd
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start redlock");
+    wait_bounded(child, Duration::from_secs(20))
+}
+
+/// Cluster members: `--cluster SEEDS` (one member per option) next to
+/// `--nodes`, or `REDLOCK_CLUSTERS` (clusters separated by `;`); `inspect`
+/// names the shard that holds the key; `--help` documents the syntax.
+#[test]
+fn cluster_members_by_option_and_environment() {
+    let cluster = redlock_testkit::Cluster::builder().shards(3).start();
+    let nodes = five();
+    let seeds = cluster.seed_urls().join(",");
+    let two_nodes = common::urls(&nodes[..2]).join(",");
+    let master = cluster.master_for_slot(cluster.slot_of(b"cli:cluster"));
+
+    let out = redlock_env(
+        &[],
+        &[
+            "--nodes",
+            &two_nodes,
+            "--cluster",
+            &seeds,
+            "--json",
+            "acquire",
+            "cli:cluster",
+            "--ttl",
+            "20s",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let v = json(&out);
+    let token = v["token"].as_u64().expect("token");
+    let owner = v["owner"].as_str().expect("owner").to_string();
+
+    // The same quorum from the environment: REDLOCK_NODES + REDLOCK_CLUSTERS.
+    let env = [
+        ("REDLOCK_NODES", two_nodes.as_str()),
+        ("REDLOCK_CLUSTERS", seeds.as_str()),
+    ];
+    let out = redlock_env(&env, &["--json", "inspect", "cli:cluster"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let v = json(&out);
+    assert_eq!(v["quorum"], 2);
+    assert_eq!(v["held_on"], 3, "{v}");
+    let members = v["nodes"].as_array().expect("nodes");
+    assert_eq!(members.len(), 3);
+    assert!(members[0].get("shard").is_none(), "a node has no shard: {v}");
+    let shard = &members[2]["shard"];
+    assert_eq!(shard["addr"], format!("127.0.0.1:{}", master.port()), "{v}");
+    assert_eq!(shard["node_id"].as_str().map(str::len), Some(40), "{v}");
+    assert_eq!(members[2]["token"].as_u64(), Some(token));
+    assert!(members[2]["node"].as_str().unwrap().starts_with("cluster(127.0.0.1:"));
+
+    let out = redlock_env(&env, &["inspect", "cli:cluster"]);
+    let text = stdout(&out);
+    assert!(
+        text.contains(&format!("shard 127.0.0.1:{} (node ", master.port())),
+        "{text}"
+    );
+
+    // Busy through the cluster syntax too, then released by owner.
+    let out = redlock_env(&env, &["acquire", "cli:cluster"]);
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    let out = redlock_env(&env, &["release", "cli:cluster", "--owner", &owner]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let fields: Vec<redis::Value> = redis::cmd("REDLOCK.INSPECT")
+        .arg("cli:cluster")
+        .query(&mut master.connection())
+        .expect("INSPECT on the shard");
+    let held: i64 = redis::from_redis_value(fields[1].clone()).unwrap();
+    assert_eq!(held, 0, "released on the shard that holds the key");
+
+    // Two clusters in one variable are two members; here the same cluster
+    // twice, which is one server counted twice: refused.
+    let twice = format!("{seeds};{seeds}");
+    let out = redlock_env(
+        &[("REDLOCK_NODES", two_nodes.as_str()), ("REDLOCK_CLUSTERS", &twice)],
+        &["inspect", "cli:cluster"],
+    );
+    assert_ne!(out.status.code(), Some(0));
+    assert!(stderr(&out).contains("same node"), "{}", stderr(&out));
+
+    let help = stdout(&redlock_env(&[], &["--help"]));
+    assert!(help.contains("--cluster <SEEDS>"), "{help}");
+    assert!(help.contains("REDLOCK_CLUSTERS"), "{help}");
+}

@@ -13,7 +13,7 @@ use std::time::Duration;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use redlock_testkit::proxy::{Fault, FaultProxy};
-use redlock_testkit::{start_nodes, Node};
+use redlock_testkit::{start_nodes, Cluster, Node, NodeBuilder};
 use serde::{Deserialize, Serialize};
 
 use crate::checker::{self, Report};
@@ -22,8 +22,16 @@ use crate::history::{self, Guarantees, Kind, Recorder};
 use crate::resource::{Checking, ResourceServer};
 use crate::workload::{ClientOptions, PausePlan, PausePoint, WorkerSpec};
 
-/// Node count of every run.
+/// Members of every run's quorum.
 pub const NODES: usize = 5;
+
+/// Members that are Redis Clusters in a [`FaultType::ClusterShards`] run
+/// (the first ones of the quorum; the rest are single nodes).
+pub const CLUSTER_MEMBERS: usize = 2;
+
+/// Shards of each cluster member (three: a majority of masters must see a
+/// killed master fail for its replica to take over).
+pub const CLUSTER_SHARDS: usize = 3;
 
 /// The fault types of the matrix (and two used only by mutation tests).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -65,6 +73,14 @@ pub enum FaultType {
     /// promoted and takes the member's place (the old master comes back as
     /// its replica).
     PromoteLaggingReplica,
+    /// Two of the five members are Redis Clusters of three shards with a
+    /// replica each (the other three are single nodes). Faults, in turn:
+    /// the slot of a lock name moves to another shard step by step
+    /// (`SETSLOT IMPORTING/MIGRATING`, `MIGRATE`, `SETSLOT NODE`) while it
+    /// is in use; a shard fails over by `CLUSTER FAILOVER`; a shard's
+    /// master is killed, a replica takes over, and the old master restarts
+    /// empty as its replica.
+    ClusterShards,
     /// Mutation tests: two random nodes cut off, rotating quickly.
     PartitionRotate,
     /// Mutation tests: every node killed and restarted at once (empty
@@ -74,7 +90,7 @@ pub enum FaultType {
 
 impl FaultType {
     /// The matrix `make safety` runs.
-    pub const MATRIX: [FaultType; 15] = [
+    pub const MATRIX: [FaultType; 16] = [
         FaultType::None,
         FaultType::KillNone,
         FaultType::KillEverysec,
@@ -90,6 +106,7 @@ impl FaultType {
         FaultType::ProxyDropReplies,
         FaultType::ClockJump,
         FaultType::PromoteLaggingReplica,
+        FaultType::ClusterShards,
     ];
 
     /// Name in tables and file names.
@@ -110,6 +127,7 @@ impl FaultType {
             FaultType::ProxyDropReplies => "proxy_drop_replies",
             FaultType::ClockJump => "clock_jump",
             FaultType::PromoteLaggingReplica => "promote_lagging_replica",
+            FaultType::ClusterShards => "cluster_shards",
             FaultType::PartitionRotate => "partition_rotate",
             FaultType::KillAll => "kill9_all",
         }
@@ -286,8 +304,13 @@ pub struct RunResult {
     pub reclaimed: u64,
 }
 
-struct Cluster {
+struct Deployment {
+    /// The single-node members (all five, except in cluster runs).
     nodes: Vec<Node>,
+    /// Cluster members ([`FaultType::ClusterShards`] only).
+    clusters: Vec<Cluster>,
+    /// Why a cluster fault could not be carried out (the run fails).
+    fault_error: Option<String>,
     /// One replica per member, for fault types that use them.
     replicas: Vec<Node>,
     /// The replication link of each replica runs through a proxy, so that
@@ -408,7 +431,13 @@ pub fn run(cfg: &RunConfig) -> Result<RunResult, String> {
             .config("appendonly", "yes")
             .config("appendfsync", "always"),
     };
-    let nodes = start_nodes(NODES, &builder);
+    let cluster_members = if cfg.fault == FaultType::ClusterShards {
+        CLUSTER_MEMBERS
+    } else {
+        0
+    };
+    let nodes = start_nodes(NODES - cluster_members, &builder);
+    let clusters = start_clusters(cluster_members, &builder)?;
     let mut replicas = Vec::new();
     let mut links = Vec::new();
     if cfg.fault.with_replicas() {
@@ -477,13 +506,17 @@ pub fn run(cfg: &RunConfig) -> Result<RunResult, String> {
             index: w,
             tasks,
             nodes: proxies.iter().map(FaultProxy::url).collect(),
+            clusters: clusters.iter().map(Cluster::seed_urls).collect(),
             resource: resource.addr(),
             keys: keys.clone(),
             ttl_ms: cfg.ttl_ms,
             extend_percent: 10,
             // Failovers only void a lock that is held across them.
-            hold_ms: (cfg.fault == FaultType::PromoteLaggingReplica)
-                .then_some((cfg.ttl_ms / 8, cfg.ttl_ms / 2)),
+            hold_ms: matches!(
+                cfg.fault,
+                FaultType::PromoteLaggingReplica | FaultType::ClusterShards
+            )
+            .then_some((cfg.ttl_ms / 8, cfg.ttl_ms / 2)),
             seed: cfg.seed.wrapping_mul(31).wrapping_add(w as u64),
             deadline_ns: deadline,
             out: parts.join(format!("worker{w}.jsonl")),
@@ -510,8 +543,10 @@ pub fn run(cfg: &RunConfig) -> Result<RunResult, String> {
     }
     let pids: Vec<u32> = children.iter().map(Child::id).collect();
 
-    let mut cluster = Cluster {
+    let mut deployment = Deployment {
         nodes,
+        clusters,
+        fault_error: None,
         replicas,
         links,
         proxies,
@@ -519,7 +554,7 @@ pub fn run(cfg: &RunConfig) -> Result<RunResult, String> {
     };
     // Let the workers connect before the first fault.
     std::thread::sleep(Duration::from_millis(300));
-    inject(cfg, &mut cluster, &control, &pids, deadline);
+    inject(cfg, &mut deployment, &control, &pids, deadline);
 
     // Wait for the workers; kill them 20 s after the deadline at the latest.
     let mut errors = Vec::new();
@@ -552,8 +587,11 @@ pub fn run(cfg: &RunConfig) -> Result<RunResult, String> {
     drop(resource);
     res_rec.flush().map_err(|e| e.to_string())?;
     control.flush().map_err(|e| e.to_string())?;
-    let reclaimed = cluster.nodes.iter().filter_map(reclaimed_on).sum();
-    drop(cluster);
+    let reclaimed = deployment.nodes.iter().filter_map(reclaimed_on).sum();
+    if let Some(e) = deployment.fault_error.take() {
+        errors.push(e);
+    }
+    drop(deployment);
     if !errors.is_empty() {
         return Err(errors.join("; "));
     }
@@ -568,6 +606,116 @@ pub fn run(cfg: &RunConfig) -> Result<RunResult, String> {
     })
 }
 
+/// Starts `n` cluster members of [`CLUSTER_SHARDS`] shards with one
+/// replica each, with the nodes' options of `builder`. Like the single
+/// nodes, they start with no restart guard (they have granted nothing);
+/// once formed, every node gets the guard back at its default, which is
+/// also the window a promoted replica opens.
+fn start_clusters(n: usize, builder: &NodeBuilder) -> Result<Vec<Cluster>, String> {
+    let starts: Vec<_> = (0..n)
+        .map(|_| {
+            let b = Cluster::builder()
+                .shards(CLUSTER_SHARDS)
+                .replicas(1)
+                .node(builder.clone());
+            std::thread::spawn(move || b.start())
+        })
+        .collect();
+    let mut clusters = Vec::with_capacity(n);
+    for start in starts {
+        let cluster = start
+            .join()
+            .map_err(|p| format!("cluster start: {}", panic_text(&*p)))?;
+        for shard in 0..CLUSTER_SHARDS {
+            for node in cluster.shard_nodes(shard) {
+                let mut con = direct(node).ok_or("cluster node connection")?;
+                redis::cmd("CONFIG")
+                    .arg("SET")
+                    .arg("redlock.restart-grace-ms")
+                    .arg(-1)
+                    .query::<()>(&mut con)
+                    .map_err(|e| format!("cluster node restart guard: {e}"))?;
+            }
+        }
+        clusters.push(cluster);
+    }
+    Ok(clusters)
+}
+
+/// The message of a panic payload.
+fn panic_text(p: &(dyn std::any::Any + Send)) -> String {
+    p.downcast_ref::<String>()
+        .cloned()
+        .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+        .unwrap_or_else(|| "panic".into())
+}
+
+/// One fault on cluster member `m` (see [`FaultType::ClusterShards`]):
+/// `turn` 0 moves the slot of a lock name, 1 fails a shard over by hand,
+/// 2 kills a shard's master. Records its start; the caller records its
+/// end. Not a timing fault: no overlap of holders is excused.
+fn cluster_fault(
+    c: &mut Deployment,
+    m: usize,
+    turn: u32,
+    id: u64,
+    rec: &Recorder,
+    rng: &mut ChaCha8Rng,
+) {
+    let pause = |rng: &mut ChaCha8Rng| Duration::from_millis(rng.gen_range(10..=150));
+    let record = |kind: &str, target: String, detail: String| {
+        rec.record(Kind::FaultStart {
+            id,
+            kind: kind.to_string(),
+            target,
+            detail,
+            timing: false,
+        });
+    };
+    match turn {
+        0 => {
+            let cluster = &c.clusters[m];
+            let key = &c.keys[rng.gen_range(0..c.keys.len())];
+            let slot = cluster.slot_of(key.as_bytes());
+            let from = cluster.shard_of_slot(slot);
+            let to = (from + rng.gen_range(1..CLUSTER_SHARDS)) % CLUSTER_SHARDS;
+            record(
+                "cluster_reshard",
+                format!("c{m}"),
+                format!("slot {slot} (name {key}) from shard {from} to shard {to}, step by step"),
+            );
+            let migration = cluster.begin_migration(slot, to);
+            std::thread::sleep(pause(rng));
+            while cluster.migrate_keys(&migration, 10) > 0 {}
+            std::thread::sleep(pause(rng));
+            cluster.finish_migration(&migration);
+        }
+        1 => {
+            let shard = rng.gen_range(0..CLUSTER_SHARDS);
+            record(
+                "cluster_failover",
+                format!("c{m}s{shard}"),
+                "CLUSTER FAILOVER on the shard's replica".into(),
+            );
+            c.clusters[m].failover(shard);
+        }
+        _ => {
+            let shard = rng.gen_range(0..CLUSTER_SHARDS);
+            record(
+                "cluster_kill_master",
+                format!("c{m}s{shard}"),
+                "master killed; a replica takes over; the old master restarts empty (restart guard on) as its replica".into(),
+            );
+            let cluster = &mut c.clusters[m];
+            let killed = cluster.kill_master(shard);
+            cluster
+                .node_mut(shard, killed)
+                .restart_with(&[("redlock.restart-grace-ms", "-1")]);
+            cluster.wait_stable();
+        }
+    }
+}
+
 /// `redlock_reclaimed` of `INFO redlock` on `node`.
 fn reclaimed_on(node: &Node) -> Option<u64> {
     let mut con = direct(node)?;
@@ -580,7 +728,7 @@ fn reclaimed_on(node: &Node) -> Option<u64> {
 /// Member `i`'s master is gone: its replica (reached through the link,
 /// whose held-back bytes are dropped) becomes master and the member's proxy
 /// sends clients to it.
-fn promote(c: &mut Cluster, i: usize) {
+fn promote(c: &mut Deployment, i: usize) {
     c.links[i].reset_connections();
     c.links[i].set(Fault::None);
     if let Some(mut con) = direct(&c.replicas[i]) {
@@ -595,7 +743,7 @@ fn promote(c: &mut Cluster, i: usize) {
 
 /// After [`promote`]: the promoted replica is the member now, and the old
 /// master comes back (empty) as its replica, with the member's skewed clock.
-fn replace_replica(cfg: &RunConfig, c: &mut Cluster, i: usize) {
+fn replace_replica(cfg: &RunConfig, c: &mut Deployment, i: usize) {
     std::mem::swap(&mut c.nodes[i], &mut c.replicas[i]);
     c.links[i].set_upstream(SocketAddr::from(([127, 0, 0, 1], c.nodes[i].port())));
     let configs = replica_configs(&c.links[i]);
@@ -632,7 +780,7 @@ fn how_many(rng: &mut ChaCha8Rng, count: u32) -> usize {
 
 /// Injects `cfg.fault` until shortly before `deadline`, at most
 /// `cfg.fault_budget` times. Every fault is over when this returns.
-fn inject(cfg: &RunConfig, c: &mut Cluster, rec: &Recorder, pids: &[u32], deadline: u64) {
+fn inject(cfg: &RunConfig, c: &mut Deployment, rec: &Recorder, pids: &[u32], deadline: u64) {
     let mut rng = ChaCha8Rng::seed_from_u64(cfg.seed ^ 0xfa17);
     let ttl = cfg.ttl_ms;
     // Leave time at the end for every fault to be over and the workload to settle.
@@ -979,6 +1127,18 @@ fn inject(cfg: &RunConfig, c: &mut Cluster, rec: &Recorder, pids: &[u32], deadli
                 }
                 rec.record(Kind::FaultStop { id });
                 replace_replica(cfg, c, i);
+            }
+            FaultType::ClusterShards => {
+                let m = rng.gen_range(0..c.clusters.len().max(1));
+                let turn = count % 3;
+                let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    cluster_fault(c, m, turn, id, rec, &mut rng)
+                }));
+                rec.record(Kind::FaultStop { id });
+                if let Err(p) = outcome {
+                    c.fault_error = Some(format!("cluster fault {id}: {}", panic_text(&*p)));
+                    break;
+                }
             }
             FaultType::PartitionRotate => {
                 let targets = pick(&mut rng, NODES, 2);

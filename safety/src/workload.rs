@@ -99,6 +99,10 @@ pub struct WorkerSpec {
     pub tasks: usize,
     /// Node URLs (the fault proxies).
     pub nodes: Vec<String>,
+    /// Members that are Redis Clusters, by their seed URLs (they come
+    /// before `nodes` in the quorum).
+    #[serde(default)]
+    pub clusters: Vec<Vec<String>>,
     /// Fenced resource address.
     pub resource: SocketAddr,
     /// Keys to contend for.
@@ -149,10 +153,19 @@ fn pick_key<'a>(spec: &'a WorkerSpec, rng: &mut ChaCha8Rng) -> &'a String {
 
 /// Builds the client for `spec`, applying the mutation switches.
 pub async fn build_client(
+    clusters: &[Vec<String>],
     nodes: &[String],
     opts: &ClientOptions,
 ) -> Result<redlock_client::Redlock, String> {
-    let mut b = redlock_client::Redlock::builder(nodes.iter().map(String::as_str))
+    let members = clusters
+        .iter()
+        .map(|seeds| redlock_client::Member::cluster(seeds.iter().cloned()))
+        .chain(
+            nodes
+                .iter()
+                .map(|n| redlock_client::Member::node(n.clone())),
+        );
+    let mut b = redlock_client::Redlock::builder(members)
         .node_timeout(Duration::from_millis(opts.node_timeout_ms))
         .connect_timeout(Duration::from_millis(500))
         .retry(redlock_client::RetryPolicy::no_retry())
@@ -244,7 +257,7 @@ impl Pauser {
 pub async fn run_worker(spec: WorkerSpec) -> Result<u64, String> {
     let rec =
         Arc::new(Recorder::create(&spec.out).map_err(|e| format!("{}: {e}", spec.out.display()))?);
-    let client = build_client(&spec.nodes, &spec.client).await?;
+    let client = build_client(&spec.clusters, &spec.nodes, &spec.client).await?;
     let pauser = Arc::new(Pauser {
         plan: spec.pauses.clone(),
         next_ns: AtomicU64::new(mono_ns() + 300_000_000),

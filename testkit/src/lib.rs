@@ -11,9 +11,11 @@
 //! assert_eq!(token, 1);
 //! ```
 
+pub mod cluster;
 pub mod proxy;
 pub mod tls;
 
+pub use cluster::{Cluster, ClusterBuilder, Migration};
 pub use tls::TestPki;
 
 use std::net::TcpListener;

@@ -9,7 +9,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
-use redlock_client::{Error, NodeState, Redlock, RetryPolicy};
+use redlock_client::{Error, Member, NodeState, Redlock, RetryPolicy};
 use serde_json::json;
 
 /// Success.
@@ -38,8 +38,16 @@ Exit codes:
 
 Durations: 500ms, 30s, 2m, 1h (decimals allowed: 1.5s).
 
-Environment: REDLOCK_NODES, REDLOCK_TLS_CA, REDLOCK_TLS_CERT and REDLOCK_TLS_KEY stand for
---nodes, --tls-ca, --tls-cert and --tls-key.
+Environment: REDLOCK_NODES, REDLOCK_CLUSTERS, REDLOCK_TLS_CA, REDLOCK_TLS_CERT and
+REDLOCK_TLS_KEY stand for --nodes, --cluster, --tls-ca, --tls-cert and --tls-key
+(REDLOCK_CLUSTERS separates clusters with ';').
+
+Cluster members: each --cluster names one Redis Cluster member by seed URLs
+(comma-separated); it counts as one vote, like one node. Mix freely with --nodes:
+  redlock --cluster redis://10.0.1.1:7000,redis://10.0.1.2:7000 \
+          --cluster redis://10.0.2.1:7000,redis://10.0.2.2:7000 \
+          --nodes redis://10.0.3.1:6379,redis://10.0.4.1:6379,redis://10.0.5.1:6379 \
+          inspect reports        # for clusters: the shard that holds the key
 
 Examples:
   export REDLOCK_NODES=redis://10.0.0.1:6379,redis://10.0.0.2:6379,redis://10.0.0.3:6379
@@ -67,6 +75,21 @@ struct Cli {
         global = true
     )]
     nodes: Vec<String>,
+
+    /// One Redis Cluster member, by the URLs of some of its nodes (seeds),
+    /// comma-separated; repeat the option for each cluster member (or
+    /// separate clusters with ';'). A cluster counts as one member of the
+    /// quorum, whatever its number of shards; every master must load the
+    /// module.
+    #[arg(
+        long = "cluster",
+        value_name = "SEEDS",
+        env = "REDLOCK_CLUSTERS",
+        hide_env_values = true,
+        value_delimiter = ';',
+        global = true
+    )]
+    clusters: Vec<String>,
 
     /// PEM file of the CA that signed the nodes' TLS certificates (for
     /// rediss:// nodes; default: the system's trust store). Certificate
@@ -250,7 +273,7 @@ async fn connect(cli: &Cli) -> Result<Redlock, Error> {
     // One attempt without --wait; with it, the waiting paths (woken by the
     // nodes) take over, and the retry policy only paces retries after
     // failures that are not "busy".
-    let mut builder = Redlock::builder(cli.nodes.iter().filter(|n| !n.trim().is_empty()).cloned())
+    let mut builder = Redlock::builder(members(cli))
         .node_timeout(cli.node_timeout)
         .connect_timeout(cli.connect_timeout)
         .retry(RetryPolicy::no_retry());
@@ -263,13 +286,32 @@ async fn connect(cli: &Cli) -> Result<Redlock, Error> {
     builder.build().await
 }
 
+/// The quorum's members: the `--nodes`, then one member per `--cluster`.
+fn members(cli: &Cli) -> Vec<Member> {
+    let nodes = cli
+        .nodes
+        .iter()
+        .map(|n| n.trim())
+        .filter(|n| !n.is_empty())
+        .map(Member::node);
+    let clusters = cli.clusters.iter().filter_map(|seeds| {
+        let seeds: Vec<&str> = seeds
+            .split(',')
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .collect();
+        (!seeds.is_empty()).then(|| Member::cluster(seeds))
+    });
+    nodes.chain(clusters).collect()
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let out = Out { json: cli.json };
-    if cli.nodes.iter().all(|n| n.trim().is_empty()) {
+    if members(&cli).is_empty() {
         return ExitCode::from(out.fail(
             "invalid_argument",
-            "no nodes: pass --nodes redis://host:port,… or set REDLOCK_NODES",
+            "no nodes: pass --nodes redis://host:port,… or --cluster redis://host:port,… (or set REDLOCK_NODES / REDLOCK_CLUSTERS)",
             EXIT_USAGE,
         ));
     }
@@ -382,16 +424,22 @@ async fn inspect(redlock: &Redlock, out: Out, key: &str) -> u8 {
     if out.json {
         let nodes: Vec<_> = views
             .iter()
-            .map(|v| match &v.state {
-                NodeState::Missing => json!({ "node": v.node, "exists": false }),
-                NodeState::Present { held, pttl, token } => json!({
-                    "node": v.node,
-                    "exists": true,
-                    "held": held,
-                    "pttl_ms": pttl.map(|d| d.as_millis() as u64),
-                    "token": token,
-                }),
-                NodeState::Error(e) => json!({ "node": v.node, "error": e }),
+            .map(|v| {
+                let mut entry = match &v.state {
+                    NodeState::Missing => json!({ "node": v.node, "exists": false }),
+                    NodeState::Present { held, pttl, token } => json!({
+                        "node": v.node,
+                        "exists": true,
+                        "held": held,
+                        "pttl_ms": pttl.map(|d| d.as_millis() as u64),
+                        "token": token,
+                    }),
+                    NodeState::Error(e) => json!({ "node": v.node, "error": e }),
+                };
+                if let Some(shard) = &v.shard {
+                    entry["shard"] = json!({ "addr": shard.addr, "node_id": shard.node_id });
+                }
+                entry
             })
             .collect();
         println!(
@@ -413,15 +461,19 @@ async fn inspect(redlock: &Redlock, out: Out, key: &str) -> u8 {
     );
     println!("{:<width$}  {:<4}  {:>9}  TOKEN", "NODE", "HELD", "PTTL");
     for v in &views {
+        // A cluster member names the shard that holds the key.
+        let shard = v.shard.as_ref().map_or(String::new(), |s| {
+            format!("  shard {} (node {})", s.addr, s.node_id)
+        });
         match &v.state {
             NodeState::Missing => {
                 println!(
-                    "{:<width$}  {:<4}  {:>9}  -  (never locked here)",
+                    "{:<width$}  {:<4}  {:>9}  -  (never locked here){shard}",
                     v.node, "-", "-"
                 )
             }
             NodeState::Present { held, pttl, token } => println!(
-                "{:<width$}  {:<4}  {:>9}  {token}",
+                "{:<width$}  {:<4}  {:>9}  {token}{shard}",
                 v.node,
                 if *held { "yes" } else { "no" },
                 pttl.map_or("-".to_string(), |d| format!("{}ms", d.as_millis())),

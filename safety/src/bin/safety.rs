@@ -115,9 +115,16 @@ fn main() -> ExitCode {
         let mut runs = 0;
         for r in 0..runs_per_type {
             let keys = if (ti + r) % 2 == 0 { 1 } else { 4 };
+            // Cluster faults take seconds each (a failover waits for the
+            // cluster to settle): a longer quick run, so that each kind runs.
+            let secs = if args.quick && fault == FaultType::ClusterShards {
+                10.0
+            } else {
+                run_secs
+            };
             let mut cfg = RunConfig::new(
                 fault,
-                Duration::from_secs_f64(run_secs),
+                Duration::from_secs_f64(secs),
                 exe.clone(),
                 args.out.clone(),
             );

@@ -41,3 +41,15 @@ impl ClientLocker {
         lock.release().await.map(drop).map_err(|e| e.to_string())
     }
 }
+
+impl ClientLocker {
+    /// Connects to `members` (single nodes and clusters) with the default
+    /// options.
+    pub async fn connect_members(members: Vec<redlock_client::Member>) -> Result<Self, String> {
+        let redlock = Redlock::builder(members)
+            .build()
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok(Self { redlock })
+    }
+}

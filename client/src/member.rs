@@ -1,0 +1,225 @@
+//! [`Member`]: one member of the quorum, a single Redis master or a Redis
+//! Cluster; and [`Voter`], its connection, which the rounds talk to.
+//!
+//! The quorum is over members, never over the shards of one cluster: a
+//! cluster member has one vote, whichever of its shards holds the key.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis::{Cmd, Value};
+
+use crate::cluster::Cluster;
+use crate::error::NodeFailure;
+use crate::identity::ServerId;
+use crate::node::{redact, Node};
+
+/// One member of the quorum: a single Redis master given by its URL, or a
+/// Redis Cluster (or Valkey cluster) given by the URLs of some of its nodes
+/// (seeds; one reachable seed is enough to find the others).
+///
+/// Strings convert into single-node members, so
+/// `Redlock::builder(["redis://a:6379", …])` keeps working; mix in clusters
+/// with [`Member::cluster`]. A cluster member has one vote, like a node:
+/// the quorum is over members (independent failure domains), never over
+/// the shards of one cluster. Each lock key lives on the shard that owns its
+/// hash slot; resharding and failover inside a cluster are followed by the
+/// client (redirects, topology refresh).
+///
+/// # Examples
+///
+/// ```
+/// use redlock_client::{Member, Redlock};
+///
+/// let builder = Redlock::builder([
+///     Member::cluster(["redis://10.0.1.1:7000", "redis://10.0.1.2:7000"]),
+///     Member::cluster(["redis://10.0.2.1:7000", "redis://10.0.2.2:7000"]),
+///     Member::node("redis://10.0.3.1:6379"),
+///     "redis://10.0.4.1:6379".into(),
+///     "redis://10.0.5.1:6379".into(),
+/// ]);
+/// # let _ = builder;
+/// assert!(Member::cluster(["redis://10.0.1.1:7000"]).is_cluster());
+/// assert!(!Member::from("redis://10.0.3.1:6379").is_cluster());
+/// ```
+#[derive(Clone, PartialEq, Eq)]
+pub struct Member(pub(crate) MemberKind);
+
+#[derive(Clone, PartialEq, Eq)]
+pub(crate) enum MemberKind {
+    /// A single master's URL.
+    Node(String),
+    /// A cluster's seed URLs.
+    Cluster(Vec<String>),
+}
+
+impl Member {
+    /// A single Redis master (`redis://host:port`, `rediss://…` for TLS,
+    /// `redis://user:password@host:port` for an ACL user).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let member = redlock_client::Member::node("redis://10.0.0.1:6379");
+    /// assert!(!member.is_cluster());
+    /// ```
+    pub fn node(url: impl Into<String>) -> Self {
+        Member(MemberKind::Node(url.into()))
+    }
+
+    /// A Redis Cluster, given by the URLs of one or more of its nodes (all
+    /// with the same scheme and credentials). Every master of the cluster
+    /// must load the module.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let member = redlock_client::Member::cluster([
+    ///     "redis://10.0.1.1:7000",
+    ///     "redis://10.0.1.2:7000",
+    /// ]);
+    /// assert!(member.is_cluster());
+    /// ```
+    pub fn cluster<I, S>(seeds: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        Member(MemberKind::Cluster(
+            seeds.into_iter().map(Into::into).collect(),
+        ))
+    }
+
+    /// Whether this member is a cluster.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use redlock_client::Member;
+    /// assert!(Member::cluster(["redis://10.0.1.1:7000"]).is_cluster());
+    /// ```
+    pub fn is_cluster(&self) -> bool {
+        matches!(self.0, MemberKind::Cluster(_))
+    }
+}
+
+impl std::fmt::Debug for Member {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never print a password.
+        match &self.0 {
+            MemberKind::Node(url) => f.debug_tuple("Node").field(&redact(url)).finish(),
+            MemberKind::Cluster(seeds) => f
+                .debug_tuple("Cluster")
+                .field(&seeds.iter().map(|s| redact(s)).collect::<Vec<_>>())
+                .finish(),
+        }
+    }
+}
+
+impl From<&str> for Member {
+    fn from(url: &str) -> Self {
+        Member::node(url)
+    }
+}
+
+impl From<String> for Member {
+    fn from(url: String) -> Self {
+        Member::node(url)
+    }
+}
+
+impl From<&String> for Member {
+    fn from(url: &String) -> Self {
+        Member::node(url.as_str())
+    }
+}
+
+/// A member's connection: a node's, or a cluster's. An enum, so that the
+/// single-node path pays one match per call and nothing else.
+#[derive(Clone)]
+pub(crate) enum Voter {
+    Node(Arc<Node>),
+    Cluster(Arc<Cluster>),
+}
+
+impl Voter {
+    /// `host:port` for a node, `cluster(host:port,…)` (the seeds) for a
+    /// cluster: how messages name the member.
+    pub(crate) fn addr(&self) -> &str {
+        match self {
+            Voter::Node(n) => n.addr(),
+            Voter::Cluster(c) => c.addr(),
+        }
+    }
+
+    /// The URL(s) without credentials.
+    pub(crate) fn url(&self) -> &str {
+        match self {
+            Voter::Node(n) => n.url(),
+            Voter::Cluster(c) => c.url(),
+        }
+    }
+
+    /// The per-member timeout.
+    pub(crate) fn timeout(&self) -> Duration {
+        match self {
+            Voter::Node(n) => n.timeout(),
+            Voter::Cluster(c) => c.timeout(),
+        }
+    }
+
+    /// See [`Node::call_untimed`]; a cluster member reports no server
+    /// identity (its members are told apart at build time).
+    pub(crate) async fn call_untimed(&self, cmd: &Cmd) -> (Option<ServerId>, Result<Value, NodeFailure>) {
+        match self {
+            Voter::Node(n) => n.call_untimed(cmd).await,
+            // Boxed: the rounds box every call's future, and this keeps the
+            // single-node one as small as it was.
+            Voter::Cluster(c) => (None, Box::pin(c.call(cmd)).await),
+        }
+    }
+
+    /// One command, bounded by the per-member timeout.
+    pub(crate) async fn call(&self, cmd: &Cmd) -> Result<Value, NodeFailure> {
+        match self {
+            Voter::Node(n) => n.call(cmd).await,
+            Voter::Cluster(c) => match tokio::time::timeout(c.timeout(), c.call(cmd)).await {
+                Ok(reply) => reply,
+                Err(_) => Err(NodeFailure::Timeout(c.timeout())),
+            },
+        }
+    }
+
+    /// Connects and checks for the module (every master of a cluster).
+    pub(crate) async fn connect_and_check(&self) -> Result<(), NodeFailure> {
+        match self {
+            Voter::Node(n) => {
+                n.connect().await?;
+                n.check_module().await
+            }
+            Voter::Cluster(c) => {
+                c.connect().await?;
+                c.check_module().await
+            }
+        }
+    }
+
+    /// The identities of the servers behind this member, when known: the
+    /// node's `run_id`, or the `run_id` of every node of the cluster.
+    pub(crate) fn server_ids(&self) -> Vec<ServerId> {
+        match self {
+            Voter::Node(n) => n.server_id().into_iter().collect(),
+            Voter::Cluster(c) => c.server_ids(),
+        }
+    }
+
+    /// A `REDLOCK.WAIT` for `key` on a connection of its own (see
+    /// [`Node::wait_free`]; a cluster member sends it to the shard that owns
+    /// the key's slot).
+    pub(crate) async fn wait_free(&self, key: &str, cmd: &Cmd) -> Result<bool, NodeFailure> {
+        match self {
+            Voter::Node(n) => n.wait_free(cmd).await,
+            Voter::Cluster(c) => c.wait_free(key, cmd).await,
+        }
+    }
+}
