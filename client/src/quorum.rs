@@ -183,17 +183,6 @@ pub(crate) async fn fan_out(
     match leftovers {
         Leftovers::Drop => {}
         Leftovers::Return => {
-            // Nothing polls these calls again, but their replies would still
-            // wake the caller's task (the waker of its last poll), for a
-            // poll that finds nothing to do: two per acquisition when the
-            // round is decided at the third grant. One poll with a no-op
-            // waker (which also collects replies that already arrived)
-            // makes the rest complete silently.
-            let mut quiet = std::task::Context::from_waker(std::task::Waker::noop());
-            while let Poll::Ready(Some(_)) = calls.poll_next_unpin(&mut quiet) {}
-            if calls.is_empty() {
-                return (RoundEnd::Replied, Unanswered::default());
-            }
             let unanswered = Unanswered {
                 _calls: Some(Mutex::new(Box::new(calls))),
             };
