@@ -1,7 +1,9 @@
 //! Server events the module follows: configuration changes (the eviction
 //! warning), loading (where a loaded lease comes from), replication role
 //! changes (the promotion guard), and everything after which a replica may
-//! take this node's stream (see [`crate::replication`]).
+//! take this node's stream (see [`crate::replication`]); and generic
+//! keyspace events, for waiters whose key leaves with its slot (see
+//! [`crate::wait::on_generic_event`]).
 
 use std::os::raw::c_void;
 use std::sync::atomic::{AtomicU8, Ordering::Relaxed};
@@ -113,5 +115,16 @@ pub fn subscribe(ctx: &Context) {
     for (id, callback) in events {
         let event = raw::RedisModuleEvent { id, dataver: 1 };
         raw::subscribe_to_server_event(ctx.ctx, event, Some(callback));
+    }
+    // Generic keyspace events: a waited-on key that MIGRATE moved away.
+    // SAFETY: called from OnLoad with a valid context.
+    unsafe {
+        if let Some(subscribe) = raw::RedisModule_SubscribeToKeyspaceEvents {
+            subscribe(
+                ctx.ctx,
+                raw::REDISMODULE_NOTIFY_GENERIC,
+                Some(crate::wait::on_generic_event),
+            );
+        }
     }
 }

@@ -140,7 +140,7 @@ unsafe fn write_reclaim_info(
     ) -> c_int,
 ) {
     use crate::reclaim::stats as sweep;
-    let fields: [(&CStr, u64); 10] = [
+    let fields: [(&CStr, u64); 11] = [
         (c"records", crate::record::live()),
         (c"reclaim_after_ms", config::reclaim_after()),
         (c"reclaimed", sweep::RECLAIMED.load(Relaxed)),
@@ -152,6 +152,7 @@ unsafe fn write_reclaim_info(
             sweep::LONGEST_TICK_US.load(Relaxed),
         ),
         (c"sweep_last_tick_us", sweep::LAST_TICK_US.load(Relaxed)),
+        (c"sweep_time_us", sweep::TIME_US.load(Relaxed)),
         (c"sweep_slow_ticks", sweep::SLOW_TICKS.load(Relaxed)),
         (
             c"sweep_longest_tick_cpu_us",

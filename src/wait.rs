@@ -28,17 +28,19 @@
 //! that offer `RM_BlockClientOnKeysWithFlags` (Redis 7.2+, Valkey); on Redis
 //! 7.0 they are answered at their timeout.
 //!
-//! In a cluster, a waiter whose slot moves to another shard is answered by
-//! Redis itself with `-MOVED` (it checks the slots of clients blocked on
-//! keys, module clients included, about every 100 ms), and a waiter on a
-//! master that becomes a replica gets `-UNBLOCKED` at once. A key that
-//! disappears under its waiters in cluster mode is taken for a key that
-//! moved with its slot, not for a free lock (see [`in_cluster`]).
+//! In a cluster, a waiter whose key `MIGRATE` hands to another shard is
+//! answered `-TRYAGAIN` at once ([`on_generic_event`]); its retry gets
+//! `-ASK` or `-MOVED` from Redis. A waiter still blocked on a node that no
+//! longer serves its slot is answered `-MOVED` by Redis itself (it checks
+//! the slots of clients blocked on keys, module clients included, about
+//! every 100 ms), and a waiter on a master that becomes a replica gets
+//! `-UNBLOCKED` at once. A key that disappears under its waiters in cluster
+//! mode is not taken for a free lock (see [`in_cluster`]).
 
 use std::collections::BTreeMap;
 use std::os::raw::{c_int, c_void};
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::Mutex;
 
 use redis_module::{raw, ContextFlags};
@@ -65,6 +67,9 @@ type WaitedKey = (c_int, Vec<u8>);
 #[derive(Default)]
 struct Waiters {
     count: u64,
+    /// The blocked clients, to answer them when the key leaves with its
+    /// slot ([`on_generic_event`]).
+    handles: Vec<Handle>,
     /// Timer id and the monotonic deadline it fires at.
     timer: Option<(raw::RedisModuleTimerID, MonoMillis)>,
     /// The queued waiters and the reservation.
@@ -76,7 +81,22 @@ struct Tag {
     key: WaitedKey,
     /// The waiter's place and owner, when it waits in the queue.
     queued: Option<(Place, OwnerHash)>,
+    /// Set when the key moved to another shard: the timeout callback then
+    /// answers `-TRYAGAIN` instead of 0.
+    moved: AtomicBool,
 }
+
+/// A blocked waiter: Redis's handle and the waiter's tag (alive until
+/// [`free_waiter`], which drops the handle first).
+#[derive(Clone, Copy)]
+struct Handle {
+    client: *mut raw::RedisModuleBlockedClient,
+    tag: *const Tag,
+}
+
+// SAFETY: handles are created, used and dropped on Redis's main thread
+// only; the mutex around the map only makes the static shareable.
+unsafe impl Send for Handle {}
 
 static NEXT_PLACE: AtomicU64 = AtomicU64::new(1);
 
@@ -155,6 +175,7 @@ pub fn wait(call: &Call) -> Result<Reply, CommandError> {
     let tag = Box::into_raw(Box::new(Tag {
         key: waited.clone(),
         queued,
+        moved: AtomicBool::new(false),
     }))
     .cast::<c_void>();
     let mut keys = [key_name];
@@ -201,6 +222,10 @@ pub fn wait(call: &Call) -> Result<Reply, CommandError> {
     let mut map = waiting();
     let entry = map.entry(waited.clone()).or_default();
     entry.count += 1;
+    entry.handles.push(Handle {
+        client: blocked,
+        tag: tag.cast::<Tag>(),
+    });
     if let Some((place, owner)) = queued {
         entry.queue.join(place, owner);
     }
@@ -465,15 +490,95 @@ fn in_cluster(ctx: *mut raw::RedisModuleCtx) -> bool {
     flags & raw::REDISMODULE_CTX_FLAGS_CLUSTER as c_int != 0
 }
 
-/// Timeout callback: the lock stayed held for the whole timeout.
+/// Timeout callback: the lock stayed held for the whole timeout, or (see
+/// [`on_generic_event`]) the key left for another shard.
 extern "C" fn on_timeout(
     ctx: *mut raw::RedisModuleCtx,
     _argv: *mut *mut raw::RedisModuleString,
     _argc: c_int,
 ) -> c_int {
+    // SAFETY: ctx is the blocked client's context in its timeout callback;
+    // the tag lives until `free_waiter`.
+    let tag = unsafe {
+        raw::RedisModule_GetBlockedClientPrivateData
+            .map_or(std::ptr::null_mut(), |f| f(ctx))
+            .cast::<Tag>()
+            .as_ref()
+    };
+    if tag.is_some_and(|t| t.moved.load(Relaxed)) {
+        raw::reply_with_error(ctx, MOVED_AWAY.as_ptr());
+        return raw::REDISMODULE_OK as c_int;
+    }
     stats::bump(&stats::WAIT_TIMEOUTS);
     raw::reply_with_long_long(ctx, 0);
     raw::REDISMODULE_OK as c_int
+}
+
+/// The answer of a waiter whose key was deleted in cluster mode (usually:
+/// moved to another shard with its slot). Cluster clients retry `TRYAGAIN`
+/// on the slot's owner, which answers `-ASK` while the slot is migrating
+/// and serves the key once the move is over.
+const MOVED_AWAY: &std::ffi::CStr =
+    c"TRYAGAIN the lock left this node (moved to another shard with its slot, or deleted); send WAIT again";
+
+/// Keyspace callback for generic events. In cluster mode, when a waited-on
+/// key is deleted (`MIGRATE` handing it to another shard raises `del` here,
+/// as `DEL` does), the key's waiters are answered at once with
+/// [`MOVED_AWAY`]. Otherwise a waiter would stay blind to the lock on its
+/// new shard until the whole slot has moved (Redis then answers `-MOVED`)
+/// or its timeout. The retry finds the key where it is now: `-ASK` to the
+/// target during the move, or, after a plain `DEL`, a free lock here.
+/// (The notification's context is a temporary client, so the deleting
+/// command cannot be told apart.) `RM_UnblockClient` on a client blocked
+/// on keys runs its timeout callback, which reads the `moved` mark.
+///
+/// # Safety
+/// Called by Redis only, with the arguments of a keyspace notification.
+pub unsafe extern "C" fn on_generic_event(
+    ctx: *mut raw::RedisModuleCtx,
+    _type: c_int,
+    event: *const std::os::raw::c_char,
+    key: *mut raw::RedisModuleString,
+) -> c_int {
+    if WAITING_CLIENTS.load(Relaxed) == 0 || event.is_null() || key.is_null() {
+        return raw::REDISMODULE_OK as c_int;
+    }
+    let _ = catch_unwind(AssertUnwindSafe(|| {
+        // SAFETY: Redis passes a NUL-terminated event name.
+        if unsafe { std::ffi::CStr::from_ptr(event) }.to_bytes() != b"del" || !in_cluster(ctx) {
+            return;
+        }
+        let Some(name) = string_bytes(key) else {
+            return;
+        };
+        let waited: WaitedKey = (selected_db(ctx), name.to_vec());
+        let handles = match waiting().get(&waited) {
+            Some(entry) => entry.handles.clone(),
+            None => return,
+        };
+        let Some(unblock) = (unsafe { raw::RedisModule_UnblockClient }) else {
+            return;
+        };
+        for handle in handles {
+            // SAFETY: the handle is in the map, so `free_waiter` has not run
+            // for it: the tag and the blocked client are alive. Unblocking
+            // an already unblocked client is a no-op in Redis.
+            unsafe {
+                (*handle.tag).moved.store(true, Relaxed);
+                unblock(handle.client, std::ptr::null_mut());
+            }
+        }
+    }));
+    raw::REDISMODULE_OK as c_int
+}
+
+/// The bytes of a Redis string (valid while the string is).
+fn string_bytes<'a>(s: *mut raw::RedisModuleString) -> Option<&'a [u8]> {
+    let ptr_len = unsafe { raw::RedisModule_StringPtrLen }?;
+    let mut len = 0usize;
+    // SAFETY: s is a live string handed to the current callback.
+    let p = unsafe { ptr_len(s, &mut len) };
+    (!p.is_null()).then(|| unsafe { std::slice::from_raw_parts(p.cast::<u8>(), len) })
 }
 
 /// Called once per blocked client when it leaves (answered, timed out or
@@ -483,6 +588,7 @@ extern "C" fn free_waiter(ctx: *mut raw::RedisModuleCtx, tag: *mut c_void) {
     if tag.is_null() {
         return;
     }
+    let tag_ptr = tag.cast::<Tag>().cast_const();
     // SAFETY: tag is the box made in `wait`, handed back once.
     let tag = unsafe { Box::from_raw(tag.cast::<Tag>()) };
     let _ = catch_unwind(AssertUnwindSafe(|| {
@@ -492,6 +598,7 @@ extern "C" fn free_waiter(ctx: *mut raw::RedisModuleCtx, tag: *mut c_void) {
         let Some(entry) = map.get_mut(&tag.key) else {
             return;
         };
+        entry.handles.retain(|h| h.tag != tag_ptr);
         entry.count = entry.count.saturating_sub(1);
         if let Some((place, _)) = tag.queued {
             entry.queue.leave(place);

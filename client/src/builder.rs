@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use rand::Rng;
 
-use crate::error::{Error, NodeFailure};
 use crate::cluster::Cluster;
+use crate::error::{Error, NodeFailure};
 use crate::identity::{identical_urls, shared_server, Endpoint};
 use crate::member::{Member, MemberKind, Voter};
 use crate::node::Node;

@@ -39,6 +39,14 @@
 //! runs out, never a token out of order (every token comes from the
 //! module's counter, which ACQUIRE only raises).
 //!
+//! `client/tests/cluster_order.rs` shows the hazard on cue (a fake node
+//! answers an ACQUIRE with `-TRYAGAIN` after the round gave up on it: the
+//! connection sends it again after a pause, and a RELEASE not sequenced
+//! behind it lands in between) and pins the order;
+//! `client/tests/cluster_contract.rs` pins what is relied on from the
+//! connection (keyed routing through `-ASK` and `-MOVED`, one execution per
+//! command).
+//!
 //! The rounds still bound every call with the per-member timeout, exactly
 //! as for a node: a sequenced command that is not answered in time counts as
 //! a timeout (which may have executed, so it is released), and finishes in
@@ -64,7 +72,9 @@ use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::{
     MultipleNodeRoutingInfo, Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr,
 };
-use redis::{Cmd, ConnectionAddr, ConnectionInfo, ErrorKind, IntoConnectionInfo, RedisError, Value};
+use redis::{
+    Cmd, ConnectionAddr, ConnectionInfo, ErrorKind, IntoConnectionInfo, RedisError, Value,
+};
 use tokio::sync::{oneshot, watch};
 
 use crate::error::{Error, NodeFailure};
@@ -166,7 +176,11 @@ impl Cluster {
         {
             return Err(Error::InvalidArgument(format!(
                 "cluster seeds {} mix redis:// and rediss://: use one scheme for all seeds",
-                seeds.iter().map(|s| redact(s)).collect::<Vec<_>>().join(", ")
+                seeds
+                    .iter()
+                    .map(|s| redact(s))
+                    .collect::<Vec<_>>()
+                    .join(", ")
             )));
         }
         if any_tls {
@@ -185,7 +199,11 @@ impl Cluster {
         let client = builder.build().map_err(|e| {
             Error::InvalidArgument(format!(
                 "bad cluster seeds {}: {e}",
-                seeds.iter().map(|s| redact(s)).collect::<Vec<_>>().join(", ")
+                seeds
+                    .iter()
+                    .map(|s| redact(s))
+                    .collect::<Vec<_>>()
+                    .join(", ")
             ))
         })?;
         let addr = format!(
@@ -198,7 +216,11 @@ impl Cluster {
         );
         let url = format!(
             "cluster({})",
-            seeds.iter().map(|s| redact(s)).collect::<Vec<_>>().join(",")
+            seeds
+                .iter()
+                .map(|s| redact(s))
+                .collect::<Vec<_>>()
+                .join(",")
         );
         Ok(Arc::new(Cluster {
             addr: addr.into_boxed_str(),
@@ -461,13 +483,16 @@ impl Cluster {
             .cmd("CLUSTER")
             .arg("NODES");
         let route = SingleNodeRoutingInfo::SpecificNode(Route::with_key(key, SlotAddr::Master));
-        let replies =
-            match tokio::time::timeout(self.timeout, conn.route_pipeline(pipe, 0, 2, route)).await
-            {
-                Err(_) => return Err(NodeFailure::Timeout(self.timeout)),
-                Ok(Err(e)) => return Err(failure(&e)),
-                Ok(Ok(replies)) => replies,
-            };
+        let replies = match tokio::time::timeout(
+            self.timeout,
+            conn.route_pipeline(pipe, 0, 2, route),
+        )
+        .await
+        {
+            Err(_) => return Err(NodeFailure::Timeout(self.timeout)),
+            Ok(Err(e)) => return Err(failure(&e)),
+            Ok(Ok(replies)) => replies,
+        };
         let mut replies = replies.into_iter();
         let inspect = replies
             .next()
@@ -498,9 +523,10 @@ impl Cluster {
         let mut asking = false;
         for _ in 0..=MAX_REDIRECTS {
             let mut loan = self.blocking_connection(&targets).await?;
-            let conn = loan.conn.as_mut().ok_or_else(|| {
-                NodeFailure::NotConnected("no connection".into())
-            })?;
+            let conn = loan
+                .conn
+                .as_mut()
+                .ok_or_else(|| NodeFailure::NotConnected("no connection".into()))?;
             if asking {
                 let reply = conn.send_packed_command(&redis::cmd("ASKING")).await;
                 if let Err(e) = reply.and_then(Value::extract_error) {
@@ -543,7 +569,10 @@ impl Cluster {
 
     /// An idle blocking connection to the first of `targets` that has one
     /// or accepts a new one.
-    async fn blocking_connection(&self, targets: &[Box<str>]) -> Result<BlockingLoan<'_>, NodeFailure> {
+    async fn blocking_connection(
+        &self,
+        targets: &[Box<str>],
+    ) -> Result<BlockingLoan<'_>, NodeFailure> {
         let mut last = NodeFailure::NotConnected("no address to connect to".into());
         for addr in targets {
             let idle = lock(&self.blocking).get_mut(addr).and_then(Vec::pop);
@@ -789,6 +818,31 @@ mod tests {
         let mut y = redis::cmd("REDLOCK.RELEASE");
         y.arg("a").arg("bc");
         assert_ne!(route(&x).1, route(&y).1);
+    }
+
+    #[test]
+    fn bad_seeds_are_refused_with_what_is_wrong() {
+        let ms = Duration::from_millis(100);
+        let new = |seeds: &[&str]| {
+            let seeds: Vec<String> = seeds.iter().map(|s| s.to_string()).collect();
+            match Cluster::new(&seeds, ms, ms, None) {
+                Ok(_) => String::new(),
+                Err(e) => e.to_string(),
+            }
+        };
+        assert!(new(&[]).contains("at least one seed URL"));
+        let mixed = new(&["redis://:pw@h:7000", "rediss://:pw@h:7001"]);
+        assert!(mixed.contains("mix redis:// and rediss://"), "{mixed}");
+        assert!(!mixed.contains("pw"), "{mixed}");
+        let insecure = new(&["rediss://h:7000/#insecure"]);
+        assert!(insecure.contains("cannot be turned off"), "{insecure}");
+        assert!(new(&["unix:///tmp/redis.sock"]).contains("not a TCP URL"));
+        // TLS seeds are accepted (the redis crate's cluster client does TLS).
+        assert_eq!(new(&["rediss://h:7000", "rediss://h:7001"]), "");
+        let cluster = Cluster::new(&["redis://u:secret@H:7000".to_string()], ms, ms, None)
+            .expect("a plain seed");
+        assert_eq!(cluster.addr(), "cluster(H:7000)");
+        assert_eq!(cluster.url(), "cluster(redis://***@H:7000)");
     }
 
     #[test]

@@ -194,10 +194,18 @@ mod tests {
         let ids = [vec![id("a")], vec![], vec![id("b")], vec![id("a")]];
         assert_eq!(shared_server(&ids), Some((0, 3, id("a"))));
         // A cluster {c, d, e} and a node that is one of its nodes.
-        let ids = [vec![id("a")], vec![id("c"), id("d"), id("e")], vec![id("d")]];
+        let ids = [
+            vec![id("a")],
+            vec![id("c"), id("d"), id("e")],
+            vec![id("d")],
+        ];
         assert_eq!(shared_server(&ids), Some((1, 2, id("d"))));
         // The same cluster twice (seen through other seeds: same nodes).
-        let ids = [vec![id("c"), id("d")], vec![id("x")], vec![id("d"), id("c")]];
+        let ids = [
+            vec![id("c"), id("d")],
+            vec![id("x")],
+            vec![id("d"), id("c")],
+        ];
         assert_eq!(shared_server(&ids), Some((0, 2, id("d"))));
         // Distinct members; unknown identities never match.
         let ids = [vec![id("c"), id("d")], vec![], vec![], vec![id("a")]];

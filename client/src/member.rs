@@ -170,7 +170,10 @@ impl Voter {
 
     /// See [`Node::call_untimed`]; a cluster member reports no server
     /// identity (its members are told apart at build time).
-    pub(crate) async fn call_untimed(&self, cmd: &Cmd) -> (Option<ServerId>, Result<Value, NodeFailure>) {
+    pub(crate) async fn call_untimed(
+        &self,
+        cmd: &Cmd,
+    ) -> (Option<ServerId>, Result<Value, NodeFailure>) {
         match self {
             Voter::Node(n) => n.call_untimed(cmd).await,
             // Boxed: the rounds box every call's future, and this keeps the

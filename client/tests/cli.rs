@@ -770,7 +770,8 @@ fn wait_is_woken_by_the_nodes() {
 /// Runs `redlock ARGS` with `env` added to the environment, at most 20 s.
 fn redlock_env(env: &[(&str, &str)], args: &[&str]) -> Output {
     let mut cmd = Command::new(BIN);
-    cmd.env_remove("REDLOCK_NODES").env_remove("REDLOCK_CLUSTERS");
+    cmd.env_remove("REDLOCK_NODES")
+        .env_remove("REDLOCK_CLUSTERS");
     for (name, value) in env {
         cmd.env(name, value);
     }
@@ -826,12 +827,18 @@ fn cluster_members_by_option_and_environment() {
     assert_eq!(v["held_on"], 3, "{v}");
     let members = v["nodes"].as_array().expect("nodes");
     assert_eq!(members.len(), 3);
-    assert!(members[0].get("shard").is_none(), "a node has no shard: {v}");
+    assert!(
+        members[0].get("shard").is_none(),
+        "a node has no shard: {v}"
+    );
     let shard = &members[2]["shard"];
     assert_eq!(shard["addr"], format!("127.0.0.1:{}", master.port()), "{v}");
     assert_eq!(shard["node_id"].as_str().map(str::len), Some(40), "{v}");
     assert_eq!(members[2]["token"].as_u64(), Some(token));
-    assert!(members[2]["node"].as_str().unwrap().starts_with("cluster(127.0.0.1:"));
+    assert!(members[2]["node"]
+        .as_str()
+        .unwrap()
+        .starts_with("cluster(127.0.0.1:"));
 
     let out = redlock_env(&env, &["inspect", "cli:cluster"]);
     let text = stdout(&out);
@@ -856,7 +863,10 @@ fn cluster_members_by_option_and_environment() {
     // twice, which is one server counted twice: refused.
     let twice = format!("{seeds};{seeds}");
     let out = redlock_env(
-        &[("REDLOCK_NODES", two_nodes.as_str()), ("REDLOCK_CLUSTERS", &twice)],
+        &[
+            ("REDLOCK_NODES", two_nodes.as_str()),
+            ("REDLOCK_CLUSTERS", &twice),
+        ],
         &["inspect", "cli:cluster"],
     );
     assert_ne!(out.status.code(), Some(0));

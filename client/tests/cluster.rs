@@ -28,15 +28,28 @@ fn member(cluster: &Cluster) -> Member {
     Member::cluster(cluster.seed_urls())
 }
 
-/// Starts `n` clusters of `shards` shards (no replicas) in parallel.
+/// Clusters start one at a time: the tests of this file run in parallel,
+/// and many nodes starting at once on a loaded machine make port choices
+/// collide and starts time out.
+static STARTING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// Starts a cluster (one start at a time, see [`STARTING`]).
+fn start(builder: redlock_testkit::ClusterBuilder) -> Cluster {
+    let _one = STARTING.lock().unwrap_or_else(|p| p.into_inner());
+    builder.start()
+}
+
+/// Starts `n` clusters of `shards` shards (no replicas).
 fn clusters(n: usize, shards: usize) -> Vec<Cluster> {
-    let handles: Vec<_> = (0..n)
-        .map(|_| std::thread::spawn(move || Cluster::builder().shards(shards).start()))
-        .collect();
-    handles
-        .into_iter()
-        .map(|h| h.join().expect("cluster start"))
+    (0..n)
+        .map(|_| start(Cluster::builder().shards(shards)))
         .collect()
+}
+
+/// `n` single nodes with the module.
+fn singles(n: usize) -> Vec<Node> {
+    let _one = STARTING.lock().unwrap_or_else(|p| p.into_inner());
+    redlock_testkit::start_nodes(n, &Node::builder())
 }
 
 /// `REDLOCK.INSPECT key` on the master that serves the key's slot now:
@@ -51,6 +64,20 @@ fn on_shard(cluster: &Cluster, key: &str) -> Option<(bool, u64)> {
         let int = |i: usize| -> i64 { redis::from_redis_value(fields[i].clone()).unwrap() };
         (int(1) == 1, int(5) as u64)
     })
+}
+
+/// The node's count of ACQUIREs refused as busy (`INFO redlock`).
+fn busy_count(node: &Node) -> u64 {
+    let info: String = redis::cmd("INFO")
+        .arg("redlock")
+        .query(&mut node.connection())
+        .expect("INFO redlock");
+    info.lines()
+        .find_map(|l| {
+            l.split_once("acquire_busy:")
+                .map(|(_, n)| n.trim().parse().unwrap())
+        })
+        .unwrap_or_else(|| panic!("no acquire_busy in {info}"))
 }
 
 /// Keys `prefix0, prefix1, …` until every shard of `cluster` holds at least
@@ -115,12 +142,23 @@ async fn three_members_of_three_shards_lock_keys_on_every_shard() {
         for (view, cluster) in views.iter().zip(&cs) {
             let slot = cluster.slot_of(key.as_bytes());
             let master = cluster.master_for_slot(slot);
-            let shard = view.shard.as_ref().expect("a cluster member names its shard");
-            assert_eq!(shard.addr, format!("127.0.0.1:{}", master.port()), "{view:?}");
+            let shard = view
+                .shard
+                .as_ref()
+                .expect("a cluster member names its shard");
+            assert_eq!(
+                shard.addr,
+                format!("127.0.0.1:{}", master.port()),
+                "{view:?}"
+            );
             let index = cluster.shard_of_slot(slot);
             assert_eq!(shard.node_id, cluster.node_id(index, 0), "{view:?}");
             shards_seen[index] = true;
-            assert_eq!(on_shard(cluster, key), Some((true, first)), "{key} on {view:?}");
+            assert_eq!(
+                on_shard(cluster, key),
+                Some((true, first)),
+                "{key} on {view:?}"
+            );
         }
         assert!(lock.release().await.expect("release"));
         assert_eq!(views_held(&redlock.inspect(key).await), 0);
@@ -150,7 +188,11 @@ async fn three_members_of_three_shards_lock_keys_on_every_shard() {
             .expect("the waiter is woken by the release")
             .expect("join")
             .expect("waiting acquire");
-        assert!(woke.token() > second, "{key}: {} after {second}", woke.token());
+        assert!(
+            woke.token() > second,
+            "{key}: {} after {second}",
+            woke.token()
+        );
         assert!(woke.release().await.expect("release"));
     }
     assert_eq!(shards_seen, vec![true; 3], "keys landed on every shard");
@@ -226,7 +268,9 @@ async fn resharding_a_held_contended_key_keeps_the_lock_and_its_tokens() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     mover.await.expect("slot moves");
-    lock.extend(Duration::from_secs(5)).await.expect("extend after the move");
+    lock.extend(Duration::from_secs(5))
+        .await
+        .expect("extend after the move");
     for c in &cs {
         assert_eq!(c.shard_of_slot(slot), to);
         let (held, token) = on_shard(c, &key).expect("the key is on the new shard");
@@ -238,11 +282,17 @@ async fn resharding_a_held_contended_key_keeps_the_lock_and_its_tokens() {
         let shard = view.shard.as_ref().expect("shard");
         assert_eq!(shard.addr, format!("127.0.0.1:{}", c.master(to).port()));
     }
-    assert!(lock.release().await.expect("release"), "still held at the end");
+    assert!(
+        lock.release().await.expect("release"),
+        "still held at the end"
+    );
     // Let the contenders take it a few times on the new shard.
     let until = Instant::now() + Duration::from_secs(10);
     while tokens.lock().unwrap().len() < 4 {
-        assert!(Instant::now() < until, "contenders never got the lock after the release");
+        assert!(
+            Instant::now() < until,
+            "contenders never got the lock after the release"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
@@ -251,7 +301,10 @@ async fn resharding_a_held_contended_key_keeps_the_lock_and_its_tokens() {
         busy += c.await.expect("contender").0;
     }
     assert!(extends >= 5, "extends: {extends}");
-    assert!(busy > 0, "the contenders found the lock busy while it moved");
+    assert!(
+        busy > 0,
+        "the contenders found the lock busy while it moved"
+    );
     let tokens = tokens.lock().unwrap().clone();
     for pair in tokens.windows(2) {
         assert!(pair[1] > pair[0], "tokens repeat or go back: {tokens:?}");
@@ -265,8 +318,8 @@ async fn resharding_a_held_contended_key_keeps_the_lock_and_its_tokens() {
 /// that every quorum below needs the cluster member.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_shard_failover_keeps_the_lock_state_on_that_member() {
-    let mut cluster = Cluster::builder().shards(3).replicas(1).start();
-    let nodes = common::five();
+    let mut cluster = start(Cluster::builder().shards(3).replicas(1));
+    let nodes = singles(2);
     let members = vec![
         member(&cluster),
         Member::node(nodes[0].url()),
@@ -326,7 +379,10 @@ async fn a_shard_failover_keeps_the_lock_state_on_that_member() {
             token: t,
         } => {
             assert_eq!(*t, token);
-            assert!(*pttl > Duration::from_secs(5), "the extend reached the new master");
+            assert!(
+                *pttl > Duration::from_secs(5),
+                "the extend reached the new master"
+            );
         }
         other => panic!("the lock on the cluster member: {other:?}"),
     }
@@ -338,7 +394,10 @@ async fn a_shard_failover_keeps_the_lock_state_on_that_member() {
             .is_none(),
         "exclusive after the failover"
     );
-    assert!(lock.release().await.expect("release"), "the owner is known after the failover");
+    assert!(
+        lock.release().await.expect("release"),
+        "the owner is known after the failover"
+    );
     let next = other
         .try_acquire(key, Duration::from_secs(1))
         .await
@@ -353,7 +412,7 @@ async fn a_shard_failover_keeps_the_lock_state_on_that_member() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_clusters_and_three_nodes_make_one_quorum() {
     let cs = clusters(2, 3);
-    let nodes = common::five();
+    let nodes = singles(3);
     let members = vec![
         member(&cs[0]),
         Member::node(nodes[0].url()),
@@ -377,7 +436,11 @@ async fn two_clusters_and_three_nodes_make_one_quorum() {
         assert!(lock.token() > last);
         last = lock.token();
         lock.extend(Duration::from_secs(10)).await.expect("extend");
-        assert!(other.try_acquire(&key, Duration::from_secs(1)).await.unwrap().is_none());
+        assert!(other
+            .try_acquire(&key, Duration::from_secs(1))
+            .await
+            .unwrap()
+            .is_none());
         let views = redlock.inspect(&key).await;
         assert_eq!(views_held(&views), 5, "{views:?}");
         for (i, view) in views.iter().enumerate() {
@@ -397,13 +460,88 @@ async fn two_clusters_and_three_nodes_make_one_quorum() {
     assert!(lock.release().await.expect("release"));
 }
 
+/// A waiting acquire on a key whose slot is half-moved: its `REDLOCK.WAIT`
+/// follows `-MOVED` to the slot's owner and `-ASK` to the shard that has
+/// the key already, blocks there, and is woken by the holder's release.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_follows_redirects_to_a_key_in_a_moving_slot() {
+    let cs = clusters(1, 3);
+    let cluster = &cs[0];
+    let redlock = client(vec![member(cluster)]).await;
+    let waiting = client(vec![member(cluster)]).await;
+    let key = "wait:moving";
+    let lock = redlock
+        .try_acquire(key, Duration::from_secs(10))
+        .await
+        .expect("acquire")
+        .expect("free");
+    let slot = cluster.slot_of(key.as_bytes());
+    let to = (cluster.shard_of_slot(slot) + 1) % cluster.shard_count();
+    let migration = cluster.begin_migration(slot, to);
+    assert_eq!(
+        cluster.migrate_keys(&migration, 10),
+        1,
+        "the key moves ahead of its slot"
+    );
+    let waiter = tokio::spawn(async move {
+        waiting
+            .acquire_wait(key, Duration::from_secs(5), Duration::from_secs(10))
+            .await
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        !waiter.is_finished(),
+        "the waiter blocks while the lock is held"
+    );
+    let first = lock.token();
+    assert!(lock.release().await.expect("release through -ASK"));
+    let woke = tokio::time::timeout(Duration::from_secs(5), waiter)
+        .await
+        .expect("the waiter is woken by the release")
+        .expect("join")
+        .expect("waiting acquire");
+    assert!(woke.token() > first);
+    // Woken by the shard, not by polling: the waiter's only busy attempt
+    // was its first one, on the shard that has the key.
+    assert_eq!(busy_count(cluster.master(to)), 1);
+    cluster.finish_migration(&migration);
+    assert_eq!(on_shard(cluster, key), Some((true, woke.token())));
+    assert!(woke.release().await.expect("release after the move"));
+}
+
+/// A cluster whose masters run without the module is named in the error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_without_the_module_is_refused_by_name() {
+    let plain = start(
+        Cluster::builder()
+            .shards(3)
+            .node(Node::builder().without_module()),
+    );
+    let nodes = singles(2);
+    let err = Redlock::builder([
+        member(&plain),
+        Member::node(nodes[0].url()),
+        Member::node(nodes[1].url()),
+    ])
+    .connect_timeout(CONNECT_TIMEOUT)
+    .build()
+    .await
+    .expect_err("no module on the cluster");
+    match err {
+        Error::ModuleNotLoaded { node } => {
+            assert!(node.starts_with("cluster(127.0.0.1:"), "{node}")
+        }
+        other => panic!("expected ModuleNotLoaded, got {other}"),
+    }
+}
+
 /// One server, one vote: the same cluster given twice (through other
 /// seeds), or a cluster next to one of its own nodes under another name,
 /// is refused at build.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cluster_counted_twice_is_refused() {
     let cs = clusters(1, 3);
-    let nodes = common::five();
+    let nodes = singles(1);
     let seeds = cs[0].seed_urls();
     let twice = Redlock::builder([
         Member::cluster(seeds[..1].to_vec()),
@@ -438,19 +576,24 @@ async fn a_cluster_counted_twice_is_refused() {
     .build()
     .await
     .expect_err("a seed listed as a node");
-    assert!(same_seed.to_string().contains("are the same node"), "{same_seed}");
+    assert!(
+        same_seed.to_string().contains("are the same node"),
+        "{same_seed}"
+    );
 }
 
 /// The order of one lock's commands on a cluster member: a lock released
 /// while its ACQUIRE on a frozen shard is still unanswered ends up free on
-/// that shard once it wakes up (the RELEASE waits for the ACQUIRE's
-/// outcome), and a `-MOVED` after a slot moved is followed by every lock
-/// command.
+/// that shard once it wakes up, and stays free (the ACQUIRE, kept running
+/// in its task after the round gave up on it, is answered before the
+/// RELEASE is sent). Then a `-MOVED` after the slot moved is followed by
+/// every lock command.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_release_reaches_a_frozen_shard_after_the_acquire_it_undoes() {
-    let cs = clusters(1, 3);
-    let cluster = &cs[0];
-    let nodes = common::five();
+    // A node timeout longer than the freeze: the other masters must not
+    // declare the frozen one failed (the cluster would go down).
+    let cluster = &start(Cluster::builder().shards(3).node_timeout_ms(15_000));
+    let nodes = singles(2);
     let members = vec![
         member(cluster),
         Member::node(nodes[0].url()),
@@ -462,6 +605,7 @@ async fn a_release_reaches_a_frozen_shard_after_the_acquire_it_undoes() {
     let master = cluster.master_for_slot(slot);
     {
         let _frozen = common::Frozen::new([master]);
+        let frozen_at = Instant::now();
         let lock = redlock
             .try_acquire(key, Duration::from_secs(30))
             .await
@@ -472,9 +616,10 @@ async fn a_release_reaches_a_frozen_shard_after_the_acquire_it_undoes() {
             .await
             .expect("release returns");
         assert!(release.expect("release by the two nodes"));
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        // Frozen well past the round's timer, within the command's bound.
+        tokio::time::sleep_until((frozen_at + CONNECT_TIMEOUT / 2).into()).await;
     }
-    // Thawed: the ACQUIRE runs first, then the RELEASE.
+    // Thawed: the ACQUIRE's attempts run first, then the RELEASE.
     let until = Instant::now() + Duration::from_secs(10);
     loop {
         match on_shard(cluster, key) {
@@ -485,6 +630,13 @@ async fn a_release_reaches_a_frozen_shard_after_the_acquire_it_undoes() {
             }
         }
     }
+    // Nothing of the acquisition is left to arrive after it.
+    tokio::time::sleep(CONNECT_TIMEOUT).await;
+    let (held, _) = on_shard(cluster, key).expect("the key");
+    assert!(
+        !held,
+        "an ACQUIRE landed after the RELEASE meant to undo it"
+    );
     // Move the slot: the next lock commands follow the MOVED.
     let to = (cluster.shard_of_slot(slot) + 1) % cluster.shard_count();
     cluster.migrate_slot(slot, to);
@@ -493,7 +645,9 @@ async fn a_release_reaches_a_frozen_shard_after_the_acquire_it_undoes() {
         .await
         .expect("acquire after the move")
         .expect("free");
-    lock.extend(Duration::from_secs(10)).await.expect("extend after the move");
+    lock.extend(Duration::from_secs(10))
+        .await
+        .expect("extend after the move");
     assert_eq!(on_shard(cluster, key), Some((true, lock.token())));
     assert!(lock.release().await.expect("release after the move"));
 }

@@ -21,6 +21,7 @@
 //! Every wait has a deadline and panics with what was seen when it passes.
 //! Nodes stop on drop (like [`Node`]). A node frozen with [`Node::pause`]
 //! must be resumed before a call that waits for the cluster to settle.
+//! Nodes serve plain TCP (a TLS cluster is not supported here).
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -98,7 +99,12 @@ impl ClusterBuilder {
                     // down, and replicas stay in their group.
                     .config("cluster-replica-validity-factor", "0")
                     .config("cluster-allow-replica-migration", "no")
-                    .config("appendonly", "no");
+                    // Replicas sync at once (the default waits 5 s for more),
+                    // and a master pings them every second: `CLUSTER SLOTS`
+                    // lists a replica only once its replication offset is
+                    // not 0, which on an idle master takes the first ping.
+                    .config("repl-diskless-sync-delay", "0")
+                    .config("repl-ping-replica-period", "1");
                 std::thread::spawn(move || builder.start())
             })
             .collect();
@@ -424,6 +430,15 @@ impl Cluster {
         }
         self.wait_stable();
         index
+    }
+
+    /// Starts a stopped or killed node of `shard` again (same port, folder
+    /// and `nodes.conf`) and waits until the cluster is stable with it. A
+    /// master that was failed over while it was down comes back as a
+    /// replica of the shard's new master.
+    pub fn restart_node(&mut self, shard: usize, index: usize) {
+        self.shards[shard][index].restart();
+        self.wait_stable();
     }
 
     /// Waits until every running node reports `cluster_state:ok`, they all

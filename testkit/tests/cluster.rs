@@ -122,4 +122,13 @@ fn slot_moves_with_its_keys_and_failovers_swap_roles() {
         .query(&mut cluster.master_for_slot(slot).connection())
         .unwrap();
     assert_eq!(value, "v");
+
+    // The killed node comes back as a replica of the new master.
+    cluster.restart_node(to, killed);
+    assert_eq!(role(&cluster.shard_nodes(to)[killed]), "slave");
+    assert_eq!(cluster.master(to).port(), old);
+    assert_eq!(
+        cluster.replicas(to)[0].port(),
+        cluster.shard_nodes(to)[killed].port()
+    );
 }

@@ -229,8 +229,8 @@ pub(crate) async fn run(
     let idle_window = plan.window.duration.min(std::time::Duration::from_secs(1));
     let idle0 = pids_cpu(&sharded.pids);
     tokio::time::sleep(idle_window).await;
-    let idle_share = pids_cpu(&sharded.pids).saturating_sub(idle0).as_secs_f64()
-        / idle_window.as_secs_f64();
+    let idle_share =
+        pids_cpu(&sharded.pids).saturating_sub(idle0).as_secs_f64() / idle_window.as_secs_f64();
     report
         .figures
         .put("cluster.idle_cpu_share_all_masters", Some(idle_share));

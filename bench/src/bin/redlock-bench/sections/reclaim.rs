@@ -37,5 +37,7 @@ pub(crate) async fn run(module: &Path, smoke: bool, figures: &mut Figures) -> Re
         Some(idle.longest_tick_cpu_us as f64),
     );
     figures.put("reclaim_ping_p99_during_us", Some(idle.ping_during.p99));
+    figures.put("reclaim_ping_p99_over_control", idle.window_ratio_during);
+    figures.put("reclaim_idle_sweep_share", idle.sweep_share);
     Ok(())
 }
