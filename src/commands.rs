@@ -53,7 +53,7 @@ fn update<R>(
     let (result, changed) = op(&mut state, now)?;
     if changed {
         key.put(&state)?;
-        ffi::replicate_state(call, &persist::persist_at(&state, now, wall_now()));
+        ffi::replicate_state(call, || persist::persist_at(&state, now, wall_now()));
         wait::state_changed(call, &state, now);
         ffi::signal_modified(call, event);
     }
@@ -201,7 +201,7 @@ pub fn apply(call: &Call) -> Result<Reply, CommandError> {
     let mut key = LockKey::write(call.raw(), key_of(call)?);
     key.put(&state)?;
     ffi::signal_modified(call, c"redlock.apply");
-    ffi::replicate_state(call, &own);
+    ffi::replicate_state(call, || own);
     Ok(Reply::Ok)
 }
 

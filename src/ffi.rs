@@ -137,8 +137,9 @@ fn reply_field(ctx: *mut raw::RedisModuleCtx, name: &CStr, value: i64) {
 }
 
 /// Carries the resulting state of the call's key to replicas and the AOF
-/// as `REDLOCK.APPLY` (see [`crate::persist`]).
-pub fn replicate_state(call: &Call, state: &crate::persist::Persisted) {
+/// as `REDLOCK.APPLY` (see [`crate::persist`]). `state` is only built (and
+/// the clocks it needs only read) when the effect is replicated.
+pub fn replicate_state(call: &Call, state: impl FnOnce() -> crate::persist::Persisted) {
     #[cfg(feature = "test-hooks")]
     if SKIP_REPLICATION.load(std::sync::atomic::Ordering::Relaxed) {
         return;
@@ -149,8 +150,9 @@ pub fn replicate_state(call: &Call, state: &crate::persist::Persisted) {
     if !crate::replication::needed(&call.ctx) {
         return;
     }
+    let state = state();
     // SAFETY: ctx and key belong to the command invocation in progress.
-    unsafe { crate::persist::replicate(call.raw(), key, state) };
+    unsafe { crate::persist::replicate(call.raw(), key, &state) };
 }
 
 /// Hides argument `pos` of the current command from `MONITOR`, `SLOWLOG`

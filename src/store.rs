@@ -12,6 +12,9 @@ use crate::record;
 /// An open key, closed on drop.
 pub struct LockKey {
     key: *mut raw::RedisModuleKey,
+    /// The stored record once looked up: a read-modify-write checks the
+    /// key's type and fetches its value once, not again to store.
+    value: std::cell::Cell<Option<Option<*mut c_void>>>,
 }
 
 impl LockKey {
@@ -34,10 +37,22 @@ impl LockKey {
                 open(ctx, name, mode as c_int).cast::<raw::RedisModuleKey>()
             })
         };
-        Self { key }
+        Self {
+            key,
+            value: std::cell::Cell::new(None),
+        }
     }
 
     fn value_ptr(&self) -> Result<Option<*mut c_void>, CommandError> {
+        if let Some(known) = self.value.get() {
+            return Ok(known);
+        }
+        let found = self.look_up()?;
+        self.value.set(Some(found));
+        Ok(found)
+    }
+
+    fn look_up(&self) -> Result<Option<*mut c_void>, CommandError> {
         if self.key.is_null() {
             return Ok(None);
         }
@@ -103,10 +118,14 @@ impl LockKey {
                     }),
             };
             if status != raw::REDISMODULE_OK as c_int {
+                // Redis's state of the key is not known any more: look it
+                // up afresh next time.
+                self.value.set(None);
                 record::free(value);
                 return Err(CommandError::Internal("storing the lock"));
             }
         }
+        self.value.set(Some(Some(value)));
         Ok(())
     }
 
@@ -115,6 +134,7 @@ impl LockKey {
         if self.key.is_null() {
             return false;
         }
+        self.value.set(Some(None));
         // SAFETY: the key is open for writing.
         unsafe {
             raw::RedisModule_DeleteKey
