@@ -74,7 +74,9 @@ async fn a_waiter_gets_the_lock_right_after_the_release() {
     let lock = lock.unwrap();
     let after = got_it.duration_since(released);
     println!("waiter got the lock {after:?} after the release");
-    assert!(after < Duration::from_millis(100), "{after:?}");
+    // Woken by the release (about 6 ms on a quiet machine), not by the
+    // lease end (10 s) or max_wait.
+    assert!(after < Duration::from_millis(500), "{after:?}");
     assert!(lock.token() > first);
 }
 
@@ -98,7 +100,9 @@ async fn a_waiter_gets_the_lock_when_a_frozen_holders_lease_ends() {
     let waited = granted.elapsed();
     println!("waiter got the lock {waited:?} after the grant (lease 800 ms)");
     assert!(waited >= Duration::from_millis(795), "{waited:?}");
-    assert!(waited < Duration::from_millis(950), "{waited:?}");
+    // Woken at the lease end, not at max_wait (10 s): a loaded machine may
+    // add some hundreds of ms, never seconds.
+    assert!(waited < Duration::from_millis(2_000), "{waited:?}");
     drop(lock);
 }
 
