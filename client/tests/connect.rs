@@ -5,40 +5,11 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{urls, CONNECT_TIMEOUT, NODE_TIMEOUT};
+use common::{parse_command, urls, CONNECT_TIMEOUT, NODE_TIMEOUT};
 use redlock_client::{Error, NodeState, Redlock, RetryPolicy};
 use redlock_testkit::{start_nodes, Node};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
-
-/// One command of a RESP request (an array of bulk strings) at the start of
-/// `buf`: its arguments and its length in bytes, or `None` when incomplete.
-fn parse_command(buf: &[u8]) -> Option<(Vec<Vec<u8>>, usize)> {
-    fn line(buf: &[u8], at: usize) -> Option<(&[u8], usize)> {
-        let end = buf.get(at..)?.windows(2).position(|w| w == b"\r\n")? + at;
-        Some((&buf[at..end], end + 2))
-    }
-    let (head, mut at) = line(buf, 0)?;
-    let count: usize = std::str::from_utf8(head.strip_prefix(b"*")?)
-        .ok()?
-        .parse()
-        .ok()?;
-    let mut args = Vec::with_capacity(count);
-    for _ in 0..count {
-        let (len, next) = line(buf, at)?;
-        let len: usize = std::str::from_utf8(len.strip_prefix(b"$")?)
-            .ok()?
-            .parse()
-            .ok()?;
-        let data = buf.get(next..next + len)?;
-        args.push(data.to_vec());
-        at = next + len + 2;
-        if buf.len() < at {
-            return None;
-        }
-    }
-    Some((args, at))
-}
 
 /// A server that accepts connections and answers `+OK` to every command
 /// (so connecting succeeds) except `REDLOCK.INSPECT`, which it never answers.

@@ -153,3 +153,32 @@ pub async fn divergent_trace(configure: fn(RedlockBuilder) -> RedlockBuilder) ->
     tokens.push(take(&n, configure).await);
     tokens
 }
+
+/// One command of a RESP request (an array of bulk strings) at the start of
+/// `buf`: its arguments and its length in bytes, or `None` when incomplete.
+pub fn parse_command(buf: &[u8]) -> Option<(Vec<Vec<u8>>, usize)> {
+    fn line(buf: &[u8], at: usize) -> Option<(&[u8], usize)> {
+        let end = buf.get(at..)?.windows(2).position(|w| w == b"\r\n")? + at;
+        Some((&buf[at..end], end + 2))
+    }
+    let (head, mut at) = line(buf, 0)?;
+    let count: usize = std::str::from_utf8(head.strip_prefix(b"*")?)
+        .ok()?
+        .parse()
+        .ok()?;
+    let mut args = Vec::with_capacity(count);
+    for _ in 0..count {
+        let (len, next) = line(buf, at)?;
+        let len: usize = std::str::from_utf8(len.strip_prefix(b"$")?)
+            .ok()?
+            .parse()
+            .ok()?;
+        let data = buf.get(next..next + len)?;
+        args.push(data.to_vec());
+        at = next + len + 2;
+        if buf.len() < at {
+            return None;
+        }
+    }
+    Some((args, at))
+}
