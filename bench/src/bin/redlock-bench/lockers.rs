@@ -3,11 +3,11 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use redlock_bench::floor::PingFloor;
 use redlock_bench::handwritten::HandRedlock;
-use redlock_bench::workload::Window;
+use redlock_bench::workload::{self, Outcome, RunResult, Window};
 use redlock_testkit::Node;
 
 use crate::client::ClientLocker;
@@ -75,4 +75,90 @@ impl Lockers {
 
 pub(crate) fn keys(prefix: &str, n: usize) -> Arc<Vec<String>> {
     Arc::new((0..n).map(|i| format!("{prefix}:{i}")).collect())
+}
+
+/// What an operation's latency covers in [`own_key_cycles`].
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Timed {
+    /// Acquire and release.
+    Cycle,
+    /// The acquire only (the release that follows is not timed).
+    Acquire,
+}
+
+/// One lock+unlock cycle per operation on `tasks` tasks, each on its own
+/// key (named after `prefix`). The floor has no acquire of its own: it can
+/// only be timed per cycle.
+pub(crate) async fn own_key_cycles(
+    l: &Lockers,
+    imp: Impl,
+    tasks: usize,
+    window: Window,
+    prefix: &str,
+    timing: Timed,
+) -> Result<RunResult, String> {
+    let keys = keys(&format!("{prefix}:{imp:?}"), tasks);
+    let what = format!("{prefix} {}", imp.label());
+    let acquire_only = timing == Timed::Acquire;
+    match imp {
+        Impl::Client => {
+            let c = l.client.clone().ok_or("no client")?;
+            timed(
+                &what,
+                window,
+                workload::run(tasks, window, &l.pids, move |task| {
+                    let (c, keys) = (c.clone(), keys.clone());
+                    async move {
+                        let t = Instant::now();
+                        let lock = c.acquire(&keys[task], TTL).await?;
+                        let acquired = t.elapsed();
+                        c.release(lock).await?;
+                        let latency = if acquire_only { acquired } else { t.elapsed() };
+                        Ok(Outcome { ok: true, latency })
+                    }
+                }),
+            )
+            .await
+        }
+        Impl::Hand => {
+            let h = l.hand.clone().ok_or("no hand-written")?;
+            timed(
+                &what,
+                window,
+                workload::run(tasks, window, &l.pids, move |task| {
+                    let (h, keys) = (h.clone(), keys.clone());
+                    async move {
+                        let t = Instant::now();
+                        let key = &keys[task];
+                        let lock = h.acquire(key, TTL).await.map_err(|e| e.to_string())?;
+                        let acquired = t.elapsed();
+                        h.release(key, &lock).await.map_err(|e| e.to_string())?;
+                        let latency = if acquire_only { acquired } else { t.elapsed() };
+                        Ok(Outcome { ok: true, latency })
+                    }
+                }),
+            )
+            .await
+        }
+        Impl::Floor if acquire_only => Err("the floor has no acquire".into()),
+        Impl::Floor => {
+            let f = l.floor.clone().ok_or("no floor")?;
+            timed(
+                &what,
+                window,
+                workload::run(tasks, window, &l.pids, move |_| {
+                    let f = f.clone();
+                    async move {
+                        let t = Instant::now();
+                        f.cycle().await.map_err(|e| e.to_string())?;
+                        Ok(Outcome {
+                            ok: true,
+                            latency: t.elapsed(),
+                        })
+                    }
+                }),
+            )
+            .await
+        }
+    }
 }

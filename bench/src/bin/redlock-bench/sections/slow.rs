@@ -1,13 +1,13 @@
 //! Section 5: acquire latency with all five nodes healthy and with one node
 //! behind a proxy that delays it.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use redlock_bench::workload::{self, Outcome, RunResult, Window};
+use redlock_bench::workload::RunResult;
 use redlock_testkit::proxy::{Fault, FaultProxy};
 use redlock_testkit::Node;
 
-use crate::lockers::{addr_of, keys, timed, Lockers, TTL};
+use crate::lockers::{addr_of, own_key_cycles, Lockers, Timed};
 use crate::plan::{Impl, Plan};
 use crate::report::{
     cpu_text, med_lat, med_rate, med_ratio, opt, p50, ratio, rotated, thousands, Report, Target,
@@ -17,58 +17,6 @@ use crate::report::{
 pub(crate) const SLOW_TASKS: usize = 16;
 /// One-way delay added by the proxy in front of the slow node.
 pub(crate) const SLOW_DELAY: Duration = Duration::from_millis(20);
-
-/// Acquire latency only (the release that follows is not timed), each task
-/// on its own key.
-async fn acquire_latency(
-    l: &Lockers,
-    imp: Impl,
-    window: Window,
-    tag: &str,
-) -> Result<RunResult, String> {
-    let keys = keys(&format!("bench:s:{tag}:{imp:?}"), SLOW_TASKS);
-    let what = format!("acquire latency {tag} {}", imp.label());
-    match imp {
-        Impl::Client => {
-            let c = l.client.clone().ok_or("no client")?;
-            timed(
-                &what,
-                window,
-                workload::run(SLOW_TASKS, window, &l.pids, move |task| {
-                    let (c, keys) = (c.clone(), keys.clone());
-                    async move {
-                        let t = Instant::now();
-                        let lock = c.acquire(&keys[task], TTL).await?;
-                        let latency = t.elapsed();
-                        c.release(lock).await?;
-                        Ok(Outcome { ok: true, latency })
-                    }
-                }),
-            )
-            .await
-        }
-        Impl::Hand => {
-            let h = l.hand.clone().ok_or("no hand-written")?;
-            timed(
-                &what,
-                window,
-                workload::run(SLOW_TASKS, window, &l.pids, move |task| {
-                    let (h, keys) = (h.clone(), keys.clone());
-                    async move {
-                        let t = Instant::now();
-                        let key = &keys[task];
-                        let lock = h.acquire(key, TTL).await.map_err(|e| e.to_string())?;
-                        let latency = t.elapsed();
-                        h.release(key, &lock).await.map_err(|e| e.to_string())?;
-                        Ok(Outcome { ok: true, latency })
-                    }
-                }),
-            )
-            .await
-        }
-        Impl::Floor => Err("the floor has no acquire".into()),
-    }
-}
 
 /// Runs the section against `nodes` (the first one is slowed) and adds its
 /// rows, figures and target.
@@ -100,8 +48,28 @@ pub(crate) async fn run(
     let mut delayed: Vec<Vec<RunResult>> = vec![Vec::new(); 3];
     for round in 0..plan.rounds {
         for imp in rotated(&impls, round) {
-            healthy[imp as usize].push(acquire_latency(l, imp, window, "healthy").await?);
-            delayed[imp as usize].push(acquire_latency(&slow, imp, window, "slow").await?);
+            healthy[imp as usize].push(
+                own_key_cycles(
+                    l,
+                    imp,
+                    SLOW_TASKS,
+                    window,
+                    "bench:s:healthy",
+                    Timed::Acquire,
+                )
+                .await?,
+            );
+            delayed[imp as usize].push(
+                own_key_cycles(
+                    &slow,
+                    imp,
+                    SLOW_TASKS,
+                    window,
+                    "bench:s:slow",
+                    Timed::Acquire,
+                )
+                .await?,
+            );
         }
     }
     eprintln!("  slow node done");

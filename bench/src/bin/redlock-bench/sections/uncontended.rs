@@ -2,11 +2,9 @@
 //! key, at each concurrency level; redlock-client against the hand-written
 //! Redlock and the PING floor.
 
-use std::time::Instant;
+use redlock_bench::workload::RunResult;
 
-use redlock_bench::workload::{self, Outcome, RunResult, Window};
-
-use crate::lockers::{keys, timed, Lockers, TTL};
+use crate::lockers::{own_key_cycles, Lockers, Timed};
 use crate::plan::{Impl, Plan};
 use crate::report::{
     cpu_text, errors_note, med_lat, med_rate, med_ratio, opt, p50, ratio, rotated, thousands,
@@ -16,74 +14,6 @@ use crate::report::{
 /// Concurrency levels of the uncontended workload.
 pub(crate) const CONCURRENCY: [usize; 2] = [1, 16];
 
-/// One lock+unlock cycle per operation, each task on its own key.
-async fn cycles(l: &Lockers, imp: Impl, conc: usize, window: Window) -> Result<RunResult, String> {
-    let keys = keys(&format!("bench:u:{imp:?}:{conc}"), conc);
-    let what = format!("uncontended {} c={conc}", imp.label());
-    match imp {
-        Impl::Client => {
-            let c = l.client.clone().ok_or("no client")?;
-            timed(
-                &what,
-                window,
-                workload::run(conc, window, &l.pids, move |task| {
-                    let (c, keys) = (c.clone(), keys.clone());
-                    async move {
-                        let t = Instant::now();
-                        let lock = c.acquire(&keys[task], TTL).await?;
-                        c.release(lock).await?;
-                        Ok(Outcome {
-                            ok: true,
-                            latency: t.elapsed(),
-                        })
-                    }
-                }),
-            )
-            .await
-        }
-        Impl::Hand => {
-            let h = l.hand.clone().ok_or("no hand-written")?;
-            timed(
-                &what,
-                window,
-                workload::run(conc, window, &l.pids, move |task| {
-                    let (h, keys) = (h.clone(), keys.clone());
-                    async move {
-                        let t = Instant::now();
-                        let key = &keys[task];
-                        let lock = h.acquire(key, TTL).await.map_err(|e| e.to_string())?;
-                        h.release(key, &lock).await.map_err(|e| e.to_string())?;
-                        Ok(Outcome {
-                            ok: true,
-                            latency: t.elapsed(),
-                        })
-                    }
-                }),
-            )
-            .await
-        }
-        Impl::Floor => {
-            let f = l.floor.clone().ok_or("no floor")?;
-            timed(
-                &what,
-                window,
-                workload::run(conc, window, &l.pids, move |_| {
-                    let f = f.clone();
-                    async move {
-                        let t = Instant::now();
-                        f.cycle().await.map_err(|e| e.to_string())?;
-                        Ok(Outcome {
-                            ok: true,
-                            latency: t.elapsed(),
-                        })
-                    }
-                }),
-            )
-            .await
-        }
-    }
-}
-
 /// Runs the section and adds its rows, figures and targets.
 pub(crate) async fn run(l: &Lockers, plan: &Plan, report: &mut Report) -> Result<(), String> {
     let window = plan.window;
@@ -91,7 +21,8 @@ pub(crate) async fn run(l: &Lockers, plan: &Plan, report: &mut Report) -> Result
     for round in 0..plan.rounds {
         for (ci, &conc) in CONCURRENCY.iter().enumerate() {
             for imp in rotated(&plan.impls, round + ci) {
-                let r = cycles(l, imp, conc, window).await?;
+                let prefix = format!("bench:u:c{conc}");
+                let r = own_key_cycles(l, imp, conc, window, &prefix, Timed::Cycle).await?;
                 res[ci][imp as usize].push(r);
             }
         }
