@@ -25,3 +25,27 @@ pub mod workload;
 pub fn untimed_connection() -> redis::AsyncConnectionConfig {
     redis::AsyncConnectionConfig::new().set_response_timeout(None)
 }
+
+/// Calls of every command `node` has served, from `INFO commandstats`:
+/// (command name as Redis shows it, e.g. `REDLOCK.ACQUIRE` or `ping`, calls).
+/// Empty when the node does not answer.
+pub fn command_calls(node: &redlock_testkit::Node) -> Vec<(String, u64)> {
+    let mut con = node.connection();
+    let stats: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query(&mut con)
+        .unwrap_or_default();
+    stats
+        .lines()
+        .filter_map(|l| {
+            let (name, rest) = l.strip_prefix("cmdstat_")?.split_once(':')?;
+            let calls = rest
+                .strip_prefix("calls=")?
+                .split(',')
+                .next()?
+                .parse()
+                .ok()?;
+            Some((name.to_string(), calls))
+        })
+        .collect()
+}

@@ -202,23 +202,9 @@ impl WaitingReport {
 fn commands_total(nodes: &[Node]) -> u64 {
     nodes
         .iter()
-        .map(|node| {
-            let mut con = node.connection();
-            let stats: String = redis::cmd("INFO")
-                .arg("commandstats")
-                .query(&mut con)
-                .unwrap_or_default();
-            stats
-                .lines()
-                .filter(|l| l.starts_with("cmdstat_") && !l.starts_with("cmdstat_info:"))
-                .filter_map(|l| {
-                    l.split("calls=")
-                        .nth(1)
-                        .and_then(|rest| rest.split(',').next())
-                        .and_then(|n| n.parse::<u64>().ok())
-                })
-                .sum::<u64>()
-        })
+        .flat_map(crate::command_calls)
+        .filter(|(name, _)| name != "info")
+        .map(|(_, calls)| calls)
         .sum()
 }
 

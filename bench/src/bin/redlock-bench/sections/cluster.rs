@@ -149,17 +149,10 @@ fn acquire_calls(masters: &[&Node]) -> Vec<f64> {
     masters
         .iter()
         .map(|m| {
-            let mut con = m.connection();
-            let stats: String = redis::cmd("INFO")
-                .arg("commandstats")
-                .query(&mut con)
-                .unwrap_or_default();
-            stats
-                .lines()
-                .find_map(|l| l.strip_prefix("cmdstat_REDLOCK.ACQUIRE:calls="))
-                .and_then(|v| v.split(',').next())
-                .and_then(|v| v.parse::<f64>().ok())
-                .unwrap_or(0.0)
+            redlock_bench::command_calls(m)
+                .into_iter()
+                .find(|(name, _)| name == "REDLOCK.ACQUIRE")
+                .map_or(0.0, |(_, calls)| calls as f64)
         })
         .collect()
 }
