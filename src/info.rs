@@ -140,7 +140,7 @@ unsafe fn write_reclaim_info(
     ) -> c_int,
 ) {
     use crate::reclaim::stats as sweep;
-    let fields: [(&CStr, u64); 11] = [
+    let fields: [(&CStr, u64); 12] = [
         (c"records", crate::record::live()),
         (c"reclaim_after_ms", config::reclaim_after()),
         (c"reclaimed", sweep::RECLAIMED.load(Relaxed)),
@@ -158,6 +158,7 @@ unsafe fn write_reclaim_info(
             c"sweep_longest_tick_cpu_us",
             sweep::LONGEST_TICK_CPU_US.load(Relaxed),
         ),
+        (c"sweep_thread", sweep::ON_THREAD.load(Relaxed)),
     ];
     for (name, value) in fields {
         add_u64(ctx, name.as_ptr(), value);

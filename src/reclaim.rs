@@ -1,27 +1,42 @@
 //! The background sweep that deletes idle lock records (DESIGN §8).
 //!
-//! A module timer runs short ticks. A tick walks the keyspace with a
-//! `RedisModule_Scan` cursor kept across ticks (every database in turn) and
-//! stops after [`TICK_BUDGET_US`] or [`TICK_MAX_KEYS`] keys, so the work per
-//! tick is bounded whatever the number of records.
+//! A tick walks the keyspace with a `RedisModule_Scan` cursor kept across
+//! ticks (every database in turn) and stops after [`TICK_BUDGET_US`] or
+//! [`TICK_MAX_KEYS`] keys, so the work per tick is bounded whatever the
+//! number of records.
 //!
-//! A command that arrives while a tick runs waits for it, so a tick's length
-//! bounds the delay the sweep adds to a command, and the share of the main
-//! thread that ticks take bounds how many commands see any delay at all.
-//! Both are kept small: ticks of about 20 µs, at most one per millisecond
-//! (the module timer's resolution), so at most about 2 % of the time. The
-//! pace follows the backlog: while a pass deletes records the ticks come
-//! every [`BUSY_TICK_MS`]; a pass that finds nothing to delete goes on every
-//! [`SCAN_TICK_MS`]; after a complete pass the sweep rests for [`TICK_MS`],
-//! the sweep period. In a steady state (names becoming reclaimable at some
-//! rate) each pass finds what became reclaimable since the last one and then
-//! rests, so the sweep keeps up with that rate at about 1 % of the main
-//! thread (2,000 names a second: 0.7–1.1 %).
-//! Measured (docs/performance.md), reclaiming a record of a keyspace larger
-//! than the CPU caches costs about 2 µs, mostly `RedisModule_Scan`'s own
-//! walk and copy of the key name: a tick reclaims about ten, and a backlog
-//! of a million records takes two to three minutes to clear (10 s with the
-//! earlier 200 µs ticks, which delayed commands ten times longer).
+//! Ticks run on a thread of the module's own, under Redis's module lock
+//! (`RedisModule_ThreadSafeContextLock`), which the main thread releases
+//! only while it sleeps in its event loop: a tick never runs in the middle
+//! of a command, and it never wakes the main thread. That second point is
+//! measured, not cosmetic (docs/performance.md): a module timer firing every
+//! millisecond, even with an empty callback, tripled the PING p50 of a node
+//! on the test machine (and so does Redis's own `hz 500`), because a thread
+//! that wakes itself that often is woken more slowly by its sockets. The
+//! ticks keep the same pace from the sweep thread with PING p50 unchanged.
+//! Where the thread cannot be started (no thread-safe context in the server
+//! API), module timers run the same ticks on the main thread.
+//!
+//! What a tick queues for replicas, the AOF and keyspace-event subscribers
+//! leaves when the main thread next wakes (at the latest its next `serverCron`,
+//! 100 ms at the default `hz`), since the sweep never wakes it.
+//!
+//! A command that arrives while a tick runs waits for it (the main thread
+//! takes the lock back when it wakes), so a tick's length bounds the delay
+//! the sweep adds to a command, and the share of time that ticks take bounds
+//! how many commands see any delay at all. Both are kept small: ticks of
+//! about 20 µs, at most one per millisecond, so at most about 2 % of the
+//! time. The pace follows the backlog: while a pass deletes records the
+//! ticks come every [`BUSY_TICK_MS`]; a pass that finds nothing to delete
+//! goes on every [`SCAN_TICK_MS`]; after a complete pass the sweep rests for
+//! [`TICK_MS`], the sweep period. In a steady state (names becoming
+//! reclaimable at some rate) each pass finds what became reclaimable since
+//! the last one and then rests, so the sweep keeps up with that rate at
+//! about 1 % of the time (2,000 names a second: 0.7–1.1 %).
+//! Measured, reclaiming a record of a keyspace larger than the CPU caches
+//! costs about 2 µs, mostly `RedisModule_Scan`'s own walk and copy of the
+//! key name: a tick reclaims about ten, and a backlog of a million records
+//! takes about two minutes to clear.
 //!
 //! Only a master sweeps: a replica (checked at every tick) keeps what its
 //! master sends, and the master's deletes reach it, and the AOF, as `DEL`.
@@ -47,7 +62,8 @@ use crate::lock::{LockState, MonoMillis, ReclaimRule};
 use crate::record;
 use crate::store::LockKey;
 
-/// Pause after a complete pass over every database: the sweep period.
+/// Pause after a complete pass over every database (and before the first
+/// tick): the sweep period.
 pub const TICK_MS: i64 = 100;
 /// Pause between ticks of a pass that is deleting records (the timer's
 /// resolution: at most one tick per millisecond).
@@ -90,13 +106,21 @@ pub mod stats {
     /// The most CPU time one tick used, in µs: its own work, without the
     /// time the thread was descheduled.
     pub static LONGEST_TICK_CPU_US: AtomicU64 = AtomicU64::new(0);
+    /// 1 when the ticks run on the sweep thread, 0 on module timers.
+    pub static ON_THREAD: AtomicU64 = AtomicU64::new(0);
 }
+
+/// Test builds: this environment variable set to 1 makes the sweep run on
+/// module timers, the fallback, so that its tests can reach it.
+#[cfg(feature = "test-hooks")]
+pub const TIMERS_ENV: &str = "REDLOCK_TEST_SWEEP_ON_TIMERS";
 
 /// Number of databases (`databases`), read at load.
 static DATABASES: AtomicI32 = AtomicI32::new(16);
 
-/// The scan position: a cursor and the database it walks. Timers run on
-/// Redis's main thread only.
+/// The scan position: a cursor and the database it walks, kept by the one
+/// thread that runs the ticks (the sweep thread, or the main thread with
+/// timers).
 struct Position {
     cursor: *mut raw::RedisModuleScanCursor,
     db: c_int,
@@ -106,14 +130,88 @@ thread_local! {
     static POSITION: RefCell<Option<Position>> = const { RefCell::new(None) };
 }
 
-/// Starts the sweep timer (from OnLoad).
+/// Starts the sweep (from OnLoad): on the sweep thread, or on module timers
+/// where the server offers no thread-safe context.
 pub fn start(ctx: &Context) {
     let databases = config::config_get(ctx, "databases")
         .and_then(|v| v.parse::<i32>().ok())
         .filter(|&n| n > 0)
         .unwrap_or(16);
     DATABASES.store(databases, Relaxed);
-    schedule(ctx.ctx, TICK_MS);
+    #[cfg(feature = "test-hooks")]
+    let on_timers = std::env::var(TIMERS_ENV).is_ok_and(|v| v == "1");
+    #[cfg(not(feature = "test-hooks"))]
+    let on_timers = false;
+    if !on_timers && start_thread(ctx) {
+        stats::ON_THREAD.store(1, Relaxed);
+    } else {
+        ctx.log_warning("reclamation runs on module timers: no sweep thread");
+        schedule(ctx.ctx, TICK_MS);
+    }
+}
+
+/// The sweep thread's context: detached from any client, used only with
+/// Redis's module lock held.
+struct SweepContext(*mut raw::RedisModuleCtx);
+
+// SAFETY: the context is used by the sweep thread alone, and only between
+// `RedisModule_ThreadSafeContextLock` and `Unlock`, which serialise it with
+// the main thread.
+unsafe impl Send for SweepContext {}
+
+/// Stack of the sweep thread (the size Redis gives its own threads).
+const SWEEP_STACK_BYTES: usize = 4 << 20;
+
+/// Spawns the sweep thread; false when the server API or the OS refuses.
+fn start_thread(ctx: &Context) -> bool {
+    // SAFETY: the API table is filled once at load, before OnLoad runs.
+    let (Some(detached), Some(lock), Some(unlock)) = (unsafe {
+        (
+            raw::RedisModule_GetDetachedThreadSafeContext,
+            raw::RedisModule_ThreadSafeContextLock,
+            raw::RedisModule_ThreadSafeContextUnlock,
+        )
+    }) else {
+        return false;
+    };
+    // SAFETY: ctx is the OnLoad context.
+    let raw_ctx = unsafe { detached(ctx.ctx) };
+    if raw_ctx.is_null() {
+        return false;
+    }
+    let sweep_ctx = SweepContext(raw_ctx);
+    let spawned = std::thread::Builder::new()
+        .name("redlock-sweep".into())
+        // Keyspace-event subscribers of other modules run on this thread too.
+        .stack_size(SWEEP_STACK_BYTES)
+        .spawn(move || {
+            let sweep_ctx = sweep_ctx;
+            let mut delay = TICK_MS;
+            loop {
+                std::thread::sleep(std::time::Duration::from_millis(delay.max(1) as u64));
+                if config::reclaim_after() == 0 {
+                    // Off: not even the module lock is taken.
+                    delay = TICK_MS;
+                    continue;
+                }
+                // SAFETY: the lock makes this thread the only one touching
+                // Redis until the unlock; the context is ours.
+                unsafe { lock(sweep_ctx.0) };
+                delay = catch_unwind(AssertUnwindSafe(|| tick(sweep_ctx.0))).unwrap_or(TICK_MS);
+                // SAFETY: taken just above.
+                unsafe { unlock(sweep_ctx.0) };
+            }
+        });
+    if spawned.is_err() {
+        // SAFETY: the thread did not start; nobody else has the context.
+        unsafe {
+            if let Some(free) = raw::RedisModule_FreeThreadSafeContext {
+                free(raw_ctx);
+            }
+        }
+        return false;
+    }
+    true
 }
 
 fn schedule(ctx: *mut raw::RedisModuleCtx, delay_ms: i64) {
@@ -125,8 +223,9 @@ fn schedule(ctx: *mut raw::RedisModuleCtx, delay_ms: i64) {
     }
 }
 
-/// The timer callback: one tick, then the next one is scheduled, also when
-/// the tick panicked (a bug must not stop reclamation or crash the server).
+/// The timer callback (fallback): one tick, then the next one is scheduled,
+/// also when the tick panicked (a bug must not stop reclamation or crash
+/// the server).
 unsafe extern "C" fn on_tick(ctx: *mut raw::RedisModuleCtx, _data: *mut c_void) {
     let delay = catch_unwind(AssertUnwindSafe(|| tick(ctx))).unwrap_or(TICK_MS);
     schedule(ctx, delay);
@@ -248,11 +347,21 @@ fn thread_cpu_us() -> u64 {
     (ts.tv_sec as u64).saturating_mul(1_000_000) + ts.tv_nsec as u64 / 1_000
 }
 
-/// A master that is not loading: a replica never reclaims by itself.
+/// A master that is not loading and whose writes are not paused: a replica
+/// never reclaims by itself, and nothing is deleted while clients are paused
+/// (`CLIENT PAUSE`, `FAILOVER`, a shutdown waiting for its replicas), as
+/// Redis's own expiry does: the replication offset must hold still then,
+/// and Redis asserts that nothing is propagated.
 fn may_sweep(ctx: *mut raw::RedisModuleCtx) -> bool {
-    // SAFETY: ctx is the timer's context.
-    let flags = unsafe { raw::RedisModule_GetContextFlags.map_or(0, |f| f(ctx)) } as u32;
-    flags & raw::REDISMODULE_CTX_FLAGS_MASTER != 0
+    // SAFETY: ctx is the tick's context; both calls only read server state.
+    let (flags, paused) = unsafe {
+        (
+            raw::RedisModule_GetContextFlags.map_or(0, |f| f(ctx)) as u32,
+            raw::RedisModule_AvoidReplicaTraffic.is_some_and(|f| f() != 0),
+        )
+    };
+    !paused
+        && flags & raw::REDISMODULE_CTX_FLAGS_MASTER != 0
         && flags & (raw::REDISMODULE_CTX_FLAGS_SLAVE | raw::REDISMODULE_CTX_FLAGS_LOADING) == 0
 }
 
@@ -298,6 +407,9 @@ unsafe fn visit(
     }
 }
 
+/// Whether the key holds a lock record. The type handle is a `RefCell` in
+/// redis-module; reading it from the sweep thread is safe because every
+/// reader, on either thread, holds Redis's module lock.
 unsafe fn is_lock(key: *mut raw::RedisModuleKey) -> bool {
     let key_type = raw::RedisModule_KeyType.map_or(0, |f| f(key));
     key_type == raw::REDISMODULE_KEYTYPE_MODULE as c_int

@@ -14,7 +14,7 @@
 //!   `PING` latency during the sweep against a control node without one,
 //!   pinged alternately with it over the same interval.
 //!
-//! Both also report the sweep's share of the main thread and its mean tick
+//! Both also report the share of time spent in sweep ticks and the mean tick
 //! from `INFO redlock` (`sweep_time_us`, `sweep_ticks`): figures the noise of
 //! a shared machine barely moves, which bound what the sweep can add to a
 //! command's latency (a command waits for at most one tick, and only when it
@@ -89,7 +89,7 @@ pub struct SteadyRun {
     pub reclaimed: u64,
     /// Longest sweep tick, µs.
     pub longest_tick_us: u64,
-    /// Share of the main thread in sweep ticks over the second half.
+    /// Share of time in sweep ticks (module lock held) over the second half.
     pub sweep_share: Option<f64>,
     /// Mean sweep tick over the second half, µs.
     pub mean_tick_us: Option<f64>,
@@ -135,7 +135,7 @@ pub struct IdleSweep {
     pub control_before: Percentiles,
     /// `PING` latency of the control node during the sweep.
     pub control_during: Percentiles,
-    /// Share of the main thread in sweep ticks while the sweep ran.
+    /// Share of time in sweep ticks (module lock held) while the sweep ran.
     pub sweep_share: Option<f64>,
     /// Mean sweep tick, µs.
     pub mean_tick_us: Option<f64>,
@@ -177,7 +177,7 @@ fn sweep_counters(con: &mut redis::Connection) -> Result<Option<(u64, u64)>, Str
         .map(|time| (time, ticks)))
 }
 
-/// Share of the main thread in ticks and mean tick (µs) between two
+/// Share of time in ticks and mean tick (µs) between two
 /// readings of [`sweep_counters`] `secs` apart.
 fn sweep_rates(
     from: Option<(u64, u64)>,
@@ -520,7 +520,7 @@ impl Steady {
             self.rounds.len()
         );
         println!();
-        println!("| round | run | records (2nd half, mean) | records at end | growth, records/s (2nd half) | memory above empty (2nd half) | ACQUIRE p50 / p99 / p99.9 µs | reclaimed | longest tick µs | sweep share of main thread (2nd half) | mean tick µs |");
+        println!("| round | run | records (2nd half, mean) | records at end | growth, records/s (2nd half) | memory above empty (2nd half) | ACQUIRE p50 / p99 / p99.9 µs | reclaimed | longest tick µs | share of time in ticks (2nd half) | mean tick µs |");
         println!("|---|---|---|---|---|---|---|---|---|---|---|");
         for (i, (on, off)) in self.rounds.iter().enumerate() {
             for (name, r) in [("reclaim-after on", on), ("reclamation off", off)] {
@@ -575,7 +575,7 @@ impl IdleSweep {
     pub fn print(&self) {
         println!();
         println!(
-            "Reclamation, {} idle records at once: all gone in {:.1} s ({:.0} records/s) over {} ticks; longest tick {} µs wall clock, {} µs CPU; {} ticks over 1 ms; sweep share of the main thread {}, mean tick {} µs",
+            "Reclamation, {} idle records at once: all gone in {:.1} s ({:.0} records/s) over {} ticks; longest tick {} µs wall clock, {} µs CPU; {} ticks over 1 ms; share of time in ticks {}, mean tick {} µs",
             self.records,
             self.took.as_secs_f64(),
             self.records as f64 / self.took.as_secs_f64().max(1e-9),
