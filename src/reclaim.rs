@@ -353,7 +353,8 @@ fn thread_cpu_us() -> u64 {
 /// Redis's own expiry does: the replication offset must hold still then,
 /// and Redis asserts that nothing is propagated.
 fn may_sweep(ctx: *mut raw::RedisModuleCtx) -> bool {
-    // SAFETY: ctx is the tick's context; both calls only read server state.
+    // SAFETY: ctx is the tick's context, and the tick holds the module lock
+    // (or runs on the main thread): both calls may touch server state.
     let (flags, paused) = unsafe {
         (
             raw::RedisModule_GetContextFlags.map_or(0, |f| f(ctx)) as u32,

@@ -11,7 +11,7 @@
 //! sweep on main-thread module timers). With 0 records the "before" phase
 //! compares the two nodes as configured, without any sweep.
 
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use redlock_testkit::Node;
 
@@ -91,26 +91,7 @@ fn main() -> Result<()> {
     let node = sweeping.start();
     let control = base.start();
     let mut con = node.connection();
-    // FLOOR a minute old: every record is reclaimable once it is on.
-    let floor = SystemTime::now().duration_since(UNIX_EPOCH)?.as_micros() as i64 - 60_000_000;
-    for start in (0..records).step_by(10_000) {
-        let mut pipe = redis::pipe();
-        for k in start..(start + 10_000).min(records) {
-            let key = format!("idle:{k}");
-            pipe.cmd("REDLOCK.ACQUIRE")
-                .arg(&key)
-                .arg("o")
-                .arg(100)
-                .arg("FLOOR")
-                .arg(floor)
-                .ignore()
-                .cmd("REDLOCK.RELEASE")
-                .arg(&key)
-                .arg("o")
-                .ignore();
-        }
-        let _: () = pipe.query(&mut con)?;
-    }
+    redlock_bench::reclaim::load_idle_records(&mut con, records)?;
     std::thread::sleep(Duration::from_millis(1_200));
     let mut cons = [node.connection(), control.connection()];
     measure(&mut cons, 12.0, "before")?;

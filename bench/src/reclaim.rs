@@ -334,18 +334,15 @@ fn steady(
     })
 }
 
-/// Loads `n` idle FLOOR records with reclamation off, then turns it on and
-/// times the sweep while a second connection PINGs in a loop.
-fn idle_sweep(builder: &NodeBuilder, n: u64) -> Result<IdleSweep, String> {
-    let node = node(builder, 0);
-    let mut con = node.connection();
-    // A floor a minute old: the counters are behind the node's clock.
+/// Takes and releases `n` names `idle:0…` with a FLOOR a minute old, in
+/// pipelined batches: records that every sweep may reclaim (their counters
+/// are behind the node's clock) once reclaim-after and max-ttl have passed.
+pub fn load_idle_records(con: &mut redis::Connection, n: u64) -> Result<(), String> {
     let floor = now_us() - 60_000_000;
     let batch = 10_000;
-    let mut i = 0;
-    while i < n {
+    for start in (0..n).step_by(batch) {
         let mut pipe = redis::pipe();
-        for k in i..(i + batch).min(n) {
+        for k in start..(start + batch as u64).min(n) {
             let key = format!("idle:{k}");
             pipe.cmd("REDLOCK.ACQUIRE")
                 .arg(&key)
@@ -359,9 +356,17 @@ fn idle_sweep(builder: &NodeBuilder, n: u64) -> Result<IdleSweep, String> {
                 .arg("o")
                 .ignore();
         }
-        let _: () = pipe.query(&mut con).map_err(|e| e.to_string())?;
-        i += batch;
+        let _: () = pipe.query(con).map_err(|e| e.to_string())?;
     }
+    Ok(())
+}
+
+/// Loads `n` idle FLOOR records with reclamation off, then turns it on and
+/// times the sweep while a second connection PINGs in a loop.
+fn idle_sweep(builder: &NodeBuilder, n: u64) -> Result<IdleSweep, String> {
+    let node = node(builder, 0);
+    let mut con = node.connection();
+    load_idle_records(&mut con, n)?;
     if info_u64(&mut con, "redlock_records")? != n {
         return Err("idle records not all loaded".into());
     }
