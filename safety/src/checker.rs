@@ -207,7 +207,14 @@ pub fn check(events: &[Event]) -> Report {
                 a.token = *token;
                 a.key = key.clone();
                 a.claimed_end = t + validity_ns;
-                if a.invoke.is_some() && a.claimed_end > a.lease_floor_end {
+                // A validity of zero claims nothing: the client checked the
+                // lease in time, and the process was paused (or descheduled)
+                // between that check and this stamp, so the lock is already
+                // over when the caller sees it (the `Use` rule below skips it
+                // for the same reason). A positive validity never reaches
+                // past the lease from a correct client: it is measured from
+                // a start no later than the first poll.
+                if a.invoke.is_some() && *validity_ns > 0 && a.claimed_end > a.lease_floor_end {
                     a.late = true;
                     f.report.valid_after_end += 1;
                     let over = (a.claimed_end - a.lease_floor_end) / 1_000;
@@ -686,6 +693,41 @@ mod tests {
             .acq("a", 10, 12, 1, 500)
             .acq("b", 120, 122, 2, 130);
         assert_eq!(h.check().violations(), 0);
+    }
+
+    #[test]
+    fn a_zero_validity_seen_after_the_lease_claims_nothing() {
+        // Paused right after the client's own validity check: the lock comes
+        // back 130 ms after its 100 ms lease began, with nothing left.
+        let acquisition = |validity_ns: u64| {
+            let mut h = clean();
+            h.push(
+                50,
+                Kind::AcquireInvoke {
+                    op: "c".into(),
+                    client: "c".into(),
+                    key: "k".into(),
+                    ttl_ms: 100,
+                    first_poll: Some(50 * MS),
+                },
+            )
+            .push(
+                180,
+                Kind::AcquireOk {
+                    op: "c".into(),
+                    client: "c".into(),
+                    key: "k".into(),
+                    token: 3,
+                    validity_ns,
+                    nodes: vec![],
+                },
+            );
+            h.check()
+        };
+        let r = acquisition(0);
+        assert_eq!(r.violations(), 0, "{r:?}");
+        // Any time claimed past the lease is still a violation.
+        assert_eq!(acquisition(MS).valid_after_end, 1);
     }
 
     #[test]
