@@ -16,6 +16,7 @@ mod member;
 mod node;
 mod quorum;
 mod redlock;
+mod round_calls;
 mod tally;
 mod tls;
 mod waiting;

@@ -176,8 +176,9 @@ impl Voter {
     ) -> (Option<ServerId>, Result<Value, NodeFailure>) {
         match self {
             Voter::Node(n) => n.call_untimed(cmd).await,
-            // Boxed: the rounds box every call's future, and this keeps the
-            // single-node one as small as it was.
+            // Boxed: a round keeps its calls side by side, each in a slot
+            // the size of the largest, and this keeps the single-node one
+            // as small as it was.
             Voter::Cluster(c) => (None, Box::pin(c.call(cmd)).await),
         }
     }

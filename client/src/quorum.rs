@@ -13,17 +13,16 @@
 
 use std::fmt;
 use std::future::Future;
-use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::Poll;
 use std::time::Duration;
 
-use futures_util::stream::{FuturesUnordered, StreamExt};
 use redis::{Cmd, Value};
 
 use crate::error::{Error, NodeFailure};
 use crate::identity::{OneVotePerServer, ServerId};
 use crate::member::Voter;
+use crate::round_calls::RoundCalls;
 use crate::tally::{
     AcquireOutcome, AcquireReply, AcquireTally, Confirmation, ConfirmationOutcome,
     ConfirmationTally, Failures, FenceReply, WriteBackOutcome,
@@ -200,11 +199,9 @@ pub(crate) async fn fan_out(
     (RoundEnd::Replied, Unanswered::default())
 }
 
-/// One node's call of a round: the node's index, its server identity when
-/// known, and the reply.
-type Call = Pin<
-    Box<dyn Future<Output = (usize, Option<ServerId>, Result<Value, NodeFailure>)> + Send + Sync>,
->;
+/// What one node's call of a round gives: the node's index, its server
+/// identity when known, and the reply.
+type CallOutput = (usize, Option<ServerId>, Result<Value, NodeFailure>);
 
 /// The first half of [`fan_out`]: starts every call in one poll, in target
 /// order, and feeds the replies that are ready at once to `on_reply`.
@@ -217,7 +214,12 @@ async fn start_calls(
     targets: impl Iterator<Item = usize> + Clone,
     cmd: Cmd,
     on_reply: &mut impl FnMut(usize, Option<ServerId>, Result<Value, NodeFailure>) -> Next,
-) -> (FuturesUnordered<Call>, Next, tokio::time::Instant, Duration) {
+) -> (
+    RoundCalls<impl Future<Output = CallOutput> + Send + 'static>,
+    Next,
+    tokio::time::Instant,
+    Duration,
+) {
     // All nodes of one client share the timeout; take the largest anyway.
     let timeout = targets
         .clone()
@@ -230,36 +232,28 @@ async fn start_calls(
     // channel send return Pending in the first poll, so that a command is
     // queued only later, possibly after a command the caller sends next
     // (a RELEASE overtaken by its own ACQUIRE would leave the node locked).
-    let calls = FuturesUnordered::new();
+    let mut calls = RoundCalls::new(targets.map(|i| {
+        let node = nodes[i].clone();
+        let cmd = Arc::clone(&cmd);
+        tokio::task::unconstrained(async move {
+            let (id, reply) = node.call_untimed(&cmd).await;
+            (i, id, reply)
+        })
+    }));
     let mut state = Next::Wait;
     // Start every call here, in this one poll and in target order, before
-    // anything else: `FuturesUnordered` alone does not guarantee that. Its
-    // first `poll_next` stops early when a reply already woke one of its
-    // futures from another worker thread (measured: the first reply came
-    // back while 4 of 5 calls had not been polled yet), and a call that was
-    // not polled has not queued its command (see `node.rs`, "What the
-    // rounds rely on"). Calls that finish at once (no connection) are
-    // recorded now.
+    // anything else: a call that was not polled has not queued its command
+    // (see `node.rs`, "What the rounds rely on"). Calls that finish at once
+    // (no connection) are recorded now.
     std::future::poll_fn(|cx| {
         let _same_order = queueing_lock(&cmd);
-        for i in targets.clone() {
-            let node = nodes[i].clone();
-            let cmd = Arc::clone(&cmd);
-            let mut call: Call = Box::pin(tokio::task::unconstrained(async move {
-                let (id, reply) = node.call_untimed(&cmd).await;
-                (i, id, reply)
-            }));
-            match call.as_mut().poll(cx) {
-                Poll::Ready((i, id, reply)) => {
-                    state = match (state, on_reply(i, id, reply)) {
-                        (Next::Done, _) | (_, Next::Done) => Next::Done,
-                        (Next::Linger(until), _) | (_, Next::Linger(until)) => Next::Linger(until),
-                        (Next::Wait, Next::Wait) => Next::Wait,
-                    }
-                }
-                Poll::Pending => calls.push(call),
+        calls.poll_each(cx, |(i, id, reply)| {
+            state = match (state, on_reply(i, id, reply)) {
+                (Next::Done, _) | (_, Next::Done) => Next::Done,
+                (Next::Linger(until), _) | (_, Next::Linger(until)) => Next::Linger(until),
+                (Next::Wait, Next::Wait) => Next::Wait,
             }
-        }
+        });
         Poll::Ready(())
     })
     .await;
