@@ -525,6 +525,31 @@ mod tests {
             )
             .push(rel, Kind::ReleaseInvoke { op: op.into() })
         }
+        /// An acquisition of key `k` (ttl 100 ms) that reports
+        /// `validity_ns` at `ok`: invoked at `inv`, first polled at `poll`.
+        fn claim(&mut self, op: &str, inv: u64, poll: u64, ok: u64, validity_ns: u64) -> &mut Self {
+            self.push(
+                inv,
+                Kind::AcquireInvoke {
+                    op: op.into(),
+                    client: op.into(),
+                    key: "k".into(),
+                    ttl_ms: 100,
+                    first_poll: Some(poll * MS),
+                },
+            )
+            .push(
+                ok,
+                Kind::AcquireOk {
+                    op: op.into(),
+                    client: op.into(),
+                    key: "k".into(),
+                    token: 3,
+                    validity_ns,
+                    nodes: vec![],
+                },
+            )
+        }
         #[allow(clippy::too_many_arguments)]
         fn res(
             &mut self,
@@ -699,31 +724,7 @@ mod tests {
     fn a_zero_validity_seen_after_the_lease_claims_nothing() {
         // Paused right after the client's own validity check: the lock comes
         // back 130 ms after its 100 ms lease began, with nothing left.
-        let acquisition = |validity_ns: u64| {
-            let mut h = clean();
-            h.push(
-                50,
-                Kind::AcquireInvoke {
-                    op: "c".into(),
-                    client: "c".into(),
-                    key: "k".into(),
-                    ttl_ms: 100,
-                    first_poll: Some(50 * MS),
-                },
-            )
-            .push(
-                180,
-                Kind::AcquireOk {
-                    op: "c".into(),
-                    client: "c".into(),
-                    key: "k".into(),
-                    token: 3,
-                    validity_ns,
-                    nodes: vec![],
-                },
-            );
-            h.check()
-        };
+        let acquisition = |validity_ns: u64| clean().claim("c", 50, 50, 180, validity_ns).check();
         let r = acquisition(0);
         assert_eq!(r.violations(), 0, "{r:?}");
         // Any time claimed past the lease is still a violation.
@@ -733,28 +734,8 @@ mod tests {
     #[test]
     fn valid_after_end() {
         let mut h = clean();
-        h.push(
-            50,
-            Kind::AcquireInvoke {
-                op: "c".into(),
-                client: "c".into(),
-                key: "k".into(),
-                ttl_ms: 100,
-                first_poll: Some(51 * MS),
-            },
-        )
-        .push(
-            80,
-            Kind::AcquireOk {
-                op: "c".into(),
-                client: "c".into(),
-                key: "k".into(),
-                token: 3,
-                // A client that forgot to subtract the 30 ms it spent.
-                validity_ns: 100 * MS,
-                nodes: vec![],
-            },
-        );
+        // A client that forgot to subtract the 30 ms it spent.
+        h.claim("c", 50, 51, 80, 100 * MS);
         let r = h.check();
         assert_eq!(r.valid_after_end, 1, "{r:?}");
         // The same at use time.
