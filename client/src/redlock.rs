@@ -421,6 +421,25 @@ impl Redlock {
 mod tests {
     use super::*;
 
+    /// The futures of the public API may be spawned on a multi-threaded
+    /// runtime, and the quorum rounds' may be held behind shared references
+    /// too: `Send + Sync`. A type check: this does not build when a round's
+    /// calls stop being either. `acquire_wait` is `Send` only: it opens
+    /// connections of its own for `REDLOCK.WAIT`, and the `redis` crate's
+    /// connect future is not `Sync`.
+    #[allow(dead_code)]
+    fn public_futures_are_send_and_sync(redlock: &Redlock, mut lock: Lock, other: Lock) {
+        fn send_sync<T: Send + Sync>(_: T) {}
+        fn send<T: Send>(_: T) {}
+        let ttl = Duration::from_secs(1);
+        send_sync(redlock.acquire("k", ttl));
+        send_sync(redlock.try_acquire("k", ttl));
+        send(redlock.acquire_wait("k", ttl, ttl));
+        send_sync(redlock.release_owner("k", "owner"));
+        send_sync(lock.extend(ttl));
+        send_sync(other.release());
+    }
+
     #[test]
     fn validity_is_computed_from_the_whole_milliseconds_sent() {
         // 2.9 ms sends 2 ms; with no drift factor the 2 ms fixed margin
