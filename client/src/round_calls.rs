@@ -2,9 +2,10 @@
 //!
 //! A round sends one command to every target node and takes the replies as
 //! they come. `FuturesUnordered` would give each call a task node of its own
-//! (an allocation, reference counts and a waker per call) on top of a boxed
-//! future per call: about 7k instructions and 20 allocations per acquire +
-//! release cycle over five nodes (callgrind, `docs/performance.md`). A round
+//! (an allocation, reference counts and a waker per call), plus a ready
+//! queue per round, on top of a boxed future per call: about 10k
+//! instructions and 22 allocations per acquire + release cycle over five
+//! nodes (callgrind, `docs/performance.md`, third per-cycle round). A round
 //! has a handful of calls, so they live in one boxed slice and every pending
 //! call is polled when the round's task wakes, as `futures`' `join_all` does
 //! for small sets; polling a call whose reply has not come is a look at its
