@@ -206,7 +206,7 @@ pub fn apply(call: &Call) -> Result<Reply, CommandError> {
 }
 
 /// `REDLOCK.TESTHOOK WALLCLOCK-OFFSET ms | SKIP-REPLICATION 0|1 |
-/// PROMOTION-GUARD 0|1 | REPLICATION-RULE NAIVE|SAFE | PANIC` (test builds
+/// PROMOTION-GUARD 0|1 | REPLICATION-RULE NAIVE|NO-FORKS|SAFE | PANIC` (test builds
 /// only).
 #[cfg(feature = "test-hooks")]
 pub fn test_hook(call: &Call) -> Result<Reply, CommandError> {
@@ -229,16 +229,18 @@ pub fn test_hook(call: &Call) -> Result<Reply, CommandError> {
             Ok(Reply::Ok)
         }
         [sub, rule] if sub.eq_ignore_ascii_case(b"REPLICATION-RULE") => {
-            let naive = match &rule[..] {
-                r if r.eq_ignore_ascii_case(b"NAIVE") => true,
-                r if r.eq_ignore_ascii_case(b"SAFE") => false,
+            use crate::replication::Rule;
+            let rule = match &rule[..] {
+                r if r.eq_ignore_ascii_case(b"NAIVE") => Rule::Naive,
+                r if r.eq_ignore_ascii_case(b"NO-FORKS") => Rule::NoForks,
+                r if r.eq_ignore_ascii_case(b"SAFE") => Rule::Safe,
                 _ => {
                     return Err(CommandError::UnknownHook(
-                        "REPLICATION-RULE takes NAIVE or SAFE".into(),
+                        "REPLICATION-RULE takes NAIVE, NO-FORKS or SAFE".into(),
                     ))
                 }
             };
-            crate::replication::set_naive_rule(naive);
+            crate::replication::set_rule(rule);
             Ok(Reply::Ok)
         }
         [sub, flag] if sub.eq_ignore_ascii_case(b"PROMOTION-GUARD") => {

@@ -94,7 +94,7 @@ extern "C" fn on_fork(
     // A full sync forks before the replica takes the stream (and so does an
     // AOF rewrite): from the snapshot on, effects must be replicated.
     if subevent == raw::REDISMODULE_SUBEVENT_FORK_CHILD_BORN {
-        replication::someone_may_listen();
+        replication::forked();
     }
 }
 
@@ -114,7 +114,15 @@ pub fn subscribe(ctx: &Context) {
     ];
     for (id, callback) in events {
         let event = raw::RedisModuleEvent { id, dataver: 1 };
-        raw::subscribe_to_server_event(ctx.ctx, event, Some(callback));
+        // SAFETY: the API table is filled in before OnLoad runs.
+        let available = unsafe { raw::RedisModule_SubscribeToServerEvent }.is_some();
+        let subscribed = available
+            && raw::subscribe_to_server_event(ctx.ctx, event, Some(callback))
+                == raw::Status::Ok;
+        // Without one of the events that end the skip, it is never allowed.
+        if !subscribed && id != raw::REDISMODULE_EVENT_CONFIG {
+            replication::someone_may_listen();
+        }
     }
     // Generic keyspace events: a waited-on key that MIGRATE moved away.
     // SAFETY: called from OnLoad with a valid context.

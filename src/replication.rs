@@ -4,27 +4,41 @@
 //! Every change is sent to replicas and the AOF as `REDLOCK.APPLY`
 //! (`RM_Replicate`), which costs Redis a command lookup by name on every
 //! call. An effect that nobody will ever read can be skipped. That is the
-//! case while both hold:
-//! - the AOF is off now (checked on every command: `CONFIG SET appendonly
-//!   yes` starts a rewrite that writes every lock as it is, and every later
-//!   effect is replicated);
-//! - no replica has ever been able to take this node's stream since the
-//!   module loaded. A replica gets the stream only after a full sync, which
-//!   forks (the fork's snapshot has every lock as it is; effects after it
-//!   must go to the replica's buffer); a partial resync needs a backlog,
-//!   which only exists after such a sync, or because the server was a
-//!   replica, or was loaded with one (a master restarted from its RDB may
-//!   accept its old replicas' partial resyncs). So the skip ends for good at
-//!   the first fork, replica change or role change, and is never allowed when
-//!   the server was a replica or had a replication backlog when the module
-//!   loaded or its data finished loading.
+//! case while nothing below has happened since the module loaded:
+//! - a fork. A full sync forks before the replica takes the stream, and so
+//!   does the rewrite that `CONFIG SET appendonly yes` starts: the fork's
+//!   snapshot has every lock as it is, and effects after it must go to the
+//!   replica's buffer or the new AOF.
+//! - a replica change or a role change.
+//! - the AOF being on, or the server being a replica or having a
+//!   replication backlog, when the module loaded or its data finished
+//!   loading. A partial resync needs a backlog, which only exists after a
+//!   full sync (a fork), or because the server was a replica, or was loaded
+//!   with one (a master restarted from its RDB may accept its old replicas'
+//!   partial resyncs).
 //!
-//! "No replica is connected now" is not enough: a backlog outlives a
-//! disconnected replica, which comes back with a partial resync and would
-//! miss what was skipped meanwhile. `tests/replication_skip.rs` shows each
-//! case, also with the naive rule (test builds), where the replica or the
-//! AOF then lacks locks.
+//! So the skip ends for good at the first of these. "No replica is
+//! connected now" is not enough: a backlog outlives a disconnected replica,
+//! which comes back with a partial resync and would miss what was skipped
+//! meanwhile.
+//!
+//! The AOF needs no check per command. After the load-time check, the AOF
+//! can only be turned on by `CONFIG SET appendonly yes` (Redis's
+//! `startAppendOnly`), which either forks its rewrite at once (the fork ends
+//! the skip before the next command), or, inside `MULTI` or while another
+//! child runs, schedules it. While it is scheduled the server writes
+//! effects to no file (it appends to the AOF only when the AOF is on, or
+//! while its own rewrite child runs), and the rewrite's later fork has them
+//! in its snapshot. A replica that finishes a sync restarts its AOF, but a
+//! replica never skips.
+//!
+//! `tests/replication_skip.rs` shows each case, also with two loosened
+//! rules (test builds) under which the replica or the AOF then lacks locks:
+//! "replicate only while a replica is online", and the module's rule
+//! without the fork.
 
+#[cfg(feature = "test-hooks")]
+use std::sync::atomic::AtomicU8;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 
 use redis_module::{Context, ContextFlags, RedisValue};
@@ -37,10 +51,12 @@ static SKIPPED: AtomicU64 = AtomicU64::new(0);
 /// Whether the effect of the current command must be replicated.
 pub fn needed(ctx: &Context) -> bool {
     #[cfg(feature = "test-hooks")]
-    if NAIVE_RULE.load(Relaxed) {
+    if rule() == Rule::Naive {
         return replicas_online_now(ctx) > 0;
     }
-    if !NOBODY_LISTENS.load(Relaxed) || ctx.get_flags().contains(ContextFlags::AOF) {
+    #[cfg(not(feature = "test-hooks"))]
+    let _ = ctx;
+    if !NOBODY_LISTENS.load(Relaxed) {
         return true;
     }
     SKIPPED.fetch_add(1, Relaxed);
@@ -50,6 +66,16 @@ pub fn needed(ctx: &Context) -> bool {
 /// From now on, every effect is replicated.
 pub fn someone_may_listen() {
     NOBODY_LISTENS.store(false, Relaxed);
+}
+
+/// The server forked (a full sync, an AOF rewrite, a save): from the
+/// snapshot on, every effect is replicated.
+pub fn forked() {
+    #[cfg(feature = "test-hooks")]
+    if rule() == Rule::NoForks {
+        return;
+    }
+    someone_may_listen();
 }
 
 /// Whether effects may still be skipped (`INFO`).
@@ -72,10 +98,14 @@ fn replication_info(ctx: &Context) -> String {
     }
 }
 
-/// Checks the server's replication state (at load, and when loading data
-/// ends): a replica, or a master with a replication backlog, may serve a
-/// partial resync, so nothing may be skipped.
+/// Checks the server's state (at load, and when loading data ends): with
+/// the AOF on, every effect is written to it; a replica, or a master with a
+/// replication backlog, may serve a partial resync. In each case nothing
+/// may be skipped.
 pub fn check_server(ctx: &Context) {
+    if ctx.get_flags().contains(ContextFlags::AOF) {
+        someone_may_listen();
+    }
     let info = replication_info(ctx);
     let is_master = info.lines().any(|l| l.trim() == "role:master");
     let backlog = info.lines().any(|l| l.trim() == "repl_backlog_active:1");
@@ -94,13 +124,32 @@ fn replicas_online_now(ctx: &Context) -> usize {
         .count()
 }
 
-/// Test builds: replicate only while a replica is online (the naive rule
-/// that the tests show to be wrong).
+/// Test builds: which rule decides (see [`set_rule`]).
 #[cfg(feature = "test-hooks")]
-static NAIVE_RULE: AtomicBool = AtomicBool::new(false);
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Rule {
+    /// The module's rule.
+    Safe = 0,
+    /// Replicate only while a replica is online (shown wrong by the tests).
+    Naive = 1,
+    /// The module's rule without the fork (shown wrong by the tests).
+    NoForks = 2,
+}
 
-/// Test builds: switches the naive rule on or off.
 #[cfg(feature = "test-hooks")]
-pub fn set_naive_rule(on: bool) {
-    NAIVE_RULE.store(on, Relaxed);
+static RULE: AtomicU8 = AtomicU8::new(Rule::Safe as u8);
+
+#[cfg(feature = "test-hooks")]
+fn rule() -> Rule {
+    match RULE.load(Relaxed) {
+        1 => Rule::Naive,
+        2 => Rule::NoForks,
+        _ => Rule::Safe,
+    }
+}
+
+/// Test builds: switches to one of the loosened rules, or back.
+#[cfg(feature = "test-hooks")]
+pub fn set_rule(rule: Rule) {
+    RULE.store(rule as u8, Relaxed);
 }

@@ -1,8 +1,10 @@
 //! A node skips replicating effects only while nobody can ever read them
-//! (see src/replication.rs). Each scenario runs twice: with the module's
-//! rule, where nothing is lost, and with the naive rule "replicate only while
-//! a replica is online" (test builds), where the replica or the AOF ends up
-//! without some locks: the scenario would catch a rule that is too loose.
+//! (see src/replication.rs). Each scenario runs with the module's rule,
+//! where nothing is lost, and with a loosened rule (test builds) under which
+//! the replica or the AOF ends up without some locks, so that the scenario
+//! would catch a rule that is too loose: the naive rule "replicate only
+//! while a replica is online", and, where the AOF is turned on at run time,
+//! the module's rule without the fork (the AOF has no check per command).
 
 mod common;
 
@@ -110,6 +112,78 @@ fn turning_on_the_aof_later_keeps_every_lock() {
     assert_eq!(held, total);
     let (held, total) = turn_on_the_aof_later("NAIVE");
     assert!(held < total, "the naive rule lost nothing ({held}/{total})");
+    let (held, total) = turn_on_the_aof_later("NO-FORKS");
+    assert!(held < total, "the rule without forks lost nothing ({held}/{total})");
+}
+
+/// AOF turned on inside `MULTI`: the rewrite is only scheduled, so effects
+/// later in the same transaction are written to no file until it forks
+/// (from the server's cron), and its snapshot has them; effects after the
+/// fork go to the AOF. A restart from it has them all.
+fn turn_on_the_aof_inside_multi(rule: &str) -> (usize, usize) {
+    let mut node = Node::start();
+    let mut con = node.connection();
+    set_rule(&mut con, rule);
+    take(&mut con, "before", 3);
+    let mut tx = redis::pipe();
+    tx.atomic().cmd("CONFIG").arg("SET").arg("appendonly").arg("yes");
+    for i in 0..3 {
+        tx.cmd("REDLOCK.ACQUIRE")
+            .arg(format!("inside{i}"))
+            .arg("owner")
+            .arg(60_000);
+    }
+    let (ok, t0, t1, t2): (String, i64, i64, i64) = tx.query(&mut con).unwrap();
+    assert_eq!((ok.as_str(), t0, t1, t2), ("OK", 1, 1, 1));
+    wait_for_no_child(&mut con);
+    assert_eq!(
+        info_field(&mut con, "persistence", "aof_enabled").as_deref(),
+        Some("1")
+    );
+    if rule == "SAFE" {
+        // The transaction's locks were skipped (the rewrite had not forked
+        // yet), and the fork then ended the skip.
+        assert_eq!(redlock_info(&mut con, "effects_unreplicated"), 6);
+        assert_eq!(redlock_info(&mut con, "replication_skip_allowed"), 0);
+    }
+    take(&mut con, "after", 3);
+    drop(con);
+    node.restart_with(&[("appendonly", "yes")]);
+    let mut con = node.connection();
+    (
+        count_held(&mut con, "before", 3)
+            + count_held(&mut con, "inside", 3)
+            + count_held(&mut con, "after", 3),
+        9,
+    )
+}
+
+#[test]
+fn turning_on_the_aof_inside_multi_keeps_every_lock() {
+    let (held, total) = turn_on_the_aof_inside_multi("SAFE");
+    assert_eq!(held, total);
+    let (held, total) = turn_on_the_aof_inside_multi("NO-FORKS");
+    assert!(held < total, "the rule without forks lost nothing ({held}/{total})");
+}
+
+/// A node started with the AOF on writes every effect to it from the first
+/// command: a kill -9 and a restart from the AOF keep every lock.
+#[test]
+fn a_node_started_with_the_aof_never_skips() {
+    let mut node = Node::builder()
+        .config("appendonly", "yes")
+        .config("appendfsync", "always")
+        .start();
+    let mut con = node.connection();
+    assert_eq!(redlock_info(&mut con, "replication_skip_allowed"), 0);
+    take(&mut con, "k", 5);
+    assert_eq!(redlock_info(&mut con, "effects_unreplicated"), 0);
+    drop(con);
+    node.kill();
+    node.restart();
+    let mut con = node.connection();
+    assert_eq!(count_held(&mut con, "k", 5), 5);
+    assert_eq!(redlock_info(&mut con, "replication_skip_allowed"), 0);
 }
 
 /// A replica that disconnects and comes back with a partial resync: the

@@ -42,6 +42,28 @@ pub fn pids_cpu(pids: &[u32]) -> Duration {
     Duration::from_micros(total * 1_000_000 / ticks)
 }
 
+/// Read and write system calls made so far by the processes `pids`, summed
+/// (`syscr` and `syscw` of `/proc/PID/io`; a node's socket reads and writes
+/// are counted there, `epoll_wait` is not). Processes that are gone count
+/// as zero.
+pub fn pids_syscalls(pids: &[u32]) -> (u64, u64) {
+    let mut total = (0, 0);
+    for pid in pids {
+        let Ok(io) = std::fs::read_to_string(format!("/proc/{pid}/io")) else {
+            continue;
+        };
+        for line in io.lines() {
+            let value = |v: &str| v.trim().parse::<u64>().unwrap_or(0);
+            if let Some(v) = line.strip_prefix("syscr:") {
+                total.0 += value(v);
+            } else if let Some(v) = line.strip_prefix("syscw:") {
+                total.1 += value(v);
+            }
+        }
+    }
+    total
+}
+
 /// Context switches (voluntary + involuntary) of all threads of this
 /// process so far: a thread that parks and is woken again costs two.
 pub fn context_switches() -> u64 {
@@ -116,5 +138,16 @@ mod tests {
         assert!(x > 0);
         let used = m.stop();
         assert!(used.bench >= Duration::from_millis(10), "{used:?}");
+    }
+
+    #[test]
+    fn own_reads_are_counted() {
+        let me = [std::process::id()];
+        let (reads, _) = pids_syscalls(&me);
+        for _ in 0..3 {
+            std::fs::read_to_string("/proc/self/stat").unwrap();
+        }
+        let (after, _) = pids_syscalls(&me);
+        assert!(after >= reads + 3, "{reads} then {after}");
     }
 }

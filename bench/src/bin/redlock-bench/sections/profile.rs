@@ -23,6 +23,7 @@ pub(crate) async fn run(
         let meter = redlock_bench::cpu::CpuMeter::start(pids);
         let allocs = redlock_bench::alloc_count::allocations();
         let switches = redlock_bench::cpu::context_switches();
+        let syscalls = redlock_bench::cpu::pids_syscalls(pids);
         let mut handles = Vec::new();
         for task in 0..tasks {
             let key = format!("bench:profile:{imp:?}:{task}");
@@ -55,10 +56,15 @@ pub(crate) async fn run(
         let cpu = meter.stop();
         let allocs = redlock_bench::alloc_count::allocations() - allocs;
         let switches = redlock_bench::cpu::context_switches().saturating_sub(switches);
+        let (reads, writes) = redlock_bench::cpu::pids_syscalls(pids);
+        let (reads, writes) = (
+            reads.saturating_sub(syscalls.0),
+            writes.saturating_sub(syscalls.1),
+        );
         let el = t.elapsed();
         let cycles = (per_task * tasks as u64) as f64;
         println!(
-            "{}: {cycles} cycles on {tasks} task(s) in {:.3} s ({:.1} µs/cycle; CPU µs/cycle: bench {:.1}, nodes {:.1}; {:.1} allocations, {:.2} context switches per cycle)",
+            "{}: {cycles} cycles on {tasks} task(s) in {:.3} s ({:.1} µs/cycle; CPU µs/cycle: bench {:.1}, nodes {:.1}; {:.1} allocations, {:.2} context switches per cycle; node reads {:.2}, writes {:.2} per cycle)",
             imp.label(),
             el.as_secs_f64(),
             el.as_secs_f64() * 1e6 / cycles,
@@ -66,6 +72,8 @@ pub(crate) async fn run(
             cpu.nodes.as_secs_f64() * 1e6 / cycles,
             allocs as f64 / cycles,
             switches as f64 / cycles,
+            reads as f64 / cycles,
+            writes as f64 / cycles,
         );
     }
     Ok(())
