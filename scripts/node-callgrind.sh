@@ -5,6 +5,7 @@
 #
 #   scripts/node-callgrind.sh MODULE N          # N × (REDLOCK.ACQUIRE + REDLOCK.RELEASE)
 #   scripts/node-callgrind.sh MODULE N ping     # N × (PING + PING), the floor
+#   scripts/node-callgrind.sh MODULE N floor    # with FLOOR on ACQUIRE, as the client sends it
 #
 # Each pair takes a free lock with a fresh 36-byte owner and frees it again;
 # names cycle through a pool of 100. Prints the server's total instruction
@@ -30,7 +31,11 @@ for i in range(n):
         parts += [cmd(b"PING"), cmd(b"PING")]
     else:
         key, owner = b"lock:%d" % (i % 100), b"%036d" % i
-        parts += [cmd(b"REDLOCK.ACQUIRE", key, owner, b"10000"), cmd(b"REDLOCK.RELEASE", key, owner)]
+        acquire = [b"REDLOCK.ACQUIRE", key, owner, b"10000"]
+        if mode == "floor":
+            # A clock floor as the client sends it: microseconds since the epoch.
+            acquire += [b"FLOOR", b"%d" % (1764626400000000 + i)]
+        parts += [cmd(*acquire), cmd(b"REDLOCK.RELEASE", key, owner)]
 sys.stdout.buffer.write(b"".join(parts))
 PY
 port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')

@@ -230,10 +230,13 @@ fn bounded(name: &'static str, bytes: &[u8], min: i64, max: i64) -> Result<i64, 
 /// A decimal integer: digits only with an optional leading `-`, as Redis
 /// itself reads integers. `Ok(None)` when it does not fit in an i64.
 ///
-/// One pass over the digits (callgrind: validating, UTF-8 checking and
-/// `str::parse` took three passes, about 370 instructions per ACQUIRE).
-/// A negative number is accumulated downwards so that `i64::MIN` fits.
+/// The first 18 digits are read eight at a time and without overflow
+/// checks: any 18 digits are below 10^18 < 2^63 (callgrind: a digit at a
+/// time, a 16-digit `FLOOR` cost about 260 instructions). Longer numbers go
+/// on a digit at a time with checked arithmetic; a negative one is
+/// accumulated downwards so that `i64::MIN` fits.
 fn integer(name: &'static str, bytes: &[u8]) -> Result<Option<i64>, CommandError> {
+    const UNCHECKED: usize = 18;
     let (negative, digits) = match bytes.strip_prefix(b"-") {
         Some(rest) => (true, rest),
         None => (false, bytes),
@@ -241,8 +244,26 @@ fn integer(name: &'static str, bytes: &[u8]) -> Result<Option<i64>, CommandError
     if digits.is_empty() {
         return Err(CommandError::NotAnInteger(name));
     }
-    let mut value: Option<i64> = Some(0);
-    for &b in digits {
+    let (head, tail) = digits.split_at(digits.len().min(UNCHECKED));
+    let mut chunks = head.chunks_exact(8);
+    let mut head_value = 0u64;
+    for chunk in &mut chunks {
+        let word = <[u8; 8]>::try_from(chunk).map(u64::from_le_bytes);
+        let Some(eight) = word.ok().and_then(eight_digits) else {
+            return Err(CommandError::NotAnInteger(name));
+        };
+        head_value = head_value * 100_000_000 + eight;
+    }
+    for &b in chunks.remainder() {
+        if !b.is_ascii_digit() {
+            return Err(CommandError::NotAnInteger(name));
+        }
+        head_value = head_value * 10 + u64::from(b - b'0');
+    }
+    // At most 18 digits: below 10^18, so it fits either way.
+    let head_value = head_value as i64;
+    let mut value = Some(if negative { -head_value } else { head_value });
+    for &b in tail {
         if !b.is_ascii_digit() {
             return Err(CommandError::NotAnInteger(name));
         }
@@ -258,11 +279,86 @@ fn integer(name: &'static str, bytes: &[u8]) -> Result<Option<i64>, CommandError
     Ok(value)
 }
 
+/// The value of eight ASCII digits read as a little-endian word (the first
+/// digit in the lowest byte), `None` unless every byte is `0`..=`9`.
+fn eight_digits(word: u64) -> Option<u64> {
+    const HIGH_NIBBLES: u64 = 0xF0F0_F0F0_F0F0_F0F0;
+    const ZEROS: u64 = 0x3030_3030_3030_3030;
+    // A byte is a digit when it is 0x30..=0x3F and stays so with 6 added
+    // (0x3A..=0x3F do not). A carry out of a byte only happens from a byte
+    // that fails the first test.
+    if word & HIGH_NIBBLES != ZEROS
+        || word.wrapping_add(0x0606_0606_0606_0606) & HIGH_NIBBLES != ZEROS
+    {
+        return None;
+    }
+    // Pairs of digits, then fours, then all eight, each step multiplying the
+    // earlier (lower) part up and adding the later one.
+    let v = word - ZEROS;
+    let v = (v * 10 + (v >> 8)) & 0x00FF_00FF_00FF_00FF;
+    let v = (v * 100 + (v >> 16)) & 0x0000_FFFF_0000_FFFF;
+    Some((v * 10_000 + (v >> 32)) & 0xFFFF_FFFF)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
 
     const MAX: i64 = 60_000;
+
+    #[test]
+    fn eight_digits_reads_digits_and_refuses_the_rest() {
+        let word = |text: &[u8; 8]| u64::from_le_bytes(*text);
+        assert_eq!(eight_digits(word(b"12345678")), Some(12_345_678));
+        assert_eq!(eight_digits(word(b"00000000")), Some(0));
+        assert_eq!(eight_digits(word(b"99999999")), Some(99_999_999));
+        for bad in [
+            b"1234567:",
+            b"/2345678",
+            b"1234 678",
+            b"12345\xff78",
+            b"\x002345678",
+        ] {
+            assert_eq!(eight_digits(word(bad)), None, "{bad:?}");
+        }
+    }
+
+    proptest! {
+        /// Any eight bytes: digits read as their value, anything else is
+        /// refused.
+        #[test]
+        fn eight_bytes_read_like_str_parse(bytes: [u8; 8]) {
+            let expected = bytes
+                .iter()
+                .all(u8::is_ascii_digit)
+                .then(|| std::str::from_utf8(&bytes).ok()?.parse::<u64>().ok())
+                .flatten();
+            prop_assert_eq!(eight_digits(u64::from_le_bytes(bytes)), expected);
+        }
+
+        /// Any string of digits (with or without `-`, of any length up to
+        /// 25, so across the unchecked head and past i64's range) reads as
+        /// `str::parse` reads it.
+        #[test]
+        fn digit_strings_parse_like_str_parse(negative: bool, digits in "[0-9]{1,25}") {
+            let text = if negative { format!("-{digits}") } else { digits };
+            prop_assert_eq!(integer("n", text.as_bytes()), Ok(text.parse::<i64>().ok()));
+        }
+
+        /// A digit string with one byte replaced by a non-digit anywhere
+        /// (in the words read eight at a time too) is not an integer.
+        #[test]
+        fn a_non_digit_anywhere_is_refused(digits in "[0-9]{1,25}", at: prop::sample::Index, bad in any::<u8>().prop_filter("non-digit", |b| !b.is_ascii_digit())) {
+            let mut text = digits.into_bytes();
+            let i = at.index(text.len());
+            text[i] = bad;
+            if i == 0 && bad == b'-' && text.len() > 1 {
+                return Ok(());
+            }
+            prop_assert_eq!(integer("n", &text), Err(CommandError::NotAnInteger("n")));
+        }
+    }
 
     fn acq(args: &[&str]) -> Result<Acquire<'static>, CommandError> {
         let owned: Vec<&'static [u8]> = args

@@ -117,8 +117,7 @@ pub fn subscribe(ctx: &Context) {
         // SAFETY: the API table is filled in before OnLoad runs.
         let available = unsafe { raw::RedisModule_SubscribeToServerEvent }.is_some();
         let subscribed = available
-            && raw::subscribe_to_server_event(ctx.ctx, event, Some(callback))
-                == raw::Status::Ok;
+            && raw::subscribe_to_server_event(ctx.ctx, event, Some(callback)) == raw::Status::Ok;
         // Without one of the events that end the skip, it is never allowed.
         if !subscribed && id != raw::REDISMODULE_EVENT_CONFIG {
             replication::someone_may_listen();

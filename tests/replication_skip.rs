@@ -113,7 +113,10 @@ fn turning_on_the_aof_later_keeps_every_lock() {
     let (held, total) = turn_on_the_aof_later("NAIVE");
     assert!(held < total, "the naive rule lost nothing ({held}/{total})");
     let (held, total) = turn_on_the_aof_later("NO-FORKS");
-    assert!(held < total, "the rule without forks lost nothing ({held}/{total})");
+    assert!(
+        held < total,
+        "the rule without forks lost nothing ({held}/{total})"
+    );
 }
 
 /// AOF turned on inside `MULTI`: the rewrite is only scheduled, so effects
@@ -126,7 +129,11 @@ fn turn_on_the_aof_inside_multi(rule: &str) -> (usize, usize) {
     set_rule(&mut con, rule);
     take(&mut con, "before", 3);
     let mut tx = redis::pipe();
-    tx.atomic().cmd("CONFIG").arg("SET").arg("appendonly").arg("yes");
+    tx.atomic()
+        .cmd("CONFIG")
+        .arg("SET")
+        .arg("appendonly")
+        .arg("yes");
     for i in 0..3 {
         tx.cmd("REDLOCK.ACQUIRE")
             .arg(format!("inside{i}"))
@@ -163,7 +170,10 @@ fn turning_on_the_aof_inside_multi_keeps_every_lock() {
     let (held, total) = turn_on_the_aof_inside_multi("SAFE");
     assert_eq!(held, total);
     let (held, total) = turn_on_the_aof_inside_multi("NO-FORKS");
-    assert!(held < total, "the rule without forks lost nothing ({held}/{total})");
+    assert!(
+        held < total,
+        "the rule without forks lost nothing ({held}/{total})"
+    );
 }
 
 /// A node started with the AOF on writes every effect to it from the first

@@ -22,9 +22,17 @@ pub fn process_cpu() -> Duration {
 /// User + system CPU time of the processes `pids` (from `/proc/PID/stat`,
 /// clock-tick resolution); processes that are gone count as zero.
 pub fn pids_cpu(pids: &[u32]) -> Duration {
+    let (user, system) = pids_user_system(pids);
+    user + system
+}
+
+/// User and system CPU time of the processes `pids`, apart (from
+/// `/proc/PID/stat`, clock-tick resolution); processes that are gone count
+/// as zero.
+pub fn pids_user_system(pids: &[u32]) -> (Duration, Duration) {
     // SAFETY: sysconf has no preconditions.
     let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
-    let mut total = 0u64;
+    let (mut user, mut system) = (0u64, 0u64);
     for pid in pids {
         let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
             continue;
@@ -35,11 +43,11 @@ pub fn pids_cpu(pids: &[u32]) -> Duration {
         };
         let fields: Vec<&str> = rest.split_whitespace().collect();
         // utime and stime are fields 14 and 15 of the line, 12 and 13 here.
-        let utime: u64 = fields.get(11).and_then(|v| v.parse().ok()).unwrap_or(0);
-        let stime: u64 = fields.get(12).and_then(|v| v.parse().ok()).unwrap_or(0);
-        total += utime + stime;
+        user += fields.get(11).and_then(|v| v.parse().ok()).unwrap_or(0);
+        system += fields.get(12).and_then(|v| v.parse().ok()).unwrap_or(0);
     }
-    Duration::from_micros(total * 1_000_000 / ticks)
+    let of = |t: u64| Duration::from_micros(t * 1_000_000 / ticks);
+    (of(user), of(system))
 }
 
 /// Read and write system calls made so far by the processes `pids`, summed

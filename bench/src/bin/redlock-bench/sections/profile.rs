@@ -24,6 +24,7 @@ pub(crate) async fn run(
         let allocs = redlock_bench::alloc_count::allocations();
         let switches = redlock_bench::cpu::context_switches();
         let syscalls = redlock_bench::cpu::pids_syscalls(pids);
+        let split = redlock_bench::cpu::pids_user_system(pids);
         let mut handles = Vec::new();
         for task in 0..tasks {
             let key = format!("bench:profile:{imp:?}:{task}");
@@ -56,6 +57,8 @@ pub(crate) async fn run(
         let cpu = meter.stop();
         let allocs = redlock_bench::alloc_count::allocations() - allocs;
         let switches = redlock_bench::cpu::context_switches().saturating_sub(switches);
+        let (user, system) = redlock_bench::cpu::pids_user_system(pids);
+        let (user, system) = (user.saturating_sub(split.0), system.saturating_sub(split.1));
         let (reads, writes) = redlock_bench::cpu::pids_syscalls(pids);
         let (reads, writes) = (
             reads.saturating_sub(syscalls.0),
@@ -64,12 +67,14 @@ pub(crate) async fn run(
         let el = t.elapsed();
         let cycles = (per_task * tasks as u64) as f64;
         println!(
-            "{}: {cycles} cycles on {tasks} task(s) in {:.3} s ({:.1} µs/cycle; CPU µs/cycle: bench {:.1}, nodes {:.1}; {:.1} allocations, {:.2} context switches per cycle; node reads {:.2}, writes {:.2} per cycle)",
+            "{}: {cycles} cycles on {tasks} task(s) in {:.3} s ({:.1} µs/cycle; CPU µs/cycle: bench {:.1}, nodes {:.1} (user {:.1}, system {:.1}); {:.1} allocations, {:.2} context switches per cycle; node reads {:.2}, writes {:.2} per cycle)",
             imp.label(),
             el.as_secs_f64(),
             el.as_secs_f64() * 1e6 / cycles,
             cpu.bench.as_secs_f64() * 1e6 / cycles,
             cpu.nodes.as_secs_f64() * 1e6 / cycles,
+            user.as_secs_f64() * 1e6 / cycles,
+            system.as_secs_f64() * 1e6 / cycles,
             allocs as f64 / cycles,
             switches as f64 / cycles,
             reads as f64 / cycles,
