@@ -27,8 +27,10 @@ use crate::ffi::{self, Call, Reply};
 use crate::guard;
 use crate::info::stats;
 use crate::lock::{Acquired, LockError, LockState, MonoMillis};
+use crate::mutant::{self, Mutant};
 use crate::owner::hash_owner;
-use crate::persist::{self, Source};
+use crate::persist::{self, Applied, NodeRecord, Source};
+use crate::reclaim;
 use crate::store::LockKey;
 use crate::wait;
 
@@ -49,7 +51,10 @@ fn update<R>(
     op: impl FnOnce(&mut LockState, MonoMillis) -> Result<(R, bool), CommandError>,
 ) -> Result<R, CommandError> {
     let mut key = LockKey::write(call.raw(), key_of(call)?);
-    let mut state = key.get()?.unwrap_or_default();
+    // A missing record starts above every counter this node reclaimed.
+    let mut state = key
+        .get()?
+        .unwrap_or_else(|| LockState::missing(reclaim::reclaimed_counter()));
     let (result, changed) = op(&mut state, now)?;
     if changed {
         key.put(&state)?;
@@ -58,6 +63,33 @@ fn update<R>(
         ffi::signal_modified(call, event);
     }
     Ok(result)
+}
+
+/// Tells replicas and the AOF the node-wide values after the longest lease
+/// grew, before the lease itself is replicated: a replica's promotion
+/// window and its clamp must cover every lease its master may have granted.
+fn announce_node_record(call: &Call) {
+    let Some(key) = call.key() else {
+        return;
+    };
+    if crate::replication::needed(&call.ctx) {
+        // SAFETY: ctx and key belong to the command invocation in progress.
+        unsafe { persist::replicate_node(call.raw(), key, &node_record()) };
+    }
+}
+
+/// The node-wide values that travel with the data.
+pub fn node_record() -> NodeRecord {
+    NodeRecord {
+        reclaimed: reclaim::reclaimed_counter(),
+        longest_lease_ms: guard::longest_lease(),
+    }
+}
+
+/// Takes in node-wide values from the master or from a file.
+pub fn learn_node_record(ctx: &redis_module::Context, n: &NodeRecord) {
+    reclaim::raise_reclaimed(n.reclaimed);
+    guard::learn_lease(ctx, n.longest_lease_ms);
 }
 
 /// `REDLOCK.ACQUIRE key owner ttl-ms [FLOOR n]`
@@ -69,7 +101,9 @@ pub fn acquire(call: &Call) -> Result<Reply, CommandError> {
     }
     let now = mono_now();
     guard::check(&call.ctx, now)?;
-    guard::record_lease(a.ttl)?;
+    if guard::record_lease(a.ttl)? {
+        announce_node_record(call);
+    }
     let owner = hash_owner(a.owner);
     // A free lock reserved for the first queued waiter is busy for others.
     if wait::bars(call, &owner, now) {
@@ -78,7 +112,7 @@ pub fn acquire(call: &Call) -> Result<Reply, CommandError> {
     }
     let outcome = update(call, now, c"redlock.acquire", |state, now| {
         let outcome = state
-            .acquire(&owner, a.ttl, a.floor, now)
+            .acquire(&owner, a.ttl, a.floor, now, wall_now_us())
             .map_err(|LockError::CounterExhausted| CommandError::CounterExhausted)?;
         Ok((outcome, outcome != Acquired::Busy))
     })?;
@@ -125,7 +159,9 @@ pub fn release(call: &Call) -> Result<Reply, CommandError> {
 pub fn extend(call: &Call) -> Result<Reply, CommandError> {
     ffi::redact(call, OWNER_ARG);
     let a = args::extend(&call.args, config::max_ttl())?;
-    guard::record_lease(a.ttl)?;
+    if guard::record_lease(a.ttl)? {
+        announce_node_record(call);
+    }
     let owner = hash_owner(a.owner);
     let extended = update(call, mono_now(), c"redlock.extend", |state, now| {
         let extended = state.extend(&owner, a.ttl, now);
@@ -176,20 +212,47 @@ pub fn inspect(call: &Call) -> Result<Reply, CommandError> {
 
 /// `REDLOCK.APPLY key v2 counter expiry remaining [owner-hash]` (or the
 /// version-1 form): sets the exact state that a master computed. Runs only
-/// from the replication link or while loading the AOF.
+/// from the replication link or while loading the AOF. The node-wide forms
+/// (`reclaimed`, `node`) raise the node's values and, for `reclaimed`,
+/// delete the key.
 ///
 /// From a master, the lease is timed from the remaining time on this node's
 /// monotonic clock (the master's wall clock means nothing here); from the
-/// AOF, from the wall-clock end, clamped to the longest lease. The state is
-/// then written to this node's own AOF with its own clock readings.
+/// AOF, from the later of its wall-clock end and its remaining time, clamped
+/// to the longest lease. A lease received raises this node's longest lease
+/// first, so a replica's promotion window covers it. The state is then
+/// written to this node's own AOF with its own clock readings.
 pub fn apply(call: &Call) -> Result<Reply, CommandError> {
     let flags = call.ctx.get_flags();
     if !flags.intersects(ContextFlags::REPLICATED | ContextFlags::LOADING) {
         return Err(CommandError::InternalOnly);
     }
-    let p = persist::parse_apply(&call.args)?;
+    let mut p = match persist::parse_apply(&call.args)? {
+        Applied::State(p) => p,
+        Applied::Node(n) => {
+            learn_node_record(&call.ctx, &n);
+            ffi::replicate_verbatim(call);
+            return Ok(Reply::Ok);
+        }
+        Applied::Reclaimed(counter) => {
+            reclaim::raise_reclaimed(counter);
+            let mut key = LockKey::write(call.raw(), key_of(call)?);
+            if key.get()?.is_some() && key.delete() {
+                ffi::signal_modified(call, c"redlock.reclaim");
+            }
+            ffi::replicate_verbatim(call);
+            return Ok(Reply::Ok);
+        }
+    };
+    if let Some(remaining) = p.remaining.filter(|_| p.owner.is_some()) {
+        guard::learn_lease(&call.ctx, remaining);
+    }
+    let loading = flags.contains(ContextFlags::LOADING);
+    if loading && mutant::on(Mutant::DiskLeaseFromWall) {
+        p.remaining = None;
+    }
     let clamp_ms = guard::longest_lease();
-    let source = if flags.contains(ContextFlags::LOADING) {
+    let source = if loading {
         Source::Disk { clamp_ms }
     } else {
         Source::Stream { clamp_ms }
@@ -206,8 +269,8 @@ pub fn apply(call: &Call) -> Result<Reply, CommandError> {
 }
 
 /// `REDLOCK.TESTHOOK WALLCLOCK-OFFSET ms | SKIP-REPLICATION 0|1 |
-/// PROMOTION-GUARD 0|1 | REPLICATION-RULE NAIVE|NO-FORKS|SAFE | PANIC` (test builds
-/// only).
+/// PROMOTION-GUARD 0|1 | REPLICATION-RULE NAIVE|NO-FORKS|SAFE |
+/// MUTANT name 0|1 | PANIC` (test builds only).
 #[cfg(feature = "test-hooks")]
 pub fn test_hook(call: &Call) -> Result<Reply, CommandError> {
     match call.args.get(1..).unwrap_or_default() {
@@ -250,6 +313,21 @@ pub fn test_hook(call: &Call) -> Result<Reply, CommandError> {
                 _ => return Err(CommandError::NotAnInteger("PROMOTION-GUARD flag (0 or 1)")),
             };
             guard::set_promotion_guard(on);
+            Ok(Reply::Ok)
+        }
+        [sub, name, flag] if sub.eq_ignore_ascii_case(b"MUTANT") => {
+            let mutant = mutant::Mutant::named(name).ok_or_else(|| {
+                CommandError::UnknownHook(format!(
+                    "MUTANT takes one of: {}",
+                    mutant::Mutant::ALL.map(|(n, _)| n).join(", ")
+                ))
+            })?;
+            let on = match &flag[..] {
+                b"1" => true,
+                b"0" => false,
+                _ => return Err(CommandError::NotAnInteger("MUTANT flag (0 or 1)")),
+            };
+            mutant::set(mutant, on);
             Ok(Reply::Ok)
         }
         [sub] if sub.eq_ignore_ascii_case(b"PANIC") => {

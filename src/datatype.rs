@@ -8,10 +8,12 @@ use redis_module::native_types::RedisType;
 use redis_module::raw;
 
 use crate::clock::{mono_now, wall_now};
+use crate::commands::{learn_node_record, node_record};
 use crate::events::{self, Loading};
 use crate::guard;
 use crate::lock::LockState;
-use crate::persist::{self, Source, ENCODING_V1, ENCODING_VERSION};
+use crate::mutant::{self, Mutant};
+use crate::persist::{self, NodeRecord, Source, ENCODING_V1, ENCODING_VERSION};
 use crate::record;
 
 /// The registered data type.
@@ -26,10 +28,12 @@ pub static LOCK_TYPE: RedisType = RedisType::new(
         mem_usage: Some(mem_usage),
         digest: Some(digest),
         free: Some(free),
-        aux_load: None,
-        aux_save: None,
-        aux_save2: None,
-        aux_save_triggers: 0,
+        aux_load: Some(aux_load),
+        aux_save: Some(aux_save),
+        // Redis 7.2+ and Valkey call this one instead, and leave the
+        // auxiliary data out of the file when it writes nothing.
+        aux_save2: Some(aux_save2),
+        aux_save_triggers: raw::REDISMODULE_AUX_BEFORE_RDB as i32,
         free_effort: None,
         unlink: None,
         copy: Some(copy),
@@ -56,7 +60,17 @@ unsafe extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *m
         return std::ptr::null_mut();
     }
     let loaded = catch_unwind(AssertUnwindSafe(|| -> Option<LockState> {
-        let p = persist::read_record(rdb, encver)?;
+        let mut p = persist::read_record(rdb, encver)?;
+        match events::loading() {
+            // A full sync: a lease the master sent is one it may grant.
+            Loading::Replication if p.owner.is_some() => {
+                if let Some(remaining) = p.remaining {
+                    guard::learn_lease(&redis_module::Context::dummy(), remaining);
+                }
+            }
+            Loading::File if mutant::on(Mutant::DiskLeaseFromWall) => p.remaining = None,
+            _ => {}
+        }
         Some(persist::restore(&p, load_source(), mono_now(), wall_now()))
     }));
     match loaded {
@@ -64,6 +78,44 @@ unsafe extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *m
         _ => std::ptr::null_mut(),
     }
 }
+
+/// The node record, before the keys: the replica of a full sync and a
+/// restart from the file get the highest reclaimed counter and the longest
+/// lease before any record.
+unsafe extern "C" fn aux_load(rdb: *mut raw::RedisModuleIO, encver: c_int, _when: c_int) -> c_int {
+    let loaded = catch_unwind(AssertUnwindSafe(|| persist::read_node_record(rdb, encver)));
+    match loaded {
+        Ok(Some(n)) => {
+            learn_node_record(&redis_module::Context::dummy(), &n);
+            raw::REDISMODULE_OK as c_int
+        }
+        _ => raw::REDISMODULE_ERR as c_int,
+    }
+}
+
+unsafe extern "C" fn aux_save(rdb: *mut raw::RedisModuleIO, _when: c_int) {
+    let _ = catch_unwind(AssertUnwindSafe(|| {
+        persist::write_node_record(rdb, &node_record());
+    }));
+}
+
+/// As [`aux_save`], but writes nothing while the node record says nothing
+/// a fresh node would not say, so older versions can still read the file.
+unsafe extern "C" fn aux_save2(rdb: *mut raw::RedisModuleIO, when: c_int) {
+    let n = node_record();
+    let fresh = NodeRecord {
+        reclaimed: 0,
+        longest_lease_ms: crate::config::max_ttl().max(0) as u64,
+    };
+    if n != fresh {
+        aux_save(rdb, when);
+    }
+}
+
+/// Whether this process already wrote the node record into the AOF it is
+/// rewriting (rewrites run in a child process of their own).
+static NODE_RECORD_REWRITTEN: std::sync::atomic::AtomicBool =
+    std::sync::atomic::AtomicBool::new(false);
 
 unsafe extern "C" fn rdb_save(rdb: *mut raw::RedisModuleIO, value: *mut c_void) {
     if value.is_null() {
@@ -85,6 +137,11 @@ unsafe extern "C" fn aof_rewrite(
     }
     let state = &record::read(value);
     let _ = catch_unwind(AssertUnwindSafe(|| {
+        // Without an RDB preamble there is no auxiliary data: the node
+        // record goes in once, before the first record.
+        if !NODE_RECORD_REWRITTEN.swap(true, std::sync::atomic::Ordering::Relaxed) {
+            persist::rewrite_node(aof, key, &node_record());
+        }
         persist::rewrite(
             aof,
             key,

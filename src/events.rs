@@ -5,15 +5,19 @@
 //! keyspace events, for waiters whose key leaves with its slot (see
 //! [`crate::wait::on_generic_event`]).
 
-use std::os::raw::c_void;
+use std::ffi::CStr;
+use std::os::raw::{c_char, c_int, c_void};
+use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicU8, Ordering::Relaxed};
 
-use redis_module::{raw, Context};
+use redis_module::{raw, Context, ContextFlags};
 
-use crate::clock::mono_now;
+use crate::clock::{mono_now, wall_now};
 use crate::config;
 use crate::guard;
+use crate::persist;
 use crate::replication;
+use crate::store::LockKey;
 
 /// What the server is loading now.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -43,7 +47,11 @@ extern "C" fn on_config_change(
     _subevent: u64,
     _data: *mut c_void,
 ) {
-    let _ = std::panic::catch_unwind(|| config::check_eviction_policy(&Context::new(ctx)));
+    let _ = std::panic::catch_unwind(|| {
+        let ctx = Context::new(ctx);
+        config::check_eviction_policy(&ctx);
+        guard::on_config_change(&ctx);
+    });
 }
 
 extern "C" fn on_loading(
@@ -65,14 +73,14 @@ extern "C" fn on_loading(
 }
 
 extern "C" fn on_role_change(
-    _ctx: *mut raw::RedisModuleCtx,
+    ctx: *mut raw::RedisModuleCtx,
     _event: raw::RedisModuleEvent,
     subevent: u64,
     _data: *mut c_void,
 ) {
     replication::someone_may_listen();
     if subevent == raw::REDISMODULE_EVENT_REPLROLECHANGED_NOW_MASTER {
-        let _ = std::panic::catch_unwind(|| guard::on_promotion(mono_now()));
+        let _ = std::panic::catch_unwind(|| guard::on_promotion(&Context::new(ctx), mono_now()));
     }
 }
 
@@ -96,6 +104,44 @@ extern "C" fn on_fork(
     if subevent == raw::REDISMODULE_SUBEVENT_FORK_CHILD_BORN {
         replication::forked();
     }
+}
+
+/// Generic keyspace events: waiters whose key left with its slot
+/// ([`crate::wait::on_generic_event`]), and `RESTORE` of a lock.
+unsafe extern "C" fn on_generic_event(
+    ctx: *mut raw::RedisModuleCtx,
+    event_type: c_int,
+    event: *const c_char,
+    key: *mut raw::RedisModuleString,
+) -> c_int {
+    if !event.is_null() && !key.is_null() {
+        // SAFETY: Redis passes a NUL-terminated event name.
+        if unsafe { CStr::from_ptr(event) }.to_bytes() == b"restore" {
+            let _ = std::panic::catch_unwind(AssertUnwindSafe(|| restored(ctx, key)));
+        }
+    }
+    crate::wait::on_generic_event(ctx, event_type, event, key)
+}
+
+/// A lock came in through `RESTORE` (a user's, or `MIGRATE`'s): Redis
+/// passes the payload on to replicas and the AOF as it came, and a reload
+/// would read it against another clock (from the AOF, by its wall-clock
+/// end). So the state this node actually holds follows it, as
+/// `REDLOCK.APPLY` in the same transaction: replicas and a reload end with
+/// what this node holds. A replica or a load does not add its own.
+unsafe fn restored(ctx: *mut raw::RedisModuleCtx, key: *mut raw::RedisModuleString) {
+    let context = Context::new(ctx);
+    let flags = context.get_flags();
+    if flags.intersects(ContextFlags::REPLICATED | ContextFlags::LOADING | ContextFlags::SLAVE)
+        || !replication::needed(&context)
+    {
+        return;
+    }
+    let Ok(Some(state)) = LockKey::read(ctx, key).get() else {
+        return;
+    };
+    let (mono, wall) = (mono_now(), wall_now());
+    persist::replicate(ctx, key, &persist::persist_at(&state, mono, wall));
 }
 
 /// Subscribes to the events above.
@@ -130,7 +176,7 @@ pub fn subscribe(ctx: &Context) {
             subscribe(
                 ctx.ctx,
                 raw::REDISMODULE_NOTIFY_GENERIC,
-                Some(crate::wait::on_generic_event),
+                Some(on_generic_event),
             );
         }
     }

@@ -155,6 +155,20 @@ pub fn replicate_state(call: &Call, state: impl FnOnce() -> crate::persist::Pers
     unsafe { crate::persist::replicate(call.raw(), key, &state) };
 }
 
+/// Passes the current command on to this node's AOF (and replicas) as it
+/// came: the node-wide `REDLOCK.APPLY` forms, which carry no clock reading.
+pub fn replicate_verbatim(call: &Call) {
+    if !crate::replication::needed(&call.ctx) {
+        return;
+    }
+    // SAFETY: ctx belongs to the command invocation in progress.
+    unsafe {
+        if let Some(verbatim) = raw::RedisModule_ReplicateVerbatim {
+            verbatim(call.raw());
+        }
+    }
+}
+
 /// Hides argument `pos` of the current command from `MONITOR`, `SLOWLOG`
 /// and the other command logs (Redis 7.0+; a no-op when unavailable).
 pub fn redact(call: &Call, pos: usize) {

@@ -13,7 +13,18 @@
 //! a grant longer than every lease recorded so far is first written to a
 //! small file in the server's directory (`redlock-longest-lease-ms`, fsynced
 //! before the reply), and the window and the clamp of leases loaded from
-//! disk cover that length too. The record only grows.
+//! disk cover that length too. The record only grows. A replica learns
+//! the longest lease of its master from what it receives (the node record
+//! of a full sync, `REDLOCK.APPLY … node`, and every lease it is sent), and
+//! records it the same way, so its promotion window and its clamp cover
+//! its master's leases.
+//!
+//! Whether a restart may skip the window is decided once, at load, from the
+//! record the previous run left ([`crate::run_state`]): today's
+//! configuration alone says nothing about what the previous run may have
+//! lost. The window of a promotion survives a restart the same way: the
+//! record says a window was open, so the restart is not exempt and opens a
+//! window of the full length.
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -26,9 +37,14 @@ use crate::config::{self, MAX_TTL_LIMIT};
 use crate::error::CommandError;
 use crate::info::stats;
 use crate::lock::MonoMillis;
+use crate::mutant::{self, Mutant};
+use crate::run_state::{self, RunState};
 
 /// File name of the longest-lease record, in the server's directory.
 pub const RECORD_FILE: &str = "redlock-longest-lease-ms";
+/// File name of the run record ([`crate::run_state`]), in the server's
+/// directory.
+pub const RUN_STATE_FILE: &str = "redlock-run-state";
 
 /// What opened the current window.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -61,13 +77,23 @@ static LONGEST_LEASE: AtomicU64 = AtomicU64::new(0);
 static PROMOTION_GUARD: AtomicBool = AtomicBool::new(true);
 static RECORD_PATH: OnceLock<PathBuf> = OnceLock::new();
 static RECORD_WRITE: Mutex<()> = Mutex::new(());
+/// This start may skip the restart window (decided at load).
+static EXEMPT_RESTART: AtomicBool = AtomicBool::new(false);
+/// This run has been durable since it started.
+static DURABLE_RUN: AtomicBool = AtomicBool::new(false);
+/// The run record says a window is open: the first guard check after the
+/// window ends writes that it is over.
+static WINDOW_MARKED_OPEN: AtomicBool = AtomicBool::new(false);
+static RUN_STATE_PATH: OnceLock<PathBuf> = OnceLock::new();
+static RUN_STATE_WRITE: Mutex<()> = Mutex::new(());
 
 /// Opens the window that follows a load: reads the longest-lease record
-/// from the server's directory (the working directory at load time).
+/// and the previous run's record from the server's directory (the working
+/// directory at load time), decides whether this start is exempt, and
+/// writes this run's record.
 pub fn on_load(ctx: &Context, now: MonoMillis) {
-    let path = std::env::current_dir()
-        .unwrap_or_default()
-        .join(RECORD_FILE);
+    let dir = std::env::current_dir().unwrap_or_default();
+    let path = dir.join(RECORD_FILE);
     let recorded = match std::fs::read_to_string(&path) {
         Ok(text) => match text.trim().parse::<u64>() {
             Ok(ms) => ms.min(MAX_TTL_LIMIT as u64),
@@ -83,13 +109,67 @@ pub fn on_load(ctx: &Context, now: MonoMillis) {
     };
     let _ = RECORD_PATH.set(path);
     LONGEST_LEASE.store(recorded.max(config::max_ttl() as u64), Relaxed);
+
+    let run_path = dir.join(RUN_STATE_FILE);
+    let previous = std::fs::read_to_string(&run_path)
+        .ok()
+        .and_then(|text| RunState::parse(&text));
+    let durable = is_durable(ctx);
+    let exempt = run_state::restart_exempt(previous, durable);
+    let _ = RUN_STATE_PATH.set(run_path);
+    DURABLE_RUN.store(durable, Relaxed);
+    EXEMPT_RESTART.store(exempt, Relaxed);
     open_window(Reason::Restart, now);
+    let window_open = !exempt && window_len() > 0;
+    WINDOW_MARKED_OPEN.store(window_open, Relaxed);
+    save_run_state(ctx, window_open);
+    if previous.is_some_and(|p| p.window_open) && durable {
+        ctx.log_notice(
+            "the previous run stopped inside a guard window: this restart waits for a full window",
+        );
+    }
 }
 
-/// Opens a window after the server became a master.
-pub fn on_promotion(now: MonoMillis) {
+/// Writes this run's record (fsynced). When it cannot be written, the old
+/// record is removed, so that no stale "durable" record exempts the next
+/// start.
+fn save_run_state(ctx: &Context, window_open: bool) {
+    let Some(path) = RUN_STATE_PATH.get() else {
+        return;
+    };
+    let state = RunState {
+        durable: DURABLE_RUN.load(Relaxed),
+        window_open,
+    };
+    let _serial = RUN_STATE_WRITE.lock().unwrap_or_else(|p| p.into_inner());
+    if let Err(e) = write_file(path, &state.render()) {
+        let _ = std::fs::remove_file(path);
+        ctx.log_warning(&format!(
+            "cannot write {}: {e}; the next start will wait for the restart guard",
+            path.display()
+        ));
+    }
+}
+
+/// Opens a window after the server became a master, and records that it is
+/// open so that a restart inside it waits for a full window.
+pub fn on_promotion(ctx: &Context, now: MonoMillis) {
     if PROMOTION_GUARD.load(Relaxed) {
         open_window(Reason::Promotion, now);
+        if window_len() > 0 {
+            WINDOW_MARKED_OPEN.store(true, Relaxed);
+            save_run_state(ctx, true);
+        }
+    }
+}
+
+/// After a configuration change: a run that stops being durable says so in
+/// its record at once (before any later grant is acknowledged), so the next
+/// start is not exempt. Becoming durable later changes nothing.
+pub fn on_config_change(ctx: &Context) {
+    if DURABLE_RUN.load(Relaxed) && !is_durable(ctx) {
+        DURABLE_RUN.store(false, Relaxed);
+        save_run_state(ctx, WINDOW_MARKED_OPEN.load(Relaxed));
     }
 }
 
@@ -131,17 +211,25 @@ pub fn state(now: MonoMillis) -> Option<(u64, u64)> {
     (elapsed < window).then(|| (elapsed, window - elapsed))
 }
 
-/// The guard for ACQUIRE. After a restart, a durable node (`appendonly yes`
-/// with `appendfsync always`) lost nothing it acknowledged and is exempt. A
-/// promoted replica never is: replication is asynchronous, so it may never
-/// have received its old master's last grants, whatever its own fsync
-/// policy.
+/// The guard for ACQUIRE. A restart whose previous run was durable for
+/// its whole life (see [`crate::run_state`]) lost nothing it acknowledged
+/// and is exempt. A promoted replica never is: replication is asynchronous,
+/// so it may never have received its old master's last grants, whatever its
+/// own fsync policy.
 pub fn check(ctx: &Context, now: MonoMillis) -> Result<(), CommandError> {
     let Some((elapsed_ms, remaining_ms)) = state(now) else {
+        if WINDOW_MARKED_OPEN.load(Relaxed) && WINDOW_MARKED_OPEN.swap(false, Relaxed) {
+            save_run_state(ctx, false);
+        }
         return Ok(());
     };
     let reason = reason();
-    if reason == Reason::Restart && is_durable(ctx) {
+    let exempt = if mutant::on(Mutant::ConfigExemption) {
+        is_durable(ctx)
+    } else {
+        EXEMPT_RESTART.load(Relaxed)
+    };
+    if reason == Reason::Restart && exempt {
         return Ok(());
     }
     stats::bump(&stats::GRACE_REFUSED);
@@ -168,30 +256,46 @@ pub fn longest_lease() -> u64 {
 /// Makes sure a lease of `ttl_ms` is covered by the durable record before
 /// it is granted: a lease longer than any recorded so far is written (and
 /// fsynced) first. Only happens after `redlock.max-ttl-ms` was raised above
-/// every earlier value, so the hot path is one atomic load.
-pub fn record_lease(ttl_ms: u64) -> Result<(), CommandError> {
+/// every earlier value, so the hot path is one atomic load. `Ok(true)` when
+/// the record grew: replicas are then told (`REDLOCK.APPLY … node`).
+pub fn record_lease(ttl_ms: u64) -> Result<bool, CommandError> {
     if ttl_ms <= LONGEST_LEASE.load(Relaxed) {
-        return Ok(());
+        return Ok(false);
     }
     let _serial = RECORD_WRITE.lock().unwrap_or_else(|p| p.into_inner());
     if ttl_ms <= LONGEST_LEASE.load(Relaxed) {
-        return Ok(());
+        return Ok(false);
     }
     let Some(path) = RECORD_PATH.get() else {
         return Err(CommandError::GuardRecord(
             "the module has not loaded".into(),
         ));
     };
-    write_record(path, ttl_ms)
+    write_file(path, &format!("{ttl_ms}\n"))
         .map_err(|e| CommandError::GuardRecord(format!("{}: {e}", path.display())))?;
     LONGEST_LEASE.store(ttl_ms, Relaxed);
-    Ok(())
+    Ok(true)
 }
 
-fn write_record(path: &std::path::Path, ttl_ms: u64) -> std::io::Result<()> {
+/// A lease length received from the master (or a file from one): raises
+/// the longest lease, in memory at once and in the durable record as well
+/// as it can (a replica must not stop applying its stream because a file
+/// cannot be written; the failure is logged).
+pub fn learn_lease(ctx: &Context, ms: u64) {
+    if mutant::on(Mutant::ReplicaOwnLease) || ms <= LONGEST_LEASE.load(Relaxed) {
+        return;
+    }
+    let ms = ms.min(MAX_TTL_LIMIT as u64);
+    if let Err(e) = record_lease(ms) {
+        LONGEST_LEASE.fetch_max(ms, Relaxed);
+        ctx.log_warning(&format!("{e}"));
+    }
+}
+
+fn write_file(path: &std::path::Path, text: &str) -> std::io::Result<()> {
     let tmp = path.with_extension("tmp");
     let mut file = std::fs::File::create(&tmp)?;
-    writeln!(file, "{ttl_ms}")?;
+    file.write_all(text.as_bytes())?;
     file.sync_all()?;
     std::fs::rename(&tmp, path)?;
     if let Some(dir) = path.parent() {

@@ -22,12 +22,14 @@ pub mod ffi;
 pub mod guard;
 pub mod info;
 pub mod lock;
+pub mod mutant;
 pub mod owner;
 pub mod persist;
 pub mod queue;
 pub mod reclaim;
 pub mod record;
 pub mod replication;
+pub mod run_state;
 pub mod store;
 pub mod wait;
 
@@ -118,6 +120,8 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
     }
     #[cfg(feature = "test-hooks")]
     clock::load_wall_offset_from_env();
+    #[cfg(feature = "test-hooks")]
+    mutant::load_from_env();
     guard::on_load(ctx, clock::mono_now());
     redis_module::raw::register_info_function(ctx.ctx, Some(info::info));
     events::subscribe(ctx);

@@ -30,6 +30,18 @@ pub fn token_within_reach(token: u64, wall_us: u64) -> bool {
     token <= wall_us.saturating_add(MAX_AHEAD_US)
 }
 
+/// How far behind the node's wall clock a `FLOOR` may be and still count as
+/// a clock reading (one day, as far as it may be ahead).
+pub const MAX_BEHIND_US: u64 = 86_400_000_000;
+
+/// Whether `floor` is a clock reading at node wall clock `wall_us`: within
+/// [`MAX_BEHIND_US`] behind it (it is never more than [`MAX_AHEAD_US`] ahead,
+/// see [`token_within_reach`]). Only a grant with such a floor marks a record
+/// reclaimable: a small floor (5) says nothing about later clients' floors.
+pub fn clock_like(floor: u64, wall_us: u64) -> bool {
+    floor > 0 && floor.saturating_add(MAX_BEHIND_US) >= wall_us
+}
+
 /// A point in time, in milliseconds on the node's monotonic clock.
 pub type MonoMillis = u64;
 
@@ -47,7 +59,7 @@ pub struct LockState {
     owner: OwnerHash,
     /// When a RELEASE freed the lock (monotonic); meaningful only without a lease.
     freed_at: MonoMillis,
-    /// The last grant carried a non-zero `FLOOR`.
+    /// The last grant carried a clock-like `FLOOR` ([`clock_like`]).
     floored: bool,
 }
 
@@ -127,7 +139,19 @@ impl LockState {
         }
     }
 
-    /// Whether the last grant carried a non-zero `FLOOR`.
+    /// A lock name that has no record on this node, where records with
+    /// counters up to `reclaimed` were deleted by reclamation (0 when none
+    /// was): its first grant issues a token above `reclaimed`, whatever FLOOR
+    /// the client sends, so reclamation never lets a token go back on this
+    /// node (DESIGN §8).
+    pub fn missing(reclaimed: u64) -> Self {
+        Self {
+            counter: reclaimed.min(MAX_TOKEN),
+            ..Self::default()
+        }
+    }
+
+    /// Whether the last grant carried a clock-like `FLOOR`.
     pub fn floored(&self) -> bool {
         self.floored
     }
@@ -203,13 +227,16 @@ impl LockState {
 
     /// ACQUIRE: take a free lock with a new token `max(counter + 1, floor)`,
     /// renew the caller's own live lease (same token, `counter = max(counter, floor)`),
-    /// or report [`Acquired::Busy`].
+    /// or report [`Acquired::Busy`]. `wall_us` is the node's wall clock in
+    /// microseconds: a grant marks the record reclaimable only when its floor
+    /// is a clock reading ([`clock_like`]).
     pub fn acquire(
         &mut self,
         owner: &OwnerHash,
         ttl: u64,
         floor: u64,
         now: MonoMillis,
+        wall_us: u64,
     ) -> Result<Acquired, LockError> {
         let deadline = now.saturating_add(ttl);
         if self.is_held_by(owner, now) {
@@ -228,7 +255,7 @@ impl LockState {
         let took_over_expired = self.has_lease();
         self.counter = (self.counter + 1).max(floor.min(MAX_TOKEN));
         self.owner = *owner;
-        self.floored = floor > 0;
+        self.floored = clock_like(floor, wall_us);
         // `now` is at least 1 on the module's clock, so the deadline is never
         // 0 (which means released).
         self.deadline = deadline.max(1);
@@ -311,23 +338,23 @@ mod tests {
     #[test]
     fn tokens_increase_across_holders() {
         let mut s = LockState::default();
-        assert_eq!(s.acquire(&o(b'a'), 100, 0, 0), granted(1));
+        assert_eq!(s.acquire(&o(b'a'), 100, 0, 0, wall_us(0)), granted(1));
         assert!(s.release(&o(b'a'), 10));
-        assert_eq!(s.acquire(&o(b'b'), 100, 0, 20), granted(2));
+        assert_eq!(s.acquire(&o(b'b'), 100, 0, 20, wall_us(20)), granted(2));
         assert_eq!(s.counter(), 2);
     }
 
     #[test]
     fn same_owner_reacquire_renews_without_new_token() {
         let mut s = LockState::default();
-        assert_eq!(s.acquire(&o(b'a'), 100, 0, 0), granted(1));
+        assert_eq!(s.acquire(&o(b'a'), 100, 0, 0, wall_us(0)), granted(1));
         assert_eq!(
-            s.acquire(&o(b'a'), 500, 0, 50),
+            s.acquire(&o(b'a'), 500, 0, 50, wall_us(50)),
             Ok(Acquired::Renewed { token: 1 })
         );
         assert_eq!(s.inspect(60).pttl, Some(490));
         assert_eq!(
-            s.acquire(&o(b'a'), 500, 7, 60),
+            s.acquire(&o(b'a'), 500, 7, 60, wall_us(60)),
             Ok(Acquired::Renewed { token: 7 })
         );
     }
@@ -335,22 +362,25 @@ mod tests {
     #[test]
     fn floor_lifts_the_counter_and_next_grant_follows() {
         let mut s = LockState::default();
-        assert_eq!(s.acquire(&o(b'a'), 100, 1000, 0), granted(1000));
+        assert_eq!(s.acquire(&o(b'a'), 100, 1000, 0, wall_us(0)), granted(1000));
         assert!(s.release(&o(b'a'), 1));
-        assert_eq!(s.acquire(&o(b'b'), 100, 0, 2), granted(1001));
+        assert_eq!(s.acquire(&o(b'b'), 100, 0, 2, wall_us(2)), granted(1001));
         assert!(s.release(&o(b'b'), 3));
-        assert_eq!(s.acquire(&o(b'c'), 100, 5, 4), granted(1002));
+        assert_eq!(s.acquire(&o(b'c'), 100, 5, 4, wall_us(4)), granted(1002));
     }
 
     #[test]
     fn busy_while_another_owner_holds() {
         let mut s = LockState::default();
-        assert_eq!(s.acquire(&o(b'a'), 100, 0, 0), granted(1));
+        assert_eq!(s.acquire(&o(b'a'), 100, 0, 0, wall_us(0)), granted(1));
         let before = s.clone();
-        assert_eq!(s.acquire(&o(b'b'), 100, 0, 99), Ok(Acquired::Busy));
+        assert_eq!(
+            s.acquire(&o(b'b'), 100, 0, 99, wall_us(99)),
+            Ok(Acquired::Busy)
+        );
         assert_eq!(s, before);
         assert_eq!(
-            s.acquire(&o(b'b'), 100, 0, 100),
+            s.acquire(&o(b'b'), 100, 0, 100, wall_us(100)),
             Ok(Acquired::Granted {
                 token: 2,
                 took_over_expired: true
@@ -361,7 +391,7 @@ mod tests {
     #[test]
     fn extend_keeps_and_never_revives() {
         let mut s = LockState::default();
-        assert_eq!(s.acquire(&o(b'a'), 100, 0, 0), granted(1));
+        assert_eq!(s.acquire(&o(b'a'), 100, 0, 0, wall_us(0)), granted(1));
         assert!(s.extend(&o(b'a'), 100, 90));
         assert!(s.is_held(150));
         assert!(!s.extend(&o(b'b'), 100, 150));
@@ -374,7 +404,7 @@ mod tests {
     fn fence_only_for_holder_and_never_lowers() {
         let mut s = LockState::default();
         assert_eq!(s.fence(&o(b'a'), Some(10), 0), None);
-        assert_eq!(s.acquire(&o(b'a'), 100, 0, 0), granted(1));
+        assert_eq!(s.acquire(&o(b'a'), 100, 0, 0, wall_us(0)), granted(1));
         assert_eq!(s.fence(&o(b'b'), Some(10), 1), None);
         assert_eq!(s.fence(&o(b'a'), Some(10), 1), Some(10));
         assert_eq!(s.fence(&o(b'a'), Some(3), 1), Some(10));
@@ -386,11 +416,14 @@ mod tests {
     #[test]
     fn counter_exhaustion_is_an_error_not_a_wrap() {
         let mut s = LockState::default();
-        assert_eq!(s.acquire(&o(b'a'), 10, MAX_TOKEN, 0), granted(MAX_TOKEN));
+        assert_eq!(
+            s.acquire(&o(b'a'), 10, MAX_TOKEN, 0, wall_us(0)),
+            granted(MAX_TOKEN)
+        );
         assert!(s.release(&o(b'a'), 1));
         let before = s.clone();
         assert_eq!(
-            s.acquire(&o(b'b'), 10, 0, 2),
+            s.acquire(&o(b'b'), 10, 0, 2, wall_us(2)),
             Err(LockError::CounterExhausted)
         );
         assert_eq!(s, before);
@@ -407,7 +440,7 @@ mod tests {
                 token: 0
             }
         );
-        assert_eq!(s.acquire(&o(b'a'), 100, 0, 10), granted(1));
+        assert_eq!(s.acquire(&o(b'a'), 100, 0, 10, wall_us(10)), granted(1));
         assert_eq!(
             s.inspect(40),
             Inspection {
@@ -433,7 +466,7 @@ mod tests {
     #[test]
     fn a_released_lock_keeps_no_owner_hash() {
         let mut s = LockState::default();
-        assert_eq!(s.acquire(&o(b'a'), 100, 0, 0), granted(1));
+        assert_eq!(s.acquire(&o(b'a'), 100, 0, 0, wall_us(0)), granted(1));
         assert!(s.release(&o(b'a'), 1));
         assert_eq!(s, LockState::from_parts(1, None, 0, 1, false));
     }
@@ -441,7 +474,7 @@ mod tests {
     #[test]
     fn settled_drops_expired_leases_only() {
         let mut s = LockState::default();
-        assert_eq!(s.acquire(&o(b'a'), 100, 0, 0), granted(1));
+        assert_eq!(s.acquire(&o(b'a'), 100, 0, 0, wall_us(0)), granted(1));
         assert_eq!(s.settled(50), s);
         assert_eq!(
             s.settled(100),
@@ -461,7 +494,10 @@ mod tests {
     /// A lock released at monotonic 100 after a FLOOR grant at wall_us(0).
     fn released_floored() -> LockState {
         let mut s = LockState::default();
-        assert_eq!(s.acquire(&o(b'a'), 500, wall_us(0), 1), granted(wall_us(0)));
+        assert_eq!(
+            s.acquire(&o(b'a'), 500, wall_us(0), 1, wall_us(1)),
+            granted(wall_us(0))
+        );
         assert!(s.release(&o(b'a'), 100));
         s
     }
@@ -481,7 +517,10 @@ mod tests {
     #[test]
     fn a_held_record_is_never_reclaimable() {
         let mut s = LockState::default();
-        assert_eq!(s.acquire(&o(b'a'), 500, wall_us(0), 1), granted(wall_us(0)));
+        assert_eq!(
+            s.acquire(&o(b'a'), 500, wall_us(0), 1, wall_us(1)),
+            granted(wall_us(0))
+        );
         assert!(!s.reclaimable(RULE, 400, wall_us(1_000_000)));
         // Run out unreleased: idle from the end of the lease.
         assert!(!s.reclaimable(RULE, 501 + 9_999, wall_us(20_000)));
@@ -491,12 +530,15 @@ mod tests {
     #[test]
     fn a_recent_change_restarts_the_idle_clock() {
         let mut s = released_floored();
-        assert_eq!(s.acquire(&o(b'b'), 500, 0, 5_000), granted(wall_us(0) + 1));
+        assert_eq!(
+            s.acquire(&o(b'b'), 500, 0, 5_000, wall_us(5_000)),
+            granted(wall_us(0) + 1)
+        );
         // The plain re-grant also drops the floor mark; a floored one restores it.
         assert!(!s.reclaimable(RULE, 5_500 + 10_000, wall_us(5_500 + 10_000)));
         assert!(s.release(&o(b'b'), 5_100));
         assert_eq!(
-            s.acquire(&o(b'c'), 500, wall_us(6_000), 6_000),
+            s.acquire(&o(b'c'), 500, wall_us(6_000), 6_000, wall_us(6_000)),
             granted(wall_us(6_000))
         );
         assert!(s.release(&o(b'c'), 6_100));
@@ -507,16 +549,49 @@ mod tests {
     #[test]
     fn a_grant_without_floor_keeps_the_record_for_ever() {
         let mut s = LockState::default();
-        assert_eq!(s.acquire(&o(b'a'), 500, 0, 1), granted(1));
+        assert_eq!(s.acquire(&o(b'a'), 500, 0, 1, wall_us(1)), granted(1));
         assert!(s.release(&o(b'a'), 2));
         assert!(!s.reclaimable(RULE, 1 << 40, wall_us(1 << 40)));
+    }
+
+    #[test]
+    fn only_a_clock_like_floor_marks_a_record_reclaimable() {
+        for floor in [5, wall_us(0) - MAX_BEHIND_US - 1] {
+            let mut s = LockState::default();
+            assert_eq!(
+                s.acquire(&o(b'a'), 500, floor, 1, wall_us(1)),
+                granted(floor)
+            );
+            assert!(s.release(&o(b'a'), 2));
+            assert!(!s.floored(), "floor {floor}");
+            assert!(!s.reclaimable(RULE, 1 << 40, wall_us(1 << 40)));
+        }
+        assert!(clock_like(wall_us(0) - MAX_BEHIND_US, wall_us(0)));
+        assert!(!clock_like(0, 0));
+    }
+
+    #[test]
+    fn a_missing_record_grants_above_every_reclaimed_counter() {
+        let reclaimed = wall_us(0);
+        for floor in [0, 1, 5, reclaimed, reclaimed + 7] {
+            let mut s = LockState::missing(reclaimed);
+            let want = (reclaimed + 1).max(floor);
+            assert_eq!(
+                s.acquire(&o(b'a'), 500, floor, 1, wall_us(1)),
+                granted(want)
+            );
+        }
+        assert_eq!(LockState::missing(0), LockState::default());
     }
 
     #[test]
     fn a_counter_ahead_of_the_node_clock_keeps_the_record() {
         let mut s = LockState::default();
         let ahead = wall_us(0) + 3_600_000_000;
-        assert_eq!(s.acquire(&o(b'a'), 500, ahead, 1), granted(ahead));
+        assert_eq!(
+            s.acquire(&o(b'a'), 500, ahead, 1, wall_us(1)),
+            granted(ahead)
+        );
         assert!(s.release(&o(b'a'), 2));
         let now = 2 + 10_000;
         assert!(!s.reclaimable(RULE, now, wall_us(now)));
@@ -614,7 +689,7 @@ mod tests {
                         let skew = skew_us.clamp(-(after_ms as i64) * 1000 + 1, after_ms as i64 * 1000 - 1);
                         let floor = if floor { wall.saturating_add_signed(skew) } else { 0 };
                         let s = record.get_or_insert_with(LockState::default);
-                        if let Ok(Acquired::Granted { token, .. }) = s.acquire(&o(owner), ttl, floor, now) {
+                        if let Ok(Acquired::Granted { token, .. }) = s.acquire(&o(owner), ttl, floor, now, wall_us(now)) {
                             if floor > 0 {
                                 prop_assert!(token > highest, "token {} not above {}", token, highest);
                             }
@@ -639,6 +714,64 @@ mod tests {
     }
 
     proptest! {
+        /// Any mix of floors (none, small numbers, clock readings with any
+        /// skew) and node clock steps: with the node's highest reclaimed
+        /// counter as the counter of a missing record, every grant issues a
+        /// token above every earlier one, however often the record is
+        /// reclaimed.
+        #[test]
+        fn reclamation_never_lets_any_token_go_back(
+            ops in proptest::collection::vec(reclaim_op(), 1..300),
+            small_floors in proptest::collection::vec(0u64..20, 1..8),
+            after_ms in 1u64..5_000,
+            clock_step_us in -(after_ms_bound() as i64)..(after_ms_bound() as i64),
+        ) {
+            let rule = ReclaimRule { after_ms, longest_lease_ms: 1_000 };
+            let mut record: Option<LockState> = None;
+            let mut reclaimed = 0u64;
+            let mut now: MonoMillis = 1;
+            let mut highest = 0u64;
+            let mut small = small_floors.iter().cycle();
+            for (i, op) in ops.into_iter().enumerate() {
+                // Halfway through, the node's wall clock steps (either way).
+                let step = if i > 150 { clock_step_us } else { 0 };
+                let wall = wall_us(now).saturating_add_signed(step);
+                match op {
+                    ReclaimOp::Acquire { owner, ttl, floor, skew_us } => {
+                        let floor = match (floor, skew_us % 3) {
+                            (true, _) => wall.saturating_add_signed(skew_us * 1_000_000),
+                            (false, 0) => 0,
+                            _ => *small.next().unwrap_or(&0),
+                        };
+                        let s = record.get_or_insert_with(|| LockState::missing(reclaimed));
+                        if let Ok(Acquired::Granted { token, .. }) = s.acquire(&o(owner), ttl, floor, now, wall) {
+                            prop_assert!(token > highest, "token {} not above {}", token, highest);
+                            highest = token;
+                        }
+                    }
+                    ReclaimOp::Release { owner } => {
+                        if let Some(s) = record.as_mut() {
+                            s.release(&o(owner), now);
+                        }
+                    }
+                    ReclaimOp::Advance { ms } => now += ms,
+                    ReclaimOp::Sweep => {
+                        if let Some(s) = record.as_ref().filter(|s| s.reclaimable(rule, now, wall)) {
+                            prop_assert!(!s.is_held(now));
+                            reclaimed = reclaimed.max(s.counter());
+                            record = None;
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    fn after_ms_bound() -> u64 {
+        3_600_000_000
+    }
+
+    proptest! {
         /// Random operations and clock advances: the counter never decreases,
         /// every free → held transition issues a token above every earlier one,
         /// and two owners never hold at once.
@@ -652,7 +785,7 @@ mod tests {
                 let holder_before = s.holder(now).copied();
                 match op {
                     Op::Acquire { owner, ttl, floor } => {
-                        match s.acquire(&o(owner), ttl, floor, now) {
+                        match s.acquire(&o(owner), ttl, floor, now, wall_us(now)) {
                             Ok(Acquired::Granted { token, .. }) => {
                                 prop_assert!(holder_before.is_none(), "granted while held");
                                 prop_assert!(issued.iter().all(|&t| t < token));

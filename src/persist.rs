@@ -19,6 +19,14 @@
 //!
 //! `REDLOCK.APPLY key v2 counter expiry remaining floored idle-wall idle-ms [owner-hash]`.
 //!
+//! Node-wide values travel with the records (DESIGN §8, §12): the highest
+//! counter this node ever reclaimed and the longest lease it may have
+//! granted ([`NodeRecord`]). They go into the RDB as the type's auxiliary
+//! data (before the keys), to replicas and the AOF as
+//! `REDLOCK.APPLY key reclaimed counter` (the sweep's delete of `key`) and
+//! `REDLOCK.APPLY key node reclaimed longest-lease-ms` (`key` untouched),
+//! and into an AOF rewrite without RDB preamble as the latter, once.
+//!
 //! Version 1, still read: RDB `counter · expiry · owner (clear)`, and
 //! `REDLOCK.APPLY key counter expiry [owner]`. Its owner is hashed on load;
 //! having no remaining time, its lease is always read from the wall-clock end.
@@ -44,6 +52,27 @@ pub const ENCODING_V1: i32 = 1;
 /// `redlock.max-ttl-ms`).
 pub const STREAM_LEASE_LIMIT_MS: u64 = 86_400_000;
 
+/// The node-wide values that travel with the data.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct NodeRecord {
+    /// The highest counter of a record this node (or its master) reclaimed.
+    pub reclaimed: u64,
+    /// The longest lease this node (or its master) may have granted, in ms.
+    pub longest_lease_ms: u64,
+}
+
+/// What one `REDLOCK.APPLY` carries.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Applied {
+    /// The resulting state of the key.
+    State(Persisted),
+    /// The key was reclaimed with this counter: delete it, raise the
+    /// node's reclaimed counter.
+    Reclaimed(u64),
+    /// Node-wide values to raise; the key is not touched.
+    Node(NodeRecord),
+}
+
 /// A lock as it leaves the process.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Persisted {
@@ -67,10 +96,15 @@ pub struct Persisted {
 }
 
 /// Where a persisted lock comes from, which decides how its lease is read.
+/// Either way a loaded lease is never longer than `clamp_ms`, the longest
+/// lease this node may have granted (or learned from its master): a record
+/// cannot hold a lock longer than any lease this node would give.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Source {
-    /// A file written before this process started (RDB, AOF, AOF preamble):
-    /// the wall-clock end, never longer than `clamp_ms` from now.
+    /// A file written before this process started (RDB, AOF, AOF preamble).
+    /// The wall clock may have stepped while the node was down, so the lease
+    /// never ends earlier than the time it had left when written: the later
+    /// of its wall-clock end and that time from now.
     Disk {
         /// The longest lease this node may have granted.
         clamp_ms: u64,
@@ -78,9 +112,9 @@ pub enum Source {
     /// A process running now (replication stream, full sync, `RESTORE`): the
     /// remaining time, on this node's monotonic clock. The transfer delay
     /// only lengthens it. A version-1 record has no remaining time and is
-    /// read from its wall-clock end, clamped to `clamp_ms`.
+    /// read from its wall-clock end.
     Stream {
-        /// Bound for version-1 records.
+        /// The longest lease this node may have granted.
         clamp_ms: u64,
     },
 }
@@ -116,16 +150,28 @@ pub fn persist_at(state: &LockState, mono: MonoMillis, wall: WallMillis) -> Pers
 /// Rebuilds a live state from its persisted form at the clock readings
 /// `mono` / `wall`. A lease that has ended comes back free; the counter
 /// always survives.
+///
+/// From disk, a lease is `min(clamp, max(expiry - wall, remaining))`: a
+/// forward step of the wall clock across a restart cannot shorten it (it
+/// would free a lock its holder still uses), and a backward step cannot
+/// stretch it past the longest lease. The idle time of a free lock, which
+/// decides reclamation, is bounded the other way: never more than it was
+/// when written (nor than the wall clock says), so a forward step cannot
+/// make a record reclaimable early; the time the node was down is not
+/// counted, which only delays reclamation.
 pub fn restore(p: &Persisted, source: Source, mono: MonoMillis, wall: WallMillis) -> LockState {
-    let from_wall = |clamp_ms: u64| p.expiry.saturating_sub(wall).min(clamp_ms);
+    let from_wall = || p.expiry.saturating_sub(wall);
     let lease_ms = match (source, p.remaining) {
-        (Source::Stream { .. }, Some(remaining)) => remaining.min(STREAM_LEASE_LIMIT_MS),
-        (Source::Stream { clamp_ms }, None) | (Source::Disk { clamp_ms }, _) => {
+        (Source::Stream { clamp_ms }, Some(remaining)) => remaining.min(clamp_ms),
+        (Source::Disk { clamp_ms }, Some(remaining)) => {
             if p.expiry == 0 {
                 0
             } else {
-                from_wall(clamp_ms)
+                from_wall().max(remaining).min(clamp_ms)
             }
+        }
+        (Source::Stream { clamp_ms } | Source::Disk { clamp_ms }, None) => {
+            from_wall().min(clamp_ms)
         }
     };
     if let (Some(owner), true) = (p.owner, lease_ms > 0) {
@@ -135,13 +181,18 @@ pub fn restore(p: &Persisted, source: Source, mono: MonoMillis, wall: WallMillis
     // Free: how long it has been unchanged. Unknown (version 1, a wall clock
     // set back) reads as "changed just now", which only delays reclamation.
     let idle = match (source, p.idle_ms) {
-        _ if p.owner.is_some() && p.expiry != 0 => match (source, p.remaining) {
-            // A lease that ended before this load: idle since its end.
-            (Source::Stream { .. }, Some(_)) => 0,
-            _ => wall.saturating_sub(p.expiry),
+        _ if p.owner.is_some() && p.expiry != 0 => match p.remaining {
+            // A lease that ended before this load: "changed just now", or,
+            // in version 1, idle since its wall-clock end.
+            Some(_) => 0,
+            None => wall.saturating_sub(p.expiry),
         },
         (Source::Stream { .. }, Some(idle_ms)) => idle_ms,
-        (Source::Disk { .. }, Some(_)) if p.idle_wall != 0 => wall.saturating_sub(p.idle_wall),
+        // The wall clock's word, but never more than the idle time written:
+        // a forward step while the node was down must not count as idle.
+        (Source::Disk { .. }, Some(idle_ms)) if p.idle_wall != 0 => {
+            wall.saturating_sub(p.idle_wall).min(idle_ms)
+        }
         _ => 0,
     };
     LockState::from_parts(p.counter, None, 0, mono.saturating_sub(idle), p.floored)
@@ -216,6 +267,32 @@ pub unsafe fn write_record(rdb: *mut raw::RedisModuleIO, p: &Persisted) {
     raw::save_unsigned(rdb, p.idle_ms.unwrap_or(0));
 }
 
+/// Reads the node record from the type's auxiliary RDB data. `None` on a
+/// read error or an unknown version.
+///
+/// # Safety
+/// `rdb` must be the IO handle Redis passed to the `aux_load` callback.
+pub unsafe fn read_node_record(rdb: *mut raw::RedisModuleIO, encver: i32) -> Option<NodeRecord> {
+    if encver != ENCODING_VERSION {
+        return None;
+    }
+    let reclaimed = raw::load_unsigned(rdb).ok()?;
+    let longest_lease_ms = raw::load_unsigned(rdb).ok()?;
+    (reclaimed <= MAX_TOKEN).then_some(NodeRecord {
+        reclaimed,
+        longest_lease_ms: longest_lease_ms.min(STREAM_LEASE_LIMIT_MS),
+    })
+}
+
+/// Writes the node record as the type's auxiliary RDB data.
+///
+/// # Safety
+/// `rdb` must be the IO handle Redis passed to the `aux_save` callback.
+pub unsafe fn write_node_record(rdb: *mut raw::RedisModuleIO, n: &NodeRecord) {
+    raw::save_unsigned(rdb, n.reclaimed);
+    raw::save_unsigned(rdb, n.longest_lease_ms);
+}
+
 /// The name of the internal command.
 const APPLY: &std::ffi::CStr = c"REDLOCK.APPLY";
 /// The version marker of the current `REDLOCK.APPLY` form.
@@ -287,6 +364,74 @@ pub unsafe fn replicate(
     }
 }
 
+/// Sends `REDLOCK.APPLY key reclaimed counter` (the sweep deleted `key`)
+/// to replicas and the AOF.
+///
+/// # Safety
+/// `ctx` must be a context that may replicate; `key` a live string.
+pub unsafe fn replicate_reclaimed(
+    ctx: *mut raw::RedisModuleCtx,
+    key: *mut raw::RedisModuleString,
+    counter: u64,
+) {
+    if let Some(replicate) = raw::RedisModule_Replicate {
+        replicate(
+            ctx,
+            APPLY.as_ptr(),
+            c"scl".as_ptr(),
+            key,
+            c"reclaimed".as_ptr(),
+            counter as c_longlong,
+        );
+    }
+}
+
+/// Sends `REDLOCK.APPLY key node reclaimed longest-lease-ms` to replicas
+/// and the AOF.
+///
+/// # Safety
+/// `ctx` and `key` must belong to the command invocation in progress.
+pub unsafe fn replicate_node(
+    ctx: *mut raw::RedisModuleCtx,
+    key: *mut raw::RedisModuleString,
+    n: &NodeRecord,
+) {
+    if let Some(replicate) = raw::RedisModule_Replicate {
+        replicate(
+            ctx,
+            APPLY.as_ptr(),
+            c"scll".as_ptr(),
+            key,
+            c"node".as_ptr(),
+            n.reclaimed as c_longlong,
+            n.longest_lease_ms as c_longlong,
+        );
+    }
+}
+
+/// Writes `REDLOCK.APPLY key node reclaimed longest-lease-ms` into an AOF
+/// rewrite.
+///
+/// # Safety
+/// `aof` and `key` must be the handles Redis passed to `aof_rewrite`.
+pub unsafe fn rewrite_node(
+    aof: *mut raw::RedisModuleIO,
+    key: *mut raw::RedisModuleString,
+    n: &NodeRecord,
+) {
+    if let Some(emit) = raw::RedisModule_EmitAOF {
+        emit(
+            aof,
+            APPLY.as_ptr(),
+            c"scll".as_ptr(),
+            key,
+            c"node".as_ptr(),
+            n.reclaimed as c_longlong,
+            n.longest_lease_ms as c_longlong,
+        );
+    }
+}
+
 /// Writes the state `p` of `key` into an AOF rewrite.
 ///
 /// # Safety
@@ -302,9 +447,19 @@ pub unsafe fn rewrite(
 }
 
 /// Parses `REDLOCK.APPLY`'s arguments (`args[0]` is the command name,
-/// `args[1]` the key), in either form.
-pub fn parse_apply(args: &[&[u8]]) -> Result<Persisted, CommandError> {
+/// `args[1]` the key), in any form.
+pub fn parse_apply(args: &[&[u8]]) -> Result<Applied, CommandError> {
     match args {
+        [_, _, word, counter] if word.eq_ignore_ascii_case(b"reclaimed") => Ok(Applied::Reclaimed(
+            args::token_value("reclaimed counter", counter)?,
+        )),
+        [_, _, word, reclaimed, longest] if word.eq_ignore_ascii_case(b"node") => {
+            Ok(Applied::Node(NodeRecord {
+                reclaimed: args::token_value("reclaimed counter", reclaimed)?,
+                longest_lease_ms: args::non_negative("longest-lease-ms", longest)?
+                    .min(STREAM_LEASE_LIMIT_MS),
+            }))
+        }
         [_, _, v, counter, expiry, remaining, floored, idle_wall, idle_ms, rest @ ..]
             if v.eq_ignore_ascii_case(b"v2") =>
         {
@@ -316,7 +471,7 @@ pub fn parse_apply(args: &[&[u8]]) -> Result<Persisted, CommandError> {
                 ),
                 _ => return Err(CommandError::WrongArity("redlock.apply")),
             };
-            Ok(Persisted {
+            Ok(Applied::State(Persisted {
                 counter: args::token_value("counter", counter)?,
                 owner,
                 expiry: args::non_negative("expiry", expiry)?,
@@ -328,11 +483,11 @@ pub fn parse_apply(args: &[&[u8]]) -> Result<Persisted, CommandError> {
                 },
                 idle_wall: args::non_negative("idle-wall", idle_wall)?,
                 idle_ms: Some(args::non_negative("idle-ms", idle_ms)?),
-            })
+            }))
         }
         _ => {
             let old = args::apply_v1(args)?;
-            Ok(Persisted {
+            Ok(Applied::State(Persisted {
                 counter: old.counter,
                 owner: (!old.owner.is_empty()).then(|| hash_owner(old.owner)),
                 expiry: old.expiry,
@@ -340,7 +495,7 @@ pub fn parse_apply(args: &[&[u8]]) -> Result<Persisted, CommandError> {
                 floored: false,
                 idle_wall: 0,
                 idle_ms: None,
-            })
+            }))
         }
     }
 }
@@ -395,18 +550,20 @@ mod tests {
             assert_eq!(idle(&s, 1 << 41), 7_000);
             assert!(s.floored());
         }
-        // From disk, 10 s later: through the wall clock.
+        // From disk, 10 s later by the wall clock: the idle time written,
+        // not more (the clock may have stepped forward while the node was down).
         let disk = Source::Disk { clamp_ms: 60_000 };
         assert_eq!(
             idle(&restore(&p, disk, 1 << 40, WALL + 10_000), 1 << 40),
-            17_000
+            7_000
         );
         // A wall clock set back: "changed just now", never negative.
         assert_eq!(idle(&restore(&p, disk, 1 << 40, WALL - 60_000), 1 << 40), 0);
-        // A lease from disk that ended while the node was down: idle since its end.
+        // A lease from disk that, by the wall clock, ended while the node was
+        // down is held for the time it had left when written.
         let leased = persist_at(&held(5, 21_000), 1_000, WALL);
         let s = restore(&leased, disk, 1 << 40, WALL + 50_000);
-        assert_eq!(idle(&s, 1 << 40), 30_000);
+        assert_eq!(s.inspect(1 << 40).pttl, Some(20_000));
         // Version 1 has no FLOOR mark: never reclaimable until a new FLOOR grant.
         let v1 = Persisted {
             floored: false,
@@ -431,23 +588,43 @@ mod tests {
     }
 
     #[test]
-    fn a_lease_from_disk_follows_the_wall_clock_and_is_clamped() {
+    fn a_lease_from_disk_never_ends_before_its_time_left_and_is_clamped() {
         let p = persist_at(&held(5, 21_000), 1_000, WALL);
         let disk = Source::Disk { clamp_ms: 60_000 };
-        // Reloaded 5 s later: 15 s left.
-        assert_eq!(
-            restore(&p, disk, 9, WALL + 5_000).inspect(9).pttl,
-            Some(15_000)
-        );
-        // The clock went back an hour across the restart: never more than the clamp.
+        // Written with 20 s left. Reloaded 5 s later, or with the clock
+        // stepped forward 55 s or an hour: never less than those 20 s.
+        for wall in [WALL, WALL + 5_000, WALL + 55_000, WALL + 3_600_000] {
+            let s = restore(&p, disk, 9, wall);
+            assert_eq!(s.inspect(9).pttl, Some(20_000), "wall {wall}");
+            assert_eq!(s.counter(), 5);
+        }
+        // The clock went back an hour across the restart: the wall-clock end,
+        // never more than the clamp.
         assert_eq!(
             restore(&p, disk, 9, WALL - 3_600_000).inspect(9).pttl,
             Some(60_000)
         );
-        // Forward an hour: free, the counter survives.
-        let s = restore(&p, disk, 9, WALL + 3_600_000);
-        assert!(!s.is_held(9));
-        assert_eq!(s.counter(), 5);
+        assert_eq!(
+            restore(&p, disk, 9, WALL - 10_000).inspect(9).pttl,
+            Some(30_000)
+        );
+    }
+
+    #[test]
+    fn a_lease_from_a_running_peer_is_clamped_to_the_longest_lease() {
+        // A day left, on a node whose longest lease is one second.
+        let p = persist_at(&held(5, 86_400_000 + 1), 1, WALL);
+        let s = restore(&p, Source::Stream { clamp_ms: 1_000 }, 9, WALL);
+        assert_eq!(s.inspect(9).pttl, Some(1_000));
+        // Its remaining time and its wall-clock end disagree (1 ms left, end
+        // a minute away): a running peer is timed by the remaining time.
+        let skewed = Persisted {
+            remaining: Some(1),
+            expiry: WALL + 60_000,
+            ..p
+        };
+        let s = restore(&skewed, Source::Stream { clamp_ms: 60_000 }, 9, WALL);
+        assert_eq!(s.inspect(9).pttl, Some(1));
     }
 
     #[test]
@@ -466,6 +643,37 @@ mod tests {
         assert_eq!(s.holder(1), Some(&hash_owner(b"old")));
     }
 
+    fn state(a: Result<Applied, CommandError>) -> Result<Persisted, CommandError> {
+        a.map(|a| match a {
+            Applied::State(p) => p,
+            other => panic!("not a state: {other:?}"),
+        })
+    }
+
+    #[test]
+    fn apply_parses_the_node_wide_forms() {
+        let reclaimed: Vec<&[u8]> = vec![b"x", b"k", b"reclaimed", b"1796000000000000"];
+        assert_eq!(
+            parse_apply(&reclaimed),
+            Ok(Applied::Reclaimed(1_796_000_000_000_000))
+        );
+        let node: Vec<&[u8]> = vec![b"x", b"k", b"NODE", b"12", b"300000"];
+        assert_eq!(
+            parse_apply(&node),
+            Ok(Applied::Node(NodeRecord {
+                reclaimed: 12,
+                longest_lease_ms: 300_000
+            }))
+        );
+        for bad in [
+            vec![&b"x"[..], b"k", b"reclaimed", b"-1"],
+            vec![&b"x"[..], b"k", b"reclaimed", b"9223372036854775808"],
+            vec![&b"x"[..], b"k", b"node", b"1", b"x"],
+        ] {
+            assert!(parse_apply(&bad).is_err(), "{bad:?}");
+        }
+    }
+
     #[test]
     fn apply_parses_both_forms_and_hashes_old_owners() {
         let hash = hash_owner(b"me");
@@ -482,7 +690,7 @@ mod tests {
             &hash,
         ];
         assert_eq!(
-            parse_apply(&v2),
+            state(parse_apply(&v2)),
             Ok(Persisted {
                 counter: 5,
                 owner: Some(hash),
@@ -505,13 +713,13 @@ mod tests {
             b"500",
         ];
         assert_eq!(
-            parse_apply(&v2_free).map(|p| (p.idle_wall, p.idle_ms)),
+            state(parse_apply(&v2_free)).map(|p| (p.idle_wall, p.idle_ms)),
             Ok((1_796_000_000_000, Some(500)))
         );
-        assert_eq!(parse_apply(&v2_free).map(|p| p.owner), Ok(None));
+        assert_eq!(state(parse_apply(&v2_free)).map(|p| p.owner), Ok(None));
         let v1: Vec<&[u8]> = vec![b"x", b"k", b"5", b"1796000000500", b"me"];
         assert_eq!(
-            parse_apply(&v1),
+            state(parse_apply(&v1)),
             Ok(Persisted {
                 counter: 5,
                 owner: Some(hash),

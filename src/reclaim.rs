@@ -39,17 +39,25 @@
 //! takes about two minutes to clear.
 //!
 //! Only a master sweeps: a replica (checked at every tick) keeps what its
-//! master sends, and the master's deletes reach it, and the AOF, as `DEL`.
-//! A replica promoted to master starts sweeping at its next tick.
+//! master sends, and the master's deletes reach it, and the AOF, as
+//! `REDLOCK.APPLY key reclaimed counter`. A replica promoted to master
+//! starts sweeping at its next tick.
 //!
-//! Whether a record may go is [`LockState::reclaimable`], evaluated at the
+//! Every delete raises the node's highest reclaimed counter
+//! ([`reclaimed_counter`]), which travels with the data (RDB auxiliary
+//! data, the replicated delete, an AOF rewrite: see [`crate::persist`]). A
+//! grant on a missing key issues a token above it, so reclamation never
+//! lets a token go back on this node, whatever FLOOR the next client sends
+//! and whatever the node's clock did (DESIGN §8).
+//!
+//! Whether a record may go is [`crate::lock::LockState::reclaimable`], evaluated at the
 //! tick's clock readings, and again on the key opened for writing just
 //! before the delete.
 
 use std::cell::RefCell;
 use std::os::raw::{c_int, c_void};
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicI32, Ordering::Relaxed};
+use std::sync::atomic::{AtomicI32, AtomicU64, Ordering::Relaxed};
 use std::time::Instant;
 
 use redis_module::{raw, Context};
@@ -58,7 +66,9 @@ use crate::clock::{mono_now, wall_now_us};
 use crate::config;
 use crate::datatype::LOCK_TYPE;
 use crate::guard;
-use crate::lock::{LockState, MonoMillis, ReclaimRule};
+use crate::lock::{MonoMillis, ReclaimRule};
+use crate::mutant::{self, Mutant};
+use crate::persist;
 use crate::record;
 use crate::store::LockKey;
 
@@ -114,6 +124,24 @@ pub mod stats {
 /// module timers, the fallback, so that its tests can reach it.
 #[cfg(feature = "test-hooks")]
 pub const TIMERS_ENV: &str = "REDLOCK_TEST_SWEEP_ON_TIMERS";
+
+/// The highest counter of any record this node (or its master) reclaimed.
+static RECLAIMED_COUNTER: AtomicU64 = AtomicU64::new(0);
+
+/// The highest counter of any record this node (or its master) reclaimed:
+/// the counter a missing record starts from ([`crate::lock::LockState::missing`]).
+pub fn reclaimed_counter() -> u64 {
+    if mutant::on(Mutant::NoReclaimedFloor) {
+        return 0;
+    }
+    RECLAIMED_COUNTER.load(Relaxed)
+}
+
+/// Raises the highest reclaimed counter to `counter` (a delete here, one
+/// received from the master, or the value loaded with the data).
+pub fn raise_reclaimed(counter: u64) {
+    RECLAIMED_COUNTER.fetch_max(counter, Relaxed);
+}
 
 /// Number of databases (`databases`), read at load.
 static DATABASES: AtomicI32 = AtomicI32::new(16);
@@ -419,23 +447,23 @@ unsafe fn is_lock(key: *mut raw::RedisModuleKey) -> bool {
 }
 
 /// Deletes the candidates of one scan step, each re-checked on the key
-/// opened for writing, as a replicated `DEL` with a `redlock.reclaim`
-/// keyspace event.
+/// opened for writing, as a replicated `REDLOCK.APPLY key reclaimed
+/// counter` with a `redlock.reclaim` keyspace event. The highest reclaimed
+/// counter is raised before the delete is visible to any command.
 unsafe fn reclaim_found(ctx: *mut raw::RedisModuleCtx, step: &mut Step) {
     for name in step.found.drain(..) {
         let deleted = {
             let mut key = LockKey::write(ctx, name);
-            let still = key
-                .get()
-                .ok()
-                .flatten()
-                .is_some_and(|s: LockState| s.reclaimable(step.rule, step.now, step.wall_us));
-            still && key.delete()
-        };
-        if deleted {
-            if let Some(replicate) = raw::RedisModule_Replicate {
-                replicate(ctx, c"DEL".as_ptr(), c"s".as_ptr(), name);
+            match key.get().ok().flatten() {
+                Some(s) if s.reclaimable(step.rule, step.now, step.wall_us) => {
+                    raise_reclaimed(s.counter());
+                    key.delete().then_some(s.counter())
+                }
+                _ => None,
             }
+        };
+        if let Some(counter) = deleted {
+            persist::replicate_reclaimed(ctx, name, counter);
             if let Some(signal) = raw::RedisModule_SignalModifiedKey {
                 signal(ctx, name);
             }

@@ -230,11 +230,23 @@ fn restart_guard_refuses_acquire_for_the_window() {
         .unwrap();
     assert!(refused >= 1);
 
-    // A durable node (appendonly yes + appendfsync always) accepts at once.
+    // Switching to appendonly yes + appendfsync always across a restart
+    // does not exempt it: the previous run was not durable, so it may have
+    // lost grants it acknowledged.
     drop(con);
     node.restart_with(&[("appendonly", "yes"), ("appendfsync", "always")]);
     let mut con = node.connection();
-    assert_eq!(acquire(&mut con, "k2", "a", 100), Some(1));
+    let err = error_of(&mut con, &[b"REDLOCK.ACQUIRE", b"k2", b"a", b"100"]);
+    assert!(err.starts_with("GRACE node restarted"), "{err}");
+    // A restart after a run that was durable all its life accepts at once
+    // (the window of that run was over and recorded as over).
+    wait_until(Duration::from_secs(5), "grace window end", || {
+        acquire_result(&mut con, "k2", "a", 100).is_ok()
+    });
+    drop(con);
+    node.restart_with(&[("appendonly", "yes"), ("appendfsync", "always")]);
+    let mut con = node.connection();
+    assert_eq!(acquire(&mut con, "k4", "a", 100), Some(1));
 
     // appendfsync everysec is not enough.
     drop(con);

@@ -33,8 +33,10 @@ fn promote(con: &mut redis::Connection) {
 
 #[test]
 fn a_promoted_replica_refuses_new_locks_for_the_guard_window() {
+    // The replica learns its master's longest lease: both at 2 s here.
     let master = Node::builder()
         .config("repl-diskless-sync-delay", "0")
+        .config("redlock.max-ttl-ms", "2000")
         .start();
     let mut m = master.connection();
     let replica = replica_with_guard(&master, "2000");
@@ -105,7 +107,7 @@ fn a_durable_replica_is_not_exempt_after_promotion() {
 /// switch): the promoted replica then grants at once.
 #[test]
 fn without_the_promotion_guard_a_promoted_replica_grants_at_once() {
-    let master = Node::start();
+    let master = Node::builder().config("redlock.max-ttl-ms", "2000").start();
     let replica = replica_with_guard(&master, "2000");
     let mut r = replica.connection();
     let _: () = redis::cmd("REDLOCK.TESTHOOK")
@@ -115,4 +117,180 @@ fn without_the_promotion_guard_a_promoted_replica_grants_at_once() {
         .unwrap();
     promote(&mut r);
     assert_eq!(acquire(&mut r, "fresh", "bob", 1_000), Some(1));
+}
+
+fn grace_remaining_ms(con: &mut redis::Connection) -> u64 {
+    info_field(con, "redlock", "redlock_grace_remaining_ms")
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
+/// The holes issue, item 1: an old master grants a 60 s lease that never
+/// reaches its replica; the replica (durable: `appendonly yes` +
+/// `appendfsync always`) is promoted, then restarts inside its window (a
+/// crash loop). The restart must not exempt it: it refuses other owners
+/// until the window of the promotion has passed. The test build's
+/// `config-exemption` mutant (the rule that trusted today's configuration)
+/// grants the lock to another owner at once.
+#[test]
+fn a_durable_promoted_replica_restarted_inside_its_window_keeps_refusing() {
+    for mutant in [false, true] {
+        let master = Node::start();
+        let mut builder = Node::builder()
+            .config("redlock.restart-grace-ms", "-1")
+            .config("appendonly", "yes")
+            .config("appendfsync", "always");
+        if mutant {
+            builder = builder.env("REDLOCK_TEST_MUTANTS", "config-exemption");
+        }
+        let mut replica = start_replica(&master, builder);
+        let mut m = master.connection();
+        let _: () = redis::cmd("REDLOCK.TESTHOOK")
+            .arg("SKIP-REPLICATION")
+            .arg(1)
+            .query(&mut m)
+            .unwrap();
+        assert_eq!(acquire(&mut m, "k", "alice", 60_000), Some(1));
+        let mut r = replica.connection();
+        promote(&mut r);
+        let err = error_of(&mut r, &[b"REDLOCK.ACQUIRE", b"k", b"bob", b"1000"]);
+        assert!(err.starts_with("GRACE node was promoted"), "{err}");
+        drop(r);
+        // A crash 1 s into the window, restarted as a master from its AOF.
+        std::thread::sleep(Duration::from_millis(1_000));
+        replica.kill();
+        replica.restart_with(&[("replicaof", "no one")]);
+        let mut r = replica.connection();
+        let reply = redis::cmd("REDLOCK.ACQUIRE")
+            .arg("k")
+            .arg("bob")
+            .arg(1_000)
+            .query::<Option<i64>>(&mut r);
+        if mutant {
+            assert_eq!(reply.ok(), Some(Some(1)), "the mutant should grant");
+            continue;
+        }
+        let err = reply.expect_err("bob was granted alice's lock");
+        assert_eq!(err.code(), Some("GRACE"), "{err}");
+        assert!(
+            grace_remaining_ms(&mut r) > 50_000,
+            "window shorter than the promotion's: {} ms",
+            grace_remaining_ms(&mut r)
+        );
+        // The next restart (still inside the window) refuses too.
+        drop(r);
+        replica.kill();
+        replica.restart();
+        let mut r = replica.connection();
+        let err = error_of(&mut r, &[b"REDLOCK.ACQUIRE", b"k", b"bob", b"1000"]);
+        assert!(err.starts_with("GRACE"), "{err}");
+    }
+}
+
+/// The holes issue, item 1, its other forms: a durable node restarted on an
+/// empty directory (a new disk: no run record), and one whose run stopped
+/// being durable at run time (`CONFIG SET appendfsync everysec`), wait for
+/// the window; a run durable all its life does not.
+#[test]
+fn only_a_run_durable_all_its_life_exempts_the_next_start() {
+    let mut node = Node::builder()
+        .config("redlock.restart-grace-ms", "-1")
+        .config("redlock.max-ttl-ms", "1000")
+        .config("appendonly", "yes")
+        .config("appendfsync", "always")
+        .start();
+    let mut con = node.connection();
+    // First start: no record from an earlier run.
+    let err = error_of(&mut con, &[b"REDLOCK.ACQUIRE", b"k", b"a", b"100"]);
+    assert!(err.starts_with("GRACE"), "{err}");
+    wait_until(Duration::from_secs(5), "window end", || {
+        acquire_result(&mut con, "k", "a", 100).is_ok()
+    });
+    drop(con);
+    node.kill();
+    node.restart();
+    let mut con = node.connection();
+    assert_eq!(acquire(&mut con, "k2", "a", 100), Some(1));
+    // Durable no more, then durable again: the run was not durable all along.
+    for fsync in ["everysec", "always"] {
+        let _: () = redis::cmd("CONFIG")
+            .arg("SET")
+            .arg("appendfsync")
+            .arg(fsync)
+            .query(&mut con)
+            .unwrap();
+    }
+    drop(con);
+    node.kill();
+    node.restart();
+    let mut con = node.connection();
+    let err = error_of(&mut con, &[b"REDLOCK.ACQUIRE", b"k3", b"a", b"100"]);
+    assert!(err.starts_with("GRACE"), "{err}");
+    // A new disk: the run record is gone with the data.
+    wait_until(Duration::from_secs(5), "window end", || {
+        acquire_result(&mut con, "k3", "a", 100).is_ok()
+    });
+    drop(con);
+    node.kill();
+    for entry in std::fs::read_dir(node.dir()).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            std::fs::remove_dir_all(&path).unwrap();
+        } else {
+            std::fs::remove_file(&path).unwrap();
+        }
+    }
+    node.restart();
+    let mut con = node.connection();
+    let err = error_of(&mut con, &[b"REDLOCK.ACQUIRE", b"k4", b"a", b"100"]);
+    assert!(err.starts_with("GRACE"), "{err}");
+}
+
+/// The holes issue, item 4: `max-ttl-ms` raised at run time on the master
+/// (300 s leases) while the replica keeps 60 s. The replica learns the
+/// longest lease from its master, so its promotion window covers 300 s, and
+/// a lease it received is not clamped to its own 60 s after a restart from
+/// disk. The `replica-own-lease` mutant gives the 60 s window.
+#[test]
+fn a_promoted_replica_guards_for_its_masters_longest_lease() {
+    for mutant in [false, true] {
+        let master = Node::builder().config("repl-diskless-sync-delay", "0").start();
+        let mut builder = Node::builder()
+            .config("redlock.restart-grace-ms", "-1")
+            .config("redlock.max-ttl-ms", "60000")
+            .config("appendonly", "yes");
+        if mutant {
+            builder = builder.env("REDLOCK_TEST_MUTANTS", "replica-own-lease");
+        }
+        let mut replica = start_replica(&master, builder);
+        let mut m = master.connection();
+        let _: () = redis::cmd("CONFIG")
+            .arg("SET")
+            .arg("redlock.max-ttl-ms")
+            .arg("300000")
+            .query(&mut m)
+            .unwrap();
+        assert_eq!(acquire(&mut m, "long", "alice", 300_000), Some(1));
+        wait_replicated(&mut m);
+        let mut r = replica.connection();
+        let learned: u64 = info_field(&mut r, "redlock", "redlock_longest_lease_ms")
+            .unwrap()
+            .parse()
+            .unwrap();
+        promote(&mut r);
+        let remaining = grace_remaining_ms(&mut r);
+        if mutant {
+            assert_eq!(learned, 60_000);
+            assert!(remaining <= 60_000, "{remaining}");
+            continue;
+        }
+        assert_eq!(learned, 300_000);
+        assert!(remaining > 290_000, "window {remaining} ms");
+        // Restarted from its AOF: the received lease keeps its length.
+        drop(r);
+        replica.restart_with(&[("replicaof", "no one")]);
+        let mut r = replica.connection();
+        let v = inspect(&mut r, "long").unwrap();
+        assert!(v.held && v.pttl > 60_000, "{v:?}");
+    }
 }

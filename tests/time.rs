@@ -44,7 +44,7 @@ fn replicas_time_leases_from_the_remaining_time() {
         let on_replica = inspect(&mut r, "streamed").unwrap();
         assert!(on_replica.held, "offset {offset}: {on_replica:?}");
         assert!(
-            (on_replica.pttl - on_master.pttl).abs() <= 1_000,
+            (on_replica.pttl - on_master.pttl).abs() <= 3_000,
             "offset {offset}: master {on_master:?}, replica {on_replica:?}"
         );
 
@@ -57,7 +57,7 @@ fn replicas_time_leases_from_the_remaining_time() {
         let on_late = inspect(&mut l, "synced").unwrap();
         assert!(on_late.held, "offset {offset}: {on_late:?}");
         assert!(
-            (on_late.pttl - on_master.pttl).abs() <= 1_000,
+            (on_late.pttl - on_master.pttl).abs() <= 3_000,
             "offset {offset}: master {on_master:?}, full-synced replica {on_late:?}"
         );
 
@@ -83,7 +83,9 @@ fn replicas_time_leases_from_the_remaining_time() {
 
 /// Acceptance 2: restarts from the AOF (`always`) and from an RDB across a
 /// wall-clock change. Back one hour: the lease is clamped to max-ttl-ms.
-/// Forward one hour: the lease is free and the counter survives.
+/// Forward one hour (or 55 s, NTP fixing a bad clock at boot): the lease
+/// keeps the time it had left when written, so no other owner gets the
+/// lock while its holder may still use it.
 #[test]
 fn restarts_across_a_wall_clock_change_clamp_or_free_leases() {
     for persistence in ["aof", "rdb"] {
@@ -115,19 +117,27 @@ fn restarts_across_a_wall_clock_change_clamp_or_free_leases() {
         );
         drop(con);
 
-        node.set_env("REDLOCK_TEST_WALL_OFFSET_MS", &HOUR_MS.to_string());
+        for step_ms in [55_000, HOUR_MS] {
+            node.set_env("REDLOCK_TEST_WALL_OFFSET_MS", &step_ms.to_string());
+            node.restart();
+            let mut con = node.connection();
+            let fwd = inspect(&mut con, "fwd").unwrap();
+            assert!(
+                fwd.held && fwd.pttl > 15_000 && fwd.pttl <= 20_000 && fwd.token == 9,
+                "{persistence}, clock forward {step_ms} ms: {fwd:?}"
+            );
+            assert_eq!(acquire(&mut con, "fwd", "carol", 1_000), None);
+        }
+        // The test build's mutant that reads the wall-clock end only frees it.
+        node.set_env("REDLOCK_TEST_MUTANTS", "disk-lease-from-wall");
         node.restart();
         let mut con = node.connection();
-        let fwd = inspect(&mut con, "fwd").unwrap();
-        assert_eq!(
-            fwd,
-            View {
-                held: false,
-                pttl: -1,
-                token: 9
-            },
-            "{persistence}, clock forward 1 h"
-        );
+        assert!(!inspect(&mut con, "fwd").unwrap().held, "{persistence}: mutant");
+        drop(con);
+        node.set_env("REDLOCK_TEST_MUTANTS", "");
+        node.restart();
+        let mut con = node.connection();
+        assert_eq!(release(&mut con, "fwd", "bob"), 1);
         assert_eq!(acquire(&mut con, "fwd", "carol", 1_000), Some(10));
     }
 }

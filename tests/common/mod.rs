@@ -15,6 +15,20 @@ pub fn acquire(con: &mut redis::Connection, key: &str, owner: &str, ttl: u64) ->
         .unwrap_or_else(|e| panic!("ACQUIRE {key} {owner} {ttl}: {e}"))
 }
 
+/// `REDLOCK.ACQUIRE key owner ttl` → token, nil, or the error reply.
+pub fn acquire_result(
+    con: &mut redis::Connection,
+    key: &str,
+    owner: &str,
+    ttl: u64,
+) -> redis::RedisResult<Option<i64>> {
+    redis::cmd("REDLOCK.ACQUIRE")
+        .arg(key)
+        .arg(owner)
+        .arg(ttl)
+        .query(con)
+}
+
 /// `REDLOCK.ACQUIRE key owner ttl FLOOR n`.
 pub fn acquire_floor(
     con: &mut redis::Connection,

@@ -1,0 +1,83 @@
+//! Deliberately broken variants of the safety rules, for the tests and the
+//! safety suite's mutation checks: each shows that a test catches the hole
+//! its rule closes. They exist only in test builds (`test-hooks`); in the
+//! release library [`on`] is a constant `false`.
+
+/// A rule that can be switched back to its broken form.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u32)]
+pub enum Mutant {
+    /// The restart exemption trusts today's configuration at each ACQUIRE
+    /// (`appendonly yes` + `appendfsync always`), not the previous run's record.
+    ConfigExemption = 1,
+    /// A lease loaded from disk ends at its wall-clock end only (a forward
+    /// step of the clock shortens it).
+    DiskLeaseFromWall = 2,
+    /// A grant on a missing key ignores the node's highest reclaimed counter.
+    NoReclaimedFloor = 4,
+    /// A replica keeps its own longest lease, whatever it received.
+    ReplicaOwnLease = 8,
+}
+
+impl Mutant {
+    /// Every mutant with its name (as in `REDLOCK.TESTHOOK MUTANT name 0|1`
+    /// and the `REDLOCK_TEST_MUTANTS` variable).
+    pub const ALL: [(&'static str, Mutant); 4] = [
+        ("config-exemption", Mutant::ConfigExemption),
+        ("disk-lease-from-wall", Mutant::DiskLeaseFromWall),
+        ("no-reclaimed-floor", Mutant::NoReclaimedFloor),
+        ("replica-own-lease", Mutant::ReplicaOwnLease),
+    ];
+
+    /// The mutant of that name (ASCII case-insensitive).
+    pub fn named(name: &[u8]) -> Option<Mutant> {
+        Self::ALL
+            .iter()
+            .find(|(n, _)| n.as_bytes().eq_ignore_ascii_case(name))
+            .map(|&(_, m)| m)
+    }
+}
+
+#[cfg(feature = "test-hooks")]
+static ON: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+
+/// Environment variable naming mutants to switch on when the module loads
+/// (comma-separated), so that a restart can start broken.
+#[cfg(feature = "test-hooks")]
+pub const ENV: &str = "REDLOCK_TEST_MUTANTS";
+
+/// Whether `m` is switched on (never in the release library).
+#[cfg(feature = "test-hooks")]
+pub fn on(m: Mutant) -> bool {
+    ON.load(std::sync::atomic::Ordering::Relaxed) & m as u32 != 0
+}
+
+/// Whether `m` is switched on (never in the release library).
+#[cfg(not(feature = "test-hooks"))]
+#[inline(always)]
+pub fn on(_m: Mutant) -> bool {
+    false
+}
+
+/// Switches `m` on or off (test builds only).
+#[cfg(feature = "test-hooks")]
+pub fn set(m: Mutant, enabled: bool) {
+    use std::sync::atomic::Ordering::Relaxed;
+    if enabled {
+        ON.fetch_or(m as u32, Relaxed);
+    } else {
+        ON.fetch_and(!(m as u32), Relaxed);
+    }
+}
+
+/// Reads [`ENV`] (test builds only).
+#[cfg(feature = "test-hooks")]
+pub fn load_from_env() {
+    if let Ok(names) = std::env::var(ENV) {
+        for name in names.split(',').map(str::trim).filter(|n| !n.is_empty()) {
+            if let Some(m) = Mutant::named(name.as_bytes()) {
+                set(m, true);
+            }
+        }
+    }
+}
