@@ -13,14 +13,16 @@
 //! Within one process the round trip is exact up to the 1 ms resolution: the
 //! wall clock may jump between save and load of the same process (`DEBUG
 //! RELOAD`), but the same jump is in both readings and cancels out. Across a
-//! restart the lease keeps its wall-clock end, as good as the clock was kept;
-//! a lease loaded from disk is clamped to the longest lease the node may have
-//! granted, so a clock set back cannot hold a lock for hours.
+//! restart the lease keeps its wall-clock end, but never less than the time
+//! it had left when written (a clock stepped forward while the node was down
+//! must not free a lock its holder still uses), and never more than the
+//! longest lease the node may have granted (a clock set back must not hold a
+//! lock for hours). A `RESTORE` payload is read the same way.
 //!
-//! Between processes that are both running (a replica, a full sync, a
-//! `RESTORE`), the remaining time travels instead of the wall-clock end (see
-//! [`crate::persist`]): it does not depend on two clocks agreeing, and the
-//! transfer delay can only lengthen the lease, never shorten it.
+//! From a master to its replica (the stream, a full sync), the remaining
+//! time travels instead of the wall-clock end (see [`crate::persist`]): it
+//! does not depend on two clocks agreeing, and the transfer delay can only
+//! lengthen the lease, never shorten it.
 
 use std::sync::OnceLock;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};

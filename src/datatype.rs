@@ -45,13 +45,20 @@ pub static LOCK_TYPE: RedisType = RedisType::new(
     },
 );
 
-/// How a record read now is to be timed: from a file written before this
-/// process started, or from a running peer (full sync, `RESTORE`).
+/// How a record read now is to be timed. A full sync from a master is
+/// timed by the remaining time (the master's wall clock means nothing
+/// here). A file, and a `RESTORE` payload (written by another process at
+/// another time, perhaps on another shard with another clock), by the rule
+/// for files: the later of its wall-clock end and its remaining time,
+/// clamped to the longest lease. Redis passes a `RESTORE` on to replicas and
+/// the AOF as it came, and this rule reads it the same way live, on a
+/// replica and on a reload, and never ends a lease before the time it had
+/// left when it was dumped.
 pub fn load_source() -> Source {
     let clamp_ms = guard::longest_lease();
     match events::loading() {
-        Loading::File => Source::Disk { clamp_ms },
-        Loading::Replication | Loading::Nothing => Source::Stream { clamp_ms },
+        Loading::File | Loading::Nothing => Source::Disk { clamp_ms },
+        Loading::Replication => Source::Stream { clamp_ms },
     }
 }
 

@@ -5,24 +5,20 @@
 //! keyspace events, for waiters whose key leaves with its slot (see
 //! [`crate::wait::on_generic_event`]).
 
-use std::ffi::CStr;
-use std::os::raw::{c_char, c_int, c_void};
-use std::panic::AssertUnwindSafe;
+use std::os::raw::c_void;
 use std::sync::atomic::{AtomicU8, Ordering::Relaxed};
 
-use redis_module::{raw, Context, ContextFlags};
+use redis_module::{raw, Context};
 
-use crate::clock::{mono_now, wall_now};
+use crate::clock::mono_now;
 use crate::config;
 use crate::guard;
-use crate::persist;
 use crate::replication;
-use crate::store::LockKey;
 
 /// What the server is loading now.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Loading {
-    /// Nothing: a record read now comes from `RESTORE`.
+    /// Nothing: a record read now comes from `RESTORE` (read as a file).
     Nothing,
     /// A file written before this process started (RDB, AOF).
     File,
@@ -106,44 +102,6 @@ extern "C" fn on_fork(
     }
 }
 
-/// Generic keyspace events: waiters whose key left with its slot
-/// ([`crate::wait::on_generic_event`]), and `RESTORE` of a lock.
-unsafe extern "C" fn on_generic_event(
-    ctx: *mut raw::RedisModuleCtx,
-    event_type: c_int,
-    event: *const c_char,
-    key: *mut raw::RedisModuleString,
-) -> c_int {
-    if !event.is_null() && !key.is_null() {
-        // SAFETY: Redis passes a NUL-terminated event name.
-        if unsafe { CStr::from_ptr(event) }.to_bytes() == b"restore" {
-            let _ = std::panic::catch_unwind(AssertUnwindSafe(|| restored(ctx, key)));
-        }
-    }
-    crate::wait::on_generic_event(ctx, event_type, event, key)
-}
-
-/// A lock came in through `RESTORE` (a user's, or `MIGRATE`'s): Redis
-/// passes the payload on to replicas and the AOF as it came, and a reload
-/// would read it against another clock (from the AOF, by its wall-clock
-/// end). So the state this node actually holds follows it, as
-/// `REDLOCK.APPLY` in the same transaction: replicas and a reload end with
-/// what this node holds. A replica or a load does not add its own.
-unsafe fn restored(ctx: *mut raw::RedisModuleCtx, key: *mut raw::RedisModuleString) {
-    let context = Context::new(ctx);
-    let flags = context.get_flags();
-    if flags.intersects(ContextFlags::REPLICATED | ContextFlags::LOADING | ContextFlags::SLAVE)
-        || !replication::needed(&context)
-    {
-        return;
-    }
-    let Ok(Some(state)) = LockKey::read(ctx, key).get() else {
-        return;
-    };
-    let (mono, wall) = (mono_now(), wall_now());
-    persist::replicate(ctx, key, &persist::persist_at(&state, mono, wall));
-}
-
 /// Subscribes to the events above.
 pub fn subscribe(ctx: &Context) {
     type Callback =
@@ -176,7 +134,7 @@ pub fn subscribe(ctx: &Context) {
             subscribe(
                 ctx.ctx,
                 raw::REDISMODULE_NOTIFY_GENERIC,
-                Some(on_generic_event),
+                Some(crate::wait::on_generic_event),
             );
         }
     }

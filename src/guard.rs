@@ -151,6 +151,17 @@ fn save_run_state(ctx: &Context, window_open: bool) {
     }
 }
 
+/// Whether this start was exempt from the restart window (the previous
+/// run was durable all its life and outside any window).
+pub fn restart_exempt() -> bool {
+    EXEMPT_RESTART.load(Relaxed)
+}
+
+/// Whether this run has been durable since it started.
+pub fn durable_run() -> bool {
+    DURABLE_RUN.load(Relaxed)
+}
+
 /// Opens a window after the server became a master, and records that it is
 /// open so that a restart inside it waits for a full window.
 pub fn on_promotion(ctx: &Context, now: MonoMillis) {

@@ -116,6 +116,16 @@ fn write_info(ctx: *mut raw::RedisModuleInfoCtx) {
         add_i64(ctx, c"restart_grace_ms".as_ptr(), config::restart_grace());
         add_u64(ctx, c"grace_window_ms".as_ptr(), guard::window_len());
         add_u64(ctx, c"longest_lease_ms".as_ptr(), guard::longest_lease());
+        add_u64(
+            ctx,
+            c"restart_exempt".as_ptr(),
+            u64::from(guard::restart_exempt()),
+        );
+        add_u64(
+            ctx,
+            c"durable_run".as_ptr(),
+            u64::from(guard::durable_run()),
+        );
         if let Some(add_cstr) = raw::RedisModule_InfoAddFieldCString {
             let reason = match guard::reason() {
                 guard::Reason::Restart => c"restart",
@@ -140,10 +150,11 @@ unsafe fn write_reclaim_info(
     ) -> c_int,
 ) {
     use crate::reclaim::stats as sweep;
-    let fields: [(&CStr, u64); 12] = [
+    let fields: [(&CStr, u64); 13] = [
         (c"records", crate::record::live()),
         (c"reclaim_after_ms", config::reclaim_after()),
         (c"reclaimed", sweep::RECLAIMED.load(Relaxed)),
+        (c"reclaimed_counter", crate::reclaim::reclaimed_counter()),
         (c"sweep_passes", sweep::PASSES.load(Relaxed)),
         (c"sweep_keys_scanned", sweep::SCANNED.load(Relaxed)),
         (c"sweep_ticks", sweep::TICKS.load(Relaxed)),

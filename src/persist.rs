@@ -5,7 +5,8 @@
 //! What leaves the process is the counter, the *hash* of the holder (never
 //! the owner id itself, see [`crate::owner`]), the lease twice: as its
 //! wall-clock end, for a reload after a restart, and as the time remaining,
-//! for a process that is running now (a replica, a full sync, `RESTORE`);
+//! for a process that is running now (a replica, a full sync) and as the
+//! least a reload or a `RESTORE` keeps;
 //! and, for reclaiming idle records (DESIGN §8), whether the last grant
 //! carried a FLOOR and the idle time of a free lock, twice in the same way:
 //! the wall-clock instant since which it is unchanged, and how long it had
@@ -109,7 +110,7 @@ pub enum Source {
         /// The longest lease this node may have granted.
         clamp_ms: u64,
     },
-    /// A process running now (replication stream, full sync, `RESTORE`): the
+    /// A master running now (replication stream, full sync): the
     /// remaining time, on this node's monotonic clock. The transfer delay
     /// only lengthens it. A version-1 record has no remaining time and is
     /// read from its wall-clock end.

@@ -254,7 +254,9 @@ fn only_a_run_durable_all_its_life_exempts_the_next_start() {
 #[test]
 fn a_promoted_replica_guards_for_its_masters_longest_lease() {
     for mutant in [false, true] {
-        let master = Node::builder().config("repl-diskless-sync-delay", "0").start();
+        let master = Node::builder()
+            .config("repl-diskless-sync-delay", "0")
+            .start();
         let mut builder = Node::builder()
             .config("redlock.restart-grace-ms", "-1")
             .config("redlock.max-ttl-ms", "60000")

@@ -132,7 +132,10 @@ fn restarts_across_a_wall_clock_change_clamp_or_free_leases() {
         node.set_env("REDLOCK_TEST_MUTANTS", "disk-lease-from-wall");
         node.restart();
         let mut con = node.connection();
-        assert!(!inspect(&mut con, "fwd").unwrap().held, "{persistence}: mutant");
+        assert!(
+            !inspect(&mut con, "fwd").unwrap().held,
+            "{persistence}: mutant"
+        );
         drop(con);
         node.set_env("REDLOCK_TEST_MUTANTS", "");
         node.restart();
