@@ -125,6 +125,16 @@ impl FaultType {
         FaultType::ClusterShards,
     ];
 
+    /// Whether the quick run (`safety --quick`, part of `make test`) has a
+    /// share of this fault type. [`FaultType::PromotedRestart`] has none:
+    /// each of its faults takes 1–3.5 s (it waits for a free lock, then
+    /// restarts two nodes and syncs a replica), so a share of a few seconds
+    /// would carry one fault, too few to reach what it is for; it runs in
+    /// the full matrix only.
+    pub fn in_quick_run(self) -> bool {
+        self != FaultType::PromotedRestart
+    }
+
     /// Name in tables and file names.
     pub fn name(self) -> &'static str {
         match self {

@@ -6,6 +6,7 @@
 //! ```text
 //! safety --quick --out target/safety          # CI: fixed seed, about a minute
 //! safety --duration 600 --seed 7 --out DIR    # the full matrix, about 10 minutes
+//! safety --only promoted_replica_restart --duration 30 --seed 7   # one fault type, two 15 s runs
 //! ```
 
 use std::path::PathBuf;
@@ -97,6 +98,7 @@ fn main() -> ExitCode {
         .iter()
         .copied()
         .filter(|f| args.only.is_empty() || args.only.iter().any(|o| o == f.name()))
+        .filter(|f| !args.quick || f.in_quick_run())
         .collect();
     let only = |name: &str| args.only.is_empty() || args.only.iter().any(|o| o == name);
     let with_reclaim = only("reclaim");
@@ -193,8 +195,14 @@ fn main() -> ExitCode {
         reclaim_runs.extend((0..).zip(faults).map(|(i, &f)| (f, true, 600 + i)));
     }
     if !reclaim_runs.is_empty() {
-        let secs = if args.quick { 5.0 } else { run_secs.max(12.0) };
         for &(fault, mixed, index) in &reclaim_runs {
+            let secs = match (args.quick, mixed) {
+                (true, false) => 5.0,
+                // A name is reclaimed 1 s into its idle 2 s phase and
+                // reused at the next: within about 4 s of the start.
+                (true, true) => 4.5,
+                (false, _) => run_secs.max(12.0),
+            };
             let mut cfg = RunConfig::new(
                 fault,
                 Duration::from_secs_f64(secs),
