@@ -120,9 +120,10 @@ impl FaultType {
         FaultType::ProxyDropReplies,
         FaultType::ClockJump,
         FaultType::PromoteLaggingReplica,
-        FaultType::PromotedRestart,
-        FaultType::ClockStepRestart,
         FaultType::ClusterShards,
+        // Last, so that the runs before them keep their seeds.
+        FaultType::ClockStepRestart,
+        FaultType::PromotedRestart,
     ];
 
     /// Whether the quick run (`safety --quick`, part of `make test`) has a

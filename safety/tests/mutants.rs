@@ -191,10 +191,10 @@ fn mutant_disk_lease_from_wall_clock_only_is_caught() {
     let (mut cfg, _dir) = config(
         "disk_lease_wall_clock_only",
         FaultType::ClockStepRestart,
-        10,
+        15,
     );
     cfg.module_mutants = vec![mutants::DISK_LEASE_WALL_CLOCK_ONLY.into()];
-    cfg.fault_budget = 6;
+    cfg.fault_budget = 10;
     let r = run(&cfg);
     assert!(r.overlaps_unexplained > 0, "not caught: {r:?}");
 }
