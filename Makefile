@@ -33,7 +33,7 @@ lint:
 demo: build
 	$(CARGO) run --release -q -p redlock-client --example demo
 
-## safety: the full fault-injection matrix (about 11 minutes); SEED=… DURATION=… (seconds) to vary it
+## safety: the full fault-injection matrix (about 14 minutes); SEED=… DURATION=… (seconds) to vary it
 SEED ?= 7
 DURATION ?= 600
 safety: deps

@@ -9,8 +9,38 @@
 //! | floor off, nodes restarted empty | `RedlockBuilder::clock_floor(false)` + kill/restart without persistence | client (exists) + runner |
 //! | effects not replicated to the AOF | [`disable_aof_propagation`] → `REDLOCK.TESTHOOK SKIP-REPLICATION 1` | module test build |
 //! | promoted replicas grant at once | [`disable_promotion_guard`] → `REDLOCK.TESTHOOK PROMOTION-GUARD 0` | module test build |
+//! | a restart is exempt from the guard by today's config alone (a promotion window does not survive a restart) | [`RESTART_EXEMPTION_BY_CONFIG`] in [`MODULE_MUTANTS_ENV`] | module test build |
+//! | a lease loaded from disk ends at its wall-clock expiry only | [`DISK_LEASE_WALL_CLOCK_ONLY`] in [`MODULE_MUTANTS_ENV`] | module test build |
+//! | a grant on a missing key is not floored above the counters reclaimed | [`NO_RECLAIMED_FLOOR`] in [`MODULE_MUTANTS_ENV`] | module test build |
+//!
+//! The last three act across restarts, so they are switched on by an
+//! environment variable that the module's test build reads when it loads
+//! (a runtime hook would be gone after the restart under test); the runner
+//! sets it on every node it starts ([`crate::runner::RunConfig::module_mutants`]).
 
 use redlock_client::RedlockBuilder;
+
+/// Environment variable with the module mutants to switch on (names
+/// separated by commas), read by the module's test build when it loads.
+pub const MODULE_MUTANTS_ENV: &str = "REDLOCK_TEST_MUTANTS";
+
+/// Module mutant: a restart is exempt from the restart guard whenever the
+/// server runs `appendonly yes` + `appendfsync always` now, and the window
+/// a promotion opened ends with the process (issue 24, item 1). Caught by
+/// [`crate::runner::FaultType::PromotedRestart`].
+pub const RESTART_EXEMPTION_BY_CONFIG: &str = "restart-exemption-by-config";
+
+/// Module mutant: a lease loaded from the AOF or RDB ends at its stored
+/// wall-clock expiry read on the new clock only, so a forward step of the
+/// wall clock across the restart shortens it (issue 24, item 2). Caught by
+/// [`crate::runner::FaultType::ClockStepRestart`].
+pub const DISK_LEASE_WALL_CLOCK_ONLY: &str = "disk-lease-wall-clock-only";
+
+/// Module mutant: a grant on a missing key gets `max(1, FLOOR)`, with no
+/// floor above the counters the sweep deleted (issue 24, item 3). Caught by
+/// the mixed-floor workload with reclamation
+/// ([`crate::runner::RunConfig::mixed_floor`]).
+pub const NO_RECLAIMED_FLOOR: &str = "no-reclaimed-floor";
 
 /// Turns off step 5 of the algorithm in the client: the validity is not
 /// reduced by the time the acquisition took and an expired acquisition is

@@ -73,6 +73,20 @@ pub enum FaultType {
     /// promoted and takes the member's place (the old master comes back as
     /// its replica).
     PromoteLaggingReplica,
+    /// Like [`FaultType::PromoteLaggingReplica`], with every node durable
+    /// (AOF `always`): the member's master is killed while it holds a grant
+    /// its replica never received, the replica is promoted, and then, inside
+    /// its promotion window, killed -9 and restarted from its own AOF (as a
+    /// master: `replicaof no one`, as a failover that rewrote its config
+    /// leaves it). The restart must not end the window the promotion opened.
+    PromotedRestart,
+    /// Every node durable (AOF `always`): a majority of nodes is killed -9
+    /// while they hold a lease, and each comes back with its wall clock
+    /// stepped 20–60 s further forward (the test build's
+    /// `REDLOCK_TEST_WALL_OFFSET_MS`, read before the AOF is loaded). A
+    /// lease loaded from disk must not end earlier than the time it had
+    /// left when it was written.
+    ClockStepRestart,
     /// Two of the five members are Redis Clusters of three shards with a
     /// replica each (the other three are single nodes). Faults, in turn:
     /// the slot of a lock name moves to another shard step by step
@@ -90,7 +104,7 @@ pub enum FaultType {
 
 impl FaultType {
     /// The matrix `make safety` runs.
-    pub const MATRIX: [FaultType; 16] = [
+    pub const MATRIX: [FaultType; 18] = [
         FaultType::None,
         FaultType::KillNone,
         FaultType::KillEverysec,
@@ -107,7 +121,20 @@ impl FaultType {
         FaultType::ClockJump,
         FaultType::PromoteLaggingReplica,
         FaultType::ClusterShards,
+        // Last, so that the runs before them keep their seeds.
+        FaultType::ClockStepRestart,
+        FaultType::PromotedRestart,
     ];
+
+    /// Whether the quick run (`safety --quick`, part of `make test`) has a
+    /// share of this fault type. [`FaultType::PromotedRestart`] has none:
+    /// each of its faults takes 1–3.5 s (it waits for a free lock, then
+    /// restarts two nodes and syncs a replica), so a share of a few seconds
+    /// would carry one fault, too few to reach what it is for; it runs in
+    /// the full matrix only.
+    pub fn in_quick_run(self) -> bool {
+        self != FaultType::PromotedRestart
+    }
 
     /// Name in tables and file names.
     pub fn name(self) -> &'static str {
@@ -127,6 +154,8 @@ impl FaultType {
             FaultType::ProxyDropReplies => "proxy_drop_replies",
             FaultType::ClockJump => "clock_jump",
             FaultType::PromoteLaggingReplica => "promote_lagging_replica",
+            FaultType::PromotedRestart => "promoted_replica_restart",
+            FaultType::ClockStepRestart => "clock_step_durable_restart",
             FaultType::ClusterShards => "cluster_shards",
             FaultType::PartitionRotate => "partition_rotate",
             FaultType::KillAll => "kill9_all",
@@ -137,7 +166,9 @@ impl FaultType {
     pub fn persistence(self) -> Persistence {
         match self {
             FaultType::KillEverysec => Persistence::AofEverysec,
-            FaultType::KillAlways => Persistence::AofAlways,
+            FaultType::KillAlways | FaultType::PromotedRestart | FaultType::ClockStepRestart => {
+                Persistence::AofAlways
+            }
             _ => Persistence::None,
         }
     }
@@ -146,7 +177,19 @@ impl FaultType {
     pub fn with_replicas(self) -> bool {
         matches!(
             self,
-            FaultType::PromoteLaggingReplica | FaultType::ClockJump
+            FaultType::PromoteLaggingReplica | FaultType::PromotedRestart | FaultType::ClockJump
+        )
+    }
+
+    /// Whether the workers hold each lock for a while (a fault must find a
+    /// lease running to void it).
+    fn long_holds(self) -> bool {
+        matches!(
+            self,
+            FaultType::PromoteLaggingReplica
+                | FaultType::PromotedRestart
+                | FaultType::ClockStepRestart
+                | FaultType::ClusterShards
         )
     }
 
@@ -213,6 +256,14 @@ pub struct RunConfig {
     pub no_aof_propagation: bool,
     /// Mutant: replicas grant at once when promoted (no promotion guard).
     pub no_promotion_guard: bool,
+    /// Mutants of the module switched on at every start of every node,
+    /// through [`crate::mutants::MODULE_MUTANTS_ENV`] (names in
+    /// [`crate::mutants`]).
+    pub module_mutants: Vec<String>,
+    /// Half the worker processes (odd indexes) acquire with the client's
+    /// clock floor off (`clock_floor(false)`), the others with it on, on the
+    /// same keys: tokens must keep increasing for every client of a key.
+    pub mixed_floor: bool,
     /// Reclamation of idle records: the nodes' `redlock.reclaim-after-ms`,
     /// and the key phase of the short-lived names workload (see
     /// [`WorkerSpec::key_phase_ms`]). `None`: the default (one day), keys
@@ -225,8 +276,14 @@ pub struct RunConfig {
 }
 
 impl RunConfig {
-    /// Defaults for `fault`: 8 tasks in 2 processes, one key, ttl 400 ms.
+    /// Defaults for `fault`: 8 tasks in 2 processes, one key, ttl 400 ms
+    /// (1 s for the restarts that must find a lease still running on the
+    /// restarted node: a restart takes a good part of 400 ms).
     pub fn new(fault: FaultType, duration: Duration, worker_exe: PathBuf, out: PathBuf) -> Self {
+        let ttl_ms = match fault {
+            FaultType::PromotedRestart | FaultType::ClockStepRestart => 1_000,
+            _ => 400,
+        };
         RunConfig {
             name: fault.name().to_string(),
             fault,
@@ -235,13 +292,15 @@ impl RunConfig {
             workers: 2,
             tasks: 8,
             seed: 1,
-            ttl_ms: 400,
+            ttl_ms,
             max_ttl_ms: 2_000,
             fault_budget: 30,
             client: ClientOptions::default(),
             checking: Checking::ReadsAndWrites,
             no_aof_propagation: false,
             no_promotion_guard: false,
+            module_mutants: Vec::new(),
+            mixed_floor: false,
             reclaim: None,
             worker_exe,
             out,
@@ -279,6 +338,19 @@ impl Reclaim {
 
     /// Fault types combined with reclamation in the quick run.
     pub const QUICK_FAULTS: [FaultType; 1] = [FaultType::KillNone];
+
+    /// Fault types combined with reclamation and a mixed workload (clients
+    /// with and without the clock floor, see [`RunConfig::mixed_floor`]) in
+    /// the full matrix. Only faults under which every node keeps its
+    /// counters: that is what the README's guarantees promise a client
+    /// without the floor, and kill -9 without persistence or with
+    /// `everysec`, or a promoted replica that missed grants, break it on
+    /// their own, with or without reclamation.
+    pub const MIXED_FAULTS: [FaultType; 3] =
+        [FaultType::None, FaultType::NodePause, FaultType::KillAlways];
+
+    /// Fault types of the mixed workload with reclamation in the quick run.
+    pub const QUICK_MIXED_FAULTS: [FaultType; 1] = [FaultType::None];
 
     /// Names used by a reclaim run.
     pub const KEYS: usize = 16;
@@ -319,6 +391,11 @@ struct Deployment {
     proxies: Vec<FaultProxy>,
     keys: Vec<String>,
 }
+
+/// Environment variable of the module's test build with a wall-clock
+/// offset in ms, applied when the module loads, before the data is (the
+/// module's `clock::WALL_OFFSET_ENV`).
+pub const WALL_OFFSET_ENV: &str = "REDLOCK_TEST_WALL_OFFSET_MS";
 
 /// Wall-clock skew of member `i`'s replica: an hour ahead or behind.
 fn replica_skew_ms(i: usize) -> i64 {
@@ -422,6 +499,12 @@ pub fn run(cfg: &RunConfig) -> Result<RunResult, String> {
     if let Some(reclaim) = cfg.reclaim {
         builder = builder.config("redlock.reclaim-after-ms", &reclaim.after_ms.to_string());
     }
+    if !cfg.module_mutants.is_empty() {
+        builder = builder.env(
+            crate::mutants::MODULE_MUTANTS_ENV,
+            &cfg.module_mutants.join(","),
+        );
+    }
     builder = match persistence {
         Persistence::None => builder.config("appendonly", "no"),
         Persistence::AofEverysec => builder
@@ -502,6 +585,10 @@ pub fn run(cfg: &RunConfig) -> Result<RunResult, String> {
         if tasks == 0 {
             break;
         }
+        let mut client = cfg.client.clone();
+        if cfg.mixed_floor && w % 2 == 1 {
+            client.clock_floor = false;
+        }
         let spec = WorkerSpec {
             index: w,
             tasks,
@@ -511,16 +598,15 @@ pub fn run(cfg: &RunConfig) -> Result<RunResult, String> {
             keys: keys.clone(),
             ttl_ms: cfg.ttl_ms,
             extend_percent: 10,
-            // Failovers only void a lock that is held across them.
-            hold_ms: matches!(
-                cfg.fault,
-                FaultType::PromoteLaggingReplica | FaultType::ClusterShards
-            )
-            .then_some((cfg.ttl_ms / 8, cfg.ttl_ms / 2)),
+            // Failovers and restarts only void a lock that is held across them.
+            hold_ms: cfg
+                .fault
+                .long_holds()
+                .then_some((cfg.ttl_ms / 8, cfg.ttl_ms / 2)),
             seed: cfg.seed.wrapping_mul(31).wrapping_add(w as u64),
             deadline_ns: deadline,
             out: parts.join(format!("worker{w}.jsonl")),
-            client: cfg.client.clone(),
+            client,
             pauses: cfg.fault.pause_point().map(|point| PausePlan {
                 point,
                 ms: (cfg.ttl_ms + 100, cfg.ttl_ms * 3),
@@ -725,6 +811,128 @@ fn reclaimed_on(node: &Node) -> Option<u64> {
         .and_then(|v| v.trim().parse().ok())
 }
 
+/// The lagging-replica setup of [`FaultType::PromoteLaggingReplica`] and
+/// [`FaultType::PromotedRestart`]: holds member `i`'s replication link back
+/// (and cuts the members `cut` off) from a moment the lock is free on the
+/// master, then waits until the master holds a new grant (or, after a
+/// while, whatever it holds). Leaves everything cut: the caller promotes
+/// the replica and reconnects.
+fn hold_back_replica_until_grant(
+    c: &Deployment,
+    i: usize,
+    cut: &[usize],
+    ttl: u64,
+    rng: &mut ChaCha8Rng,
+) {
+    // The danger: a lock granted by a quorum that includes member i, while
+    // i's replica falls behind (its link holds everything back) and is then
+    // promoted. Two members are cut off meanwhile, so that such a grant
+    // lands on a bare quorum. Start from a lock that is free on the master
+    // and on its replica (so that the replica missed a grant, not a
+    // release), then return as soon as the master holds a new grant.
+    let cut_now = |on: bool| {
+        let fault = if on { Fault::Blackhole } else { Fault::None };
+        if !on {
+            for &j in cut {
+                c.proxies[j].reset_connections();
+            }
+            c.links[i].reset_connections();
+        }
+        for &j in cut {
+            c.proxies[j].set(fault);
+        }
+        c.links[i].set(fault);
+    };
+    let Some(mut con) = direct(&c.nodes[i]) else {
+        cut_now(true);
+        return;
+    };
+    let any_held = |con: &mut redis::Connection| {
+        c.keys
+            .iter()
+            .any(|key| inspect_reply_field(con, key, "held") == Some(1))
+    };
+    let give_up = mono_ns() + 3 * ttl * 1_000_000;
+    let mut tokens = None;
+    while tokens.is_none() && mono_ns() < give_up {
+        if any_held(&mut con) {
+            std::thread::sleep(Duration::from_micros(500));
+            continue;
+        }
+        // The replica has everything up to the free lock.
+        let _ = redis::cmd("WAIT").arg(1).arg(200).query::<i64>(&mut con);
+        cut_now(true);
+        if any_held(&mut con) {
+            // Taken in between, possibly before the cut: again.
+            cut_now(false);
+            continue;
+        }
+        tokens = Some(
+            c.keys
+                .iter()
+                .map(|key| inspect_reply_field(&mut con, key, "token"))
+                .collect::<Vec<Option<u64>>>(),
+        );
+    }
+    if tokens.is_none() {
+        cut_now(true);
+    }
+    let tokens = tokens.unwrap_or_default();
+    let lag_until = mono_ns() + rng.gen_range(300..=600u64) * 1_000_000;
+    while mono_ns() < lag_until {
+        let held = c.keys.iter().zip(&tokens).any(|(key, before)| {
+            inspect_reply_field(&mut con, key, "held") == Some(1)
+                && inspect_reply_field(&mut con, key, "token") > *before
+        });
+        if held {
+            break;
+        }
+        std::thread::sleep(Duration::from_micros(500));
+    }
+}
+
+/// [`FaultType::PromotedRestart`]: member `i`'s replica was just promoted;
+/// kill it -9 and start it again from its own AOF, as a master (`replicaof
+/// no one`: what a failover that rewrote its config leaves), with its
+/// skewed wall clock from the start (so that the leases it did receive
+/// come back as long as they were), and the restart guard at its default.
+fn restart_promoted(c: &mut Deployment, i: usize) {
+    let replica = &mut c.replicas[i];
+    replica.kill();
+    replica.set_env(WALL_OFFSET_ENV, &replica_skew_ms(i).to_string());
+    replica.restart_with(&[("replicaof", "no one"), ("redlock.restart-grace-ms", "-1")]);
+}
+
+/// [`FaultType::ClockStepRestart`]: waits (at most three leases) until one
+/// key is held on every node of `targets`, and returns the counters of
+/// every key on those nodes, read at that moment, as `(node, key, counter)`.
+fn wait_for_held_lease(c: &Deployment, targets: &[usize], ttl: u64) -> Vec<(usize, String, u64)> {
+    let mut cons: Vec<(usize, redis::Connection)> = targets
+        .iter()
+        .filter_map(|&j| direct(&c.nodes[j]).map(|con| (j, con)))
+        .collect();
+    let give_up = mono_ns() + 3 * ttl * 1_000_000;
+    while mono_ns() < give_up {
+        let held = c.keys.iter().any(|key| {
+            cons.iter_mut()
+                .all(|(_, con)| inspect_reply_field(con, key, "held") == Some(1))
+        });
+        if held {
+            break;
+        }
+        std::thread::sleep(Duration::from_micros(500));
+    }
+    let mut counters = Vec::new();
+    for (j, con) in &mut cons {
+        for key in &c.keys {
+            if let Some(v) = inspect_reply_field(con, key, "token") {
+                counters.push((*j, key.clone(), v));
+            }
+        }
+    }
+    counters
+}
+
 /// Member `i`'s master is gone: its replica (reached through the link,
 /// whose held-back bytes are dropped) becomes master and the member's proxy
 /// sends clients to it.
@@ -787,6 +995,9 @@ fn inject(cfg: &RunConfig, c: &mut Deployment, rec: &Recorder, pids: &[u32], dea
     let end = deadline.saturating_sub(1_500_000_000);
     let mut id = 0u64;
     let mut count = 0u32;
+    // Each node's wall-clock step so far ([`FaultType::ClockStepRestart`]):
+    // a stepped clock stays stepped, and the next step adds to it.
+    let mut wall_offsets = [0i64; NODES];
     let ms = |a: u64, b: u64, rng: &mut ChaCha8Rng| Duration::from_millis(rng.gen_range(a..=b));
     let start = |rec: &Recorder, id: u64, kind: &str, target: String, detail: String, timing| {
         rec.record(Kind::FaultStart {
@@ -864,7 +1075,12 @@ fn inject(cfg: &RunConfig, c: &mut Deployment, rec: &Recorder, pids: &[u32], dea
                 rec.record(Kind::FaultStop { id });
                 for &i in &targets {
                     for key in &c.keys {
-                        if let Some(v) = counter(&c.nodes[i], key) {
+                        // With reclamation on, a missing record is the
+                        // sweep's doing (it may run the moment the node is
+                        // back), not a lost counter: nothing to compare.
+                        let v =
+                            counter(&c.nodes[i], key).filter(|&v| v > 0 || cfg.reclaim.is_none());
+                        if let Some(v) = v {
                             rec.record(Kind::NodeCounter {
                                 node: i,
                                 key: key.clone(),
@@ -1038,95 +1254,105 @@ fn inject(cfg: &RunConfig, c: &mut Deployment, rec: &Recorder, pids: &[u32], dea
                 let _ = set(&c.nodes[i], 0);
                 rec.record(Kind::FaultStop { id });
             }
-            FaultType::PromoteLaggingReplica => {
+            FaultType::PromoteLaggingReplica | FaultType::PromotedRestart => {
                 let order = pick(&mut rng, NODES, 3);
                 let (i, cut) = (order[0], &order[1..]);
-                // The danger: a lock granted by a quorum that includes
-                // member i, while i's replica falls behind (its link holds
-                // everything back) and is then promoted. Two members are cut
-                // off meanwhile, so that such a grant lands on a bare quorum.
-                // Start from a lock that is free on the master and on its
-                // replica (so that the replica missed a grant, not a release),
-                // then kill the master as soon as it holds a new grant (or,
-                // after a while, whatever it holds).
-                let cut_now = |on: bool| {
-                    let fault = if on { Fault::Blackhole } else { Fault::None };
-                    if !on {
-                        for &j in cut {
-                            c.proxies[j].reset_connections();
-                        }
-                        c.links[i].reset_connections();
-                    }
-                    for &j in cut {
-                        c.proxies[j].set(fault);
-                    }
-                    c.links[i].set(fault);
-                };
+                let restart = cfg.fault == FaultType::PromotedRestart;
                 start(
                     rec,
                     id,
-                    "promote_lagging_replica",
+                    cfg.fault.name(),
                     format!("n{i}"),
                     format!(
-                        "replica link held back, master killed, replica (clock {:+} ms) promoted; {} cut off meanwhile",
+                        "replica link held back, master killed, replica (clock {:+} ms) promoted{}; {} cut off meanwhile",
                         replica_skew_ms(i),
+                        if restart {
+                            ", then killed -9 and restarted from its AOF (always) inside its promotion window"
+                        } else {
+                            ""
+                        },
                         names(cut, "n")
                     ),
                     false,
                 );
-                if let Some(mut con) = direct(&c.nodes[i]) {
-                    let any_held = |con: &mut redis::Connection| {
-                        c.keys
-                            .iter()
-                            .any(|key| inspect_reply_field(con, key, "held") == Some(1))
-                    };
-                    let give_up = mono_ns() + 3 * ttl * 1_000_000;
-                    let mut tokens = None;
-                    while tokens.is_none() && mono_ns() < give_up {
-                        if any_held(&mut con) {
-                            std::thread::sleep(Duration::from_micros(500));
-                            continue;
-                        }
-                        // The replica has everything up to the free lock.
-                        let _ = redis::cmd("WAIT").arg(1).arg(200).query::<i64>(&mut con);
-                        cut_now(true);
-                        if any_held(&mut con) {
-                            // Taken in between, possibly before the cut: again.
-                            cut_now(false);
-                            continue;
-                        }
-                        tokens = Some(
-                            c.keys
-                                .iter()
-                                .map(|key| inspect_reply_field(&mut con, key, "token"))
-                                .collect::<Vec<Option<u64>>>(),
-                        );
-                    }
-                    if tokens.is_none() {
-                        cut_now(true);
-                    }
-                    let tokens = tokens.unwrap_or_default();
-                    let lag_until = mono_ns() + ms(300, 600, &mut rng).as_nanos() as u64;
-                    while mono_ns() < lag_until {
-                        let held = c.keys.iter().zip(&tokens).any(|(key, before)| {
-                            inspect_reply_field(&mut con, key, "held") == Some(1)
-                                && inspect_reply_field(&mut con, key, "token") > *before
-                        });
-                        if held {
-                            break;
-                        }
-                        std::thread::sleep(Duration::from_micros(500));
-                    }
-                } else {
-                    cut_now(true);
+                hold_back_replica_until_grant(c, i, cut, ttl, &mut rng);
+                if restart {
+                    // The old master is gone for good: nothing it granted
+                    // reaches anyone any more.
+                    c.nodes[i].kill();
                 }
                 promote(c, i);
+                if restart {
+                    restart_promoted(c, i);
+                }
                 for &j in cut {
                     c.proxies[j].reset_connections();
                     c.proxies[j].set(Fault::None);
                 }
                 rec.record(Kind::FaultStop { id });
                 replace_replica(cfg, c, i);
+            }
+            FaultType::ClockStepRestart => {
+                let targets = pick(&mut rng, NODES, NODES / 2 + 1);
+                let steps: Vec<i64> = targets
+                    .iter()
+                    .map(|_| rng.gen_range(20_000..=60_000))
+                    .collect();
+                start(
+                    rec,
+                    id,
+                    "clock_step_durable_restart",
+                    names(&targets, "n"),
+                    format!(
+                        "kill -9 while a lease runs, AOF always; restarted with the wall clock stepped forward {} ms",
+                        steps
+                            .iter()
+                            .map(|s| format!("{s:+}"))
+                            .collect::<Vec<_>>()
+                            .join("/")
+                    ),
+                    false,
+                );
+                let before = wait_for_held_lease(c, &targets, ttl);
+                for (j, key, counter) in before {
+                    rec.record(Kind::NodeCounter {
+                        node: j,
+                        key,
+                        counter,
+                        phase: "before_kill".into(),
+                    });
+                }
+                for &j in &targets {
+                    c.nodes[j].kill();
+                }
+                for (&j, &step) in targets.iter().zip(&steps) {
+                    wall_offsets[j] += step;
+                    c.nodes[j].set_env(WALL_OFFSET_ENV, &wall_offsets[j].to_string());
+                }
+                // In parallel: each restart loads an AOF and waits for PING,
+                // and the leases must still be running when they are back.
+                std::thread::scope(|s| {
+                    for (j, node) in c.nodes.iter_mut().enumerate() {
+                        if targets.contains(&j) {
+                            s.spawn(move || {
+                                node.restart_with(&[("redlock.restart-grace-ms", "-1")])
+                            });
+                        }
+                    }
+                });
+                rec.record(Kind::FaultStop { id });
+                for &j in &targets {
+                    for key in &c.keys {
+                        if let Some(v) = counter(&c.nodes[j], key) {
+                            rec.record(Kind::NodeCounter {
+                                node: j,
+                                key: key.clone(),
+                                counter: v,
+                                phase: "after_restart".into(),
+                            });
+                        }
+                    }
+                }
             }
             FaultType::ClusterShards => {
                 let m = rng.gen_range(0..c.clusters.len().max(1));

@@ -10,8 +10,9 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use redlock_safety::checker::Report;
+use redlock_safety::mutants;
 use redlock_safety::resource::Checking;
-use redlock_safety::runner::{self, FaultType, RunConfig};
+use redlock_safety::runner::{self, FaultType, Reclaim, RunConfig};
 
 static SERIAL: Mutex<()> = Mutex::new(());
 
@@ -165,4 +166,50 @@ fn control_promotion_guard_on_passes_the_same_faults() {
     let r = run(&cfg);
     assert!(r.acquisitions > 10, "{r:?}");
     assert_eq!(r.violations(), 0, "{r:?}");
+}
+
+#[test]
+fn mutant_restart_exemption_by_config_is_caught() {
+    // A durable replica promoted without its master's last grant, restarted
+    // inside its promotion window: exempt by its config, it grants at once.
+    let (mut cfg, _dir) = config(
+        "restart_exemption_by_config",
+        FaultType::PromotedRestart,
+        15,
+    );
+    cfg.module_mutants = vec![mutants::RESTART_EXEMPTION_BY_CONFIG.into()];
+    cfg.tasks = 2;
+    cfg.fault_budget = 20;
+    let r = run(&cfg);
+    assert!(r.overlaps_unexplained > 0, "not caught: {r:?}");
+}
+
+#[test]
+fn mutant_disk_lease_from_wall_clock_only_is_caught() {
+    // A majority restarted durable with the wall clock stepped forward
+    // 20–60 s: the leases it loads end at once, and it grants them again.
+    let (mut cfg, _dir) = config(
+        "disk_lease_wall_clock_only",
+        FaultType::ClockStepRestart,
+        15,
+    );
+    cfg.module_mutants = vec![mutants::DISK_LEASE_WALL_CLOCK_ONLY.into()];
+    cfg.fault_budget = 10;
+    let r = run(&cfg);
+    assert!(r.overlaps_unexplained > 0, "not caught: {r:?}");
+}
+
+#[test]
+fn mutant_no_reclaimed_floor_is_caught() {
+    // Records last granted with the clock floor are reclaimed; a client
+    // without the floor then gets a low token on the missing key.
+    let (mut cfg, _dir) = config("no_reclaimed_floor", FaultType::None, 8);
+    Reclaim::SHORT.apply(&mut cfg);
+    cfg.mixed_floor = true;
+    cfg.module_mutants = vec![mutants::NO_RECLAIMED_FLOOR.into()];
+    let r = run(&cfg);
+    assert!(
+        r.token_inversions + r.duplicate_tokens > 0,
+        "not caught: {r:?}"
+    );
 }

@@ -6,6 +6,7 @@
 //! ```text
 //! safety --quick --out target/safety          # CI: fixed seed, about a minute
 //! safety --duration 600 --seed 7 --out DIR    # the full matrix, about 10 minutes
+//! safety --only promoted_replica_restart --duration 30 --seed 7   # one fault type, two 15 s runs
 //! ```
 
 use std::path::PathBuf;
@@ -36,7 +37,9 @@ struct Args {
     #[arg(long)]
     quick: bool,
     /// Only these fault types (names as in the table), comma-separated;
-    /// `reclaim` selects the runs that reclaim idle records.
+    /// `reclaim` selects the runs that reclaim idle records,
+    /// `reclaim_mixed_floor` those of them whose clients send no clock
+    /// floor in one process out of two.
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
 }
@@ -95,9 +98,12 @@ fn main() -> ExitCode {
         .iter()
         .copied()
         .filter(|f| args.only.is_empty() || args.only.iter().any(|o| o == f.name()))
+        .filter(|f| !args.quick || f.in_quick_run())
         .collect();
-    let with_reclaim = args.only.is_empty() || args.only.iter().any(|o| o == "reclaim");
-    if types.is_empty() && !with_reclaim {
+    let only = |name: &str| args.only.is_empty() || args.only.iter().any(|o| o == name);
+    let with_reclaim = only("reclaim");
+    let with_mixed = with_reclaim || only("reclaim_mixed_floor");
+    if types.is_empty() && !with_mixed {
         eprintln!("safety: --only matches no fault type");
         return ExitCode::from(2);
     }
@@ -169,14 +175,34 @@ fn main() -> ExitCode {
         table.push((fault, runs, total));
     }
     let mut reclaim_rows: Vec<(String, usize, Report, u64)> = Vec::new();
+    // Reclamation runs: (fault, clients without the floor in every other
+    // process, seed index).
+    let mut reclaim_runs: Vec<(FaultType, bool, u64)> = Vec::new();
     if with_reclaim {
         let faults: &[FaultType] = if args.quick {
             &Reclaim::QUICK_FAULTS
         } else {
             &Reclaim::FAULTS
         };
-        let secs = if args.quick { 5.0 } else { run_secs.max(12.0) };
-        for (fi, &fault) in faults.iter().enumerate() {
+        reclaim_runs.extend((0..).zip(faults).map(|(i, &f)| (f, false, 500 + i)));
+    }
+    if with_mixed {
+        let faults: &[FaultType] = if args.quick {
+            &Reclaim::QUICK_MIXED_FAULTS
+        } else {
+            &Reclaim::MIXED_FAULTS
+        };
+        reclaim_runs.extend((0..).zip(faults).map(|(i, &f)| (f, true, 600 + i)));
+    }
+    if !reclaim_runs.is_empty() {
+        for &(fault, mixed, index) in &reclaim_runs {
+            let secs = match (args.quick, mixed) {
+                (true, false) => 5.0,
+                // A name is reclaimed 1 s into its idle 2 s phase and
+                // reused at the next: within about 4 s of the start.
+                (true, true) => 4.5,
+                (false, _) => run_secs.max(12.0),
+            };
             let mut cfg = RunConfig::new(
                 fault,
                 Duration::from_secs_f64(secs),
@@ -184,8 +210,13 @@ fn main() -> ExitCode {
                 args.out.clone(),
             );
             Reclaim::SHORT.apply(&mut cfg);
-            cfg.name = format!("reclaim+{}", fault.name());
-            cfg.seed = seed.wrapping_mul(1000).wrapping_add(500 + fi as u64);
+            cfg.mixed_floor = mixed;
+            cfg.name = if mixed {
+                format!("reclaim_mixed_floor+{}", fault.name())
+            } else {
+                format!("reclaim+{}", fault.name())
+            };
+            cfg.seed = seed.wrapping_mul(1000).wrapping_add(index);
             cfg.fault_budget = budget;
             match runner::run(&cfg) {
                 Ok(res) => {
@@ -221,7 +252,7 @@ fn main() -> ExitCode {
     }
     for (name, _, r, reclaimed) in &reclaim_rows {
         println!(
-            "{name:<26} acq={} dup={} inv={} VIOL={} reclaimed={reclaimed}",
+            "{name:<36} acq={} dup={} inv={} VIOL={} reclaimed={reclaimed}",
             r.acquisitions,
             r.duplicate_tokens,
             r.token_inversions,
