@@ -28,13 +28,13 @@ pub const MODULE_MUTANTS_ENV: &str = "REDLOCK_TEST_MUTANTS";
 /// server runs `appendonly yes` + `appendfsync always` now, and the window
 /// a promotion opened ends with the process (issue 24, item 1). Caught by
 /// [`crate::runner::FaultType::PromotedRestart`].
-pub const RESTART_EXEMPTION_BY_CONFIG: &str = "restart-exemption-by-config";
+pub const RESTART_EXEMPTION_BY_CONFIG: &str = "config-exemption";
 
 /// Module mutant: a lease loaded from the AOF or RDB ends at its stored
 /// wall-clock expiry read on the new clock only, so a forward step of the
 /// wall clock across the restart shortens it (issue 24, item 2). Caught by
 /// [`crate::runner::FaultType::ClockStepRestart`].
-pub const DISK_LEASE_WALL_CLOCK_ONLY: &str = "disk-lease-wall-clock-only";
+pub const DISK_LEASE_WALL_CLOCK_ONLY: &str = "disk-lease-from-wall";
 
 /// Module mutant: a grant on a missing key gets `max(1, FLOOR)`, with no
 /// floor above the counters the sweep deleted (issue 24, item 3). Caught by
