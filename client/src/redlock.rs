@@ -64,13 +64,14 @@ pub(crate) fn ttl_millis(ttl: Duration) -> Result<u64, Error> {
     Ok(ms.min(i64::MAX as u128) as u64)
 }
 
-/// The `redlock.acquire` span of one acquisition (each attempt records its
-/// owner id, the token is recorded once known).
-fn acquire_span(key: &str, ttl: Duration) -> tracing::Span {
+/// The `redlock.acquire` span of one acquisition: `owner` is the owner id
+/// of its one attempt, or recorded by each attempt when there may be several
+/// (`None`); the token is recorded once known.
+fn acquire_span(key: &str, owner: Option<OwnerId>, ttl: Duration) -> tracing::Span {
     tracing::debug_span!(
         "redlock.acquire",
         key,
-        owner = tracing::field::Empty,
+        owner = owner.as_ref().map(OwnerId::as_str),
         ttl_ms = ttl.as_millis() as u64,
         token = tracing::field::Empty
     )
@@ -226,7 +227,8 @@ impl Redlock {
     /// # Ok(()) }
     /// ```
     pub async fn acquire(&self, key: &str, ttl: Duration) -> Result<Lock, Error> {
-        let span = acquire_span(key, ttl);
+        let span = acquire_span(key, None, ttl);
+        let attempt_span = span.clone();
         async {
             let attempts = self.inner.retry.attempts.max(1);
             let mut attempt = 1;
@@ -238,11 +240,12 @@ impl Redlock {
                 // a cluster member's connection even resends it there). With
                 // the same owner, that RELEASE would free the next attempt's
                 // grant while the caller believes it holds the lock
-                // (`tests/stale_release.rs`); with another owner it is
+                // (`client/tests/stale_release.rs`); with another owner it is
                 // refused. The cost: a node where a failed attempt's grant
                 // was not released yet answers "held" to the next attempt
                 // instead of renewing it.
                 let owner = OwnerId::new();
+                attempt_span.record("owner", owner.as_str());
                 match self.attempt(key, ttl, owner).await {
                     Ok(lock) => return Ok(lock),
                     Err((error, leftovers)) => {
@@ -300,7 +303,7 @@ impl Redlock {
     /// ```
     pub async fn try_acquire(&self, key: &str, ttl: Duration) -> Result<Option<Lock>, Error> {
         let owner = OwnerId::new();
-        let span = acquire_span(key, ttl);
+        let span = acquire_span(key, Some(owner), ttl);
         async {
             match self.attempt(key, ttl, owner).await {
                 Ok(lock) => Ok(Some(lock)),
@@ -346,7 +349,6 @@ impl Redlock {
             };
             (e, nothing)
         })?;
-        tracing::Span::current().record("owner", owner.as_str());
         let start = Instant::now();
         let floor = inner.clock_floor.then(now_micros);
         let (token, unanswered) = inner
