@@ -18,7 +18,7 @@
 //!   ACQUIRE would leave the member locked for a lease). A retried RELEASE
 //!   can also land twice, the first copy late, after the caller's next
 //!   attempt; that is why every attempt has an owner id of its own
-//!   (`Redlock::acquire`): a late RELEASE of one attempt is refused by the
+//!   (`Redlock::acquire`): a late RELEASE of one attempt cannot free the
 //!   next attempt's grant.
 //! - A command whose caller is dropped is not abandoned in a fixed way: the
 //!   connection stops retrying it, but an attempt already written is still
