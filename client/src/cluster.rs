@@ -15,9 +15,11 @@
 //!   connection), the command is sent again later, possibly to another
 //!   shard, after commands issued after it. A RELEASE could then reach the
 //!   new owner of the slot before the ACQUIRE it was meant to undo (the
-//!   ACQUIRE would leave the member locked for a lease; worse, `acquire_wait`
-//!   reuses its owner id across attempts, and a late RELEASE of one attempt
-//!   could undo the next attempt's grant on that member).
+//!   ACQUIRE would leave the member locked for a lease). A retried RELEASE
+//!   can also land twice, the first copy late, after the caller's next
+//!   attempt; that is why every attempt has an owner id of its own
+//!   (`Redlock::acquire`): a late RELEASE of one attempt cannot free the
+//!   next attempt's grant.
 //! - A command whose caller is dropped is not abandoned in a fixed way: the
 //!   connection stops retrying it, but an attempt already written is still
 //!   executed by its shard.

@@ -24,6 +24,10 @@
 //!    commands in the order they were queued, so a RELEASE queued after an
 //!    ACQUIRE reaches the node after it: a dropped or unanswered ACQUIRE
 //!    can never be applied after the RELEASE that was meant to undo it.
+//!    Only within one connection: a command written just before a
+//!    connection broke may still reach the node after commands sent on the
+//!    next one, which is why every acquire attempt has an owner id of its
+//!    own (`Redlock::acquire`).
 //! 3. **Skipped once abandoned.** A queued command whose caller was dropped
 //!    before the connection wrote it is not written at all. Safe (the node
 //!    never sees it), but a slow node would then miss the ACQUIRE of a held

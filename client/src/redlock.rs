@@ -64,13 +64,14 @@ pub(crate) fn ttl_millis(ttl: Duration) -> Result<u64, Error> {
     Ok(ms.min(i64::MAX as u128) as u64)
 }
 
-/// The `redlock.acquire` span of one acquisition (the token is recorded
-/// once known).
-fn acquire_span(key: &str, owner: OwnerId, ttl: Duration) -> tracing::Span {
+/// The `redlock.acquire` span of one acquisition: `owner` is the owner id
+/// of its one attempt, or recorded by each attempt when there may be several
+/// (`None`); the token is recorded once known.
+fn acquire_span(key: &str, owner: Option<OwnerId>, ttl: Duration) -> tracing::Span {
     tracing::debug_span!(
         "redlock.acquire",
         key,
-        owner = owner.as_str(),
+        owner = owner.as_ref().map(OwnerId::as_str),
         ttl_ms = ttl.as_millis() as u64,
         token = tracing::field::Empty
     )
@@ -201,9 +202,9 @@ impl Redlock {
     /// is busy (or no quorum answers, or nodes are in their restart grace
     /// window).
     ///
-    /// One owner id is used for all attempts of one call, and every failed
-    /// attempt is released on every node that may have granted it before
-    /// the next attempt starts. The nodes get the lease in whole
+    /// Every attempt uses an owner id of its own, and every failed attempt
+    /// is released on every node that may have granted it before the next
+    /// attempt starts. The nodes get the lease in whole
     /// milliseconds (`ttl` rounded down); the validity is computed from
     /// that.
     ///
@@ -226,12 +227,25 @@ impl Redlock {
     /// # Ok(()) }
     /// ```
     pub async fn acquire(&self, key: &str, ttl: Duration) -> Result<Lock, Error> {
-        let owner = OwnerId::new();
-        let span = acquire_span(key, owner, ttl);
+        let span = acquire_span(key, None, ttl);
+        let attempt_span = span.clone();
         async {
             let attempts = self.inner.retry.attempts.max(1);
             let mut attempt = 1;
             loop {
+                // A fresh owner id per attempt, never one across attempts: a
+                // failed attempt's RELEASE can reach a member after the next
+                // attempt's ACQUIRE (its connection broke with the RELEASE on
+                // the way, and the next attempt went over a new connection;
+                // a cluster member's connection even resends it there). With
+                // the same owner, that RELEASE would free the next attempt's
+                // grant while the caller believes it holds the lock
+                // (`client/tests/stale_release.rs`); with another owner it is
+                // refused. The cost: a node where a failed attempt's grant
+                // was not released yet answers "held" to the next attempt
+                // instead of renewing it.
+                let owner = OwnerId::new();
+                attempt_span.record("owner", owner.as_str());
                 match self.attempt(key, ttl, owner).await {
                     Ok(lock) => return Ok(lock),
                     Err((error, leftovers)) => {
@@ -289,7 +303,7 @@ impl Redlock {
     /// ```
     pub async fn try_acquire(&self, key: &str, ttl: Duration) -> Result<Option<Lock>, Error> {
         let owner = OwnerId::new();
-        let span = acquire_span(key, owner, ttl);
+        let span = acquire_span(key, Some(owner), ttl);
         async {
             match self.attempt(key, ttl, owner).await {
                 Ok(lock) => Ok(Some(lock)),
@@ -318,8 +332,9 @@ impl Redlock {
         .await
     }
 
-    /// One attempt: steps 1–6 of the algorithm. On failure, the error and
-    /// the nodes to release.
+    /// One attempt: steps 1–6 of the algorithm, as `owner`, which no other
+    /// attempt may use (see [`Redlock::acquire`]). On failure, the error
+    /// and the nodes to release.
     pub(crate) async fn attempt(
         &self,
         key: &str,

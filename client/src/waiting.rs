@@ -7,10 +7,11 @@
 //! ends. Once a quorum of nodes said "free", the next attempt starts. While
 //! the lock stays held nothing is sent: no polling.
 //!
-//! Waiters queue: every WAIT carries the waiter's owner id and a ticket (its
-//! wall clock when it started waiting, kept across its attempts), and each
-//! node hands a freed lock to the first waiter in ticket order, refusing
-//! other owners for a short hand-off window (see the module's `queue.rs`).
+//! Waiters queue: every WAIT carries the owner id of the attempt that
+//! follows it and a ticket (the waiter's wall clock when it started
+//! waiting, kept across its attempts), and each node hands a freed lock to
+//! the first waiter in ticket order, refusing other owners for a short
+//! hand-off window (see the module's `queue.rs`).
 //! So the waiter that came first gets the lock next, a worker that releases
 //! and asks again at once queues behind the others instead of re-taking
 //! its own lock, and waiters do not all race at each release.
@@ -99,12 +100,14 @@ impl Redlock {
             token = tracing::field::Empty
         );
         async {
-            // One owner id and one ticket for every attempt of this wait: the
-            // nodes' queues know the waiter by them. Reusing the id is safe:
-            // each attempt is released before the next one, on the same
-            // per-node connections, in order.
-            let owner = OwnerId::new();
+            // One ticket for the whole wait (the nodes' queues order waiters
+            // by it), but a fresh owner id per attempt, as in `acquire` (a
+            // late RELEASE of one attempt must not free the next one's
+            // grant). The WAIT before an attempt queues as that attempt's
+            // owner, so a node reserves the freed lock for the owner that
+            // will ACQUIRE it.
             let ticket = now_micros();
+            let mut owner = OwnerId::new();
             loop {
                 let (error, leftovers) = match self.attempt(key, ttl, owner).await {
                     Ok(lock) => return Ok(lock),
@@ -116,6 +119,7 @@ impl Redlock {
                     .quorum
                     .release_on(key, owner.as_str(), &leftovers.nodes)
                     .await;
+                owner = OwnerId::new();
                 let now = Instant::now();
                 if now >= until {
                     return Err(error);

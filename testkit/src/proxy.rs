@@ -25,6 +25,16 @@
 //!   reply, so it is closed with a TCP RST as soon as the fault changes to
 //!   anything else: a client never mistakes one reply for another's.
 //!
+//! Per connection, for stale requests (a middlebox that still forwards what a
+//! client sent before it went away):
+//! - [`FaultProxy::hold_requests`]: the connections open now hold every request
+//!   from then on, until [`FaultProxy::deliver_held`]; new connections are not
+//!   affected.
+//! - [`FaultProxy::cut_clients`]: the connections open now are closed toward
+//!   their clients (which see the connection end and reconnect), while their
+//!   node side stays open to deliver the requests they still hold; the node's
+//!   replies are discarded. [`FaultProxy::held_requests`] shows those requests.
+//!
 //! When either side closes, whatever is still queued toward the other side is
 //! delivered (subject to the fault) and then the whole connection is closed.
 //! Dropping the proxy stops its listener and closes all its connections.
@@ -98,6 +108,15 @@ struct Conn {
     closed: AtomicBool,
     /// Reply bytes were discarded on this connection.
     lost_replies: AtomicBool,
+    /// Requests are held until [`FaultProxy::deliver_held`].
+    held: AtomicBool,
+    /// Closed toward the client by [`FaultProxy::cut_clients`]: replies are
+    /// discarded.
+    cut: AtomicBool,
+    /// Requests read from the client and not yet written to the node.
+    requests: Arc<Queue>,
+    /// The client side reached its end: `requests` has everything it sent.
+    requests_ended: AtomicBool,
 }
 
 /// Which way a pump moves bytes.
@@ -109,6 +128,7 @@ enum Dir {
     Down,
 }
 
+#[derive(Clone)]
 enum Item {
     Data(Instant, Vec<u8>),
     Eof(Instant),
@@ -117,6 +137,15 @@ enum Item {
 struct Queue {
     items: Mutex<VecDeque<Item>>,
     ready: Condvar,
+}
+
+impl Queue {
+    fn new() -> Arc<Queue> {
+        Arc::new(Queue {
+            items: Mutex::new(VecDeque::new()),
+            ready: Condvar::new(),
+        })
+    }
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -202,6 +231,68 @@ impl FaultProxy {
         self.shared.changed.notify_all();
     }
 
+    /// Holds the requests of every connection open now, from now on, until
+    /// [`FaultProxy::deliver_held`] (whatever the fault); connections opened
+    /// later are not affected. Replies still flow.
+    pub fn hold_requests(&self) {
+        let st = lock(&self.shared.state);
+        for c in &st.conns {
+            c.held.store(true, Ordering::SeqCst);
+        }
+    }
+
+    /// Closes every open connection toward its client (a FIN: the client
+    /// sees its connection end) and keeps its node side open: the requests
+    /// it still holds or queues are delivered as the fault and
+    /// [`FaultProxy::hold_requests`] allow, then the node side is closed too;
+    /// the node's replies are discarded. Returns once every such connection
+    /// has read all it will get from its client (within a few seconds), so
+    /// that [`FaultProxy::held_requests`] is complete.
+    pub fn cut_clients(&self) {
+        let cut: Vec<Arc<Conn>> = lock(&self.shared.state).conns.clone();
+        for c in &cut {
+            c.cut.store(true, Ordering::SeqCst);
+            let _ = c.client.shutdown(Shutdown::Both);
+        }
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while cut
+            .iter()
+            .any(|c| !c.is_closed() && !c.requests_ended.load(Ordering::SeqCst))
+        {
+            assert!(
+                Instant::now() < deadline,
+                "a cut connection kept reading from its client"
+            );
+            std::thread::sleep(TICK / 2);
+        }
+    }
+
+    /// The requests held by [`FaultProxy::hold_requests`] and not delivered
+    /// yet, in the order each connection received them (connections in the
+    /// order they were opened).
+    pub fn held_requests(&self) -> Vec<u8> {
+        let st = lock(&self.shared.state);
+        let mut out = Vec::new();
+        for c in st.conns.iter().filter(|c| c.held.load(Ordering::SeqCst)) {
+            for item in lock(&c.requests.items).iter() {
+                if let Item::Data(_, bytes) = item {
+                    out.extend_from_slice(bytes);
+                }
+            }
+        }
+        out
+    }
+
+    /// Lets every held connection deliver its requests (in order).
+    pub fn deliver_held(&self) {
+        let st = lock(&self.shared.state);
+        for c in &st.conns {
+            c.held.store(false, Ordering::SeqCst);
+        }
+        drop(st);
+        self.shared.changed.notify_all();
+    }
+
     /// Closes every open connection with a TCP RST (SO_LINGER 0) on both
     /// sides; bytes still held or queued are dropped.
     pub fn reset_connections(&self) {
@@ -264,6 +355,10 @@ fn open_connection(client: TcpStream, shared: &Arc<Shared>) {
         server,
         closed: AtomicBool::new(false),
         lost_replies: AtomicBool::new(false),
+        held: AtomicBool::new(false),
+        cut: AtomicBool::new(false),
+        requests: Queue::new(),
+        requests_ended: AtomicBool::new(false),
     });
     {
         let mut st = lock(&shared.state);
@@ -274,10 +369,10 @@ fn open_connection(client: TcpStream, shared: &Arc<Shared>) {
         st.conns.push(Arc::clone(&conn));
     }
     for dir in [Dir::Up, Dir::Down] {
-        let queue = Arc::new(Queue {
-            items: Mutex::new(VecDeque::new()),
-            ready: Condvar::new(),
-        });
+        let queue = match dir {
+            Dir::Up => Arc::clone(&conn.requests),
+            Dir::Down => Queue::new(),
+        };
         let (c, s, q) = (Arc::clone(&conn), Arc::clone(shared), Arc::clone(&queue));
         let name = format!(
             "proxy-conn-{}-{}",
@@ -381,6 +476,9 @@ fn reader(conn: Arc<Conn>, shared: Arc<Shared>, queue: Arc<Queue>, dir: Dir) {
         };
         let eof = matches!(item, Item::Eof(_));
         lock(&queue.items).push_back(item);
+        if eof && dir == Dir::Up {
+            conn.requests_ended.store(true, Ordering::SeqCst);
+        }
         queue.ready.notify_all();
         if eof {
             break;
@@ -393,15 +491,16 @@ fn reader(conn: Arc<Conn>, shared: Arc<Shared>, queue: Arc<Queue>, dir: Dir) {
 fn writer(conn: Arc<Conn>, shared: Arc<Shared>, queue: Arc<Queue>, dir: Dir) {
     let mut dst = conn.sink(dir);
     'outer: loop {
-        // Next item, waiting for one while the connection lives.
+        // Next item, waiting for one while the connection lives. It stays
+        // queued until delivered (so that `held_requests` sees it).
         let item = {
             let mut items = lock(&queue.items);
             loop {
                 if conn.is_closed() {
                     break 'outer;
                 }
-                if let Some(item) = items.pop_front() {
-                    break item;
+                if let Some(item) = items.front() {
+                    break item.clone();
                 }
                 items = queue
                     .ready
@@ -424,32 +523,35 @@ fn writer(conn: Arc<Conn>, shared: Arc<Shared>, queue: Arc<Queue>, dir: Dir) {
             }
             std::thread::sleep((due - now).min(TICK));
         }
-        // Wait while blackholed; decide under the state lock so that `set`
-        // sees every discarded reply.
+        // Wait while blackholed or held; decide under the state lock so that
+        // `set` sees every discarded reply.
         let forward = {
             let mut st = lock(&shared.state);
             loop {
                 if conn.is_closed() {
                     break 'outer;
                 }
+                let held = dir == Dir::Up && conn.held.load(Ordering::SeqCst);
                 match st.fault {
-                    Fault::Blackhole => {
-                        st = shared
-                            .changed
-                            .wait_timeout(st, TICK)
-                            .unwrap_or_else(|e| e.into_inner())
-                            .0;
-                    }
+                    _ if held => {}
+                    Fault::Blackhole => {}
                     Fault::DropReplies if dir == Dir::Down => {
                         if matches!(item, Item::Data(..)) {
                             conn.lost_replies.store(true, Ordering::SeqCst);
                         }
                         break false;
                     }
+                    _ if dir == Dir::Down && conn.cut.load(Ordering::SeqCst) => break false,
                     _ => break true,
                 }
+                st = shared
+                    .changed
+                    .wait_timeout(st, TICK)
+                    .unwrap_or_else(|e| e.into_inner())
+                    .0;
             }
         };
+        lock(&queue.items).pop_front();
         match item {
             Item::Data(_, bytes) => {
                 if forward && dst.write_all(&bytes).is_err() {
@@ -616,6 +718,48 @@ mod tests {
         proxy.set(Fault::None);
         assert!(ping(&mut con).is_err());
         let mut fresh = connect(&proxy.url(), Duration::from_secs(2));
+        assert_eq!(ping(&mut fresh).unwrap(), "PONG");
+    }
+
+    #[test]
+    fn held_requests_of_a_cut_client_reach_the_node_only_when_delivered() {
+        let node = Node::start();
+        let proxy = FaultProxy::start(node_addr(&node));
+        let mut old = connect(&proxy.url(), Duration::from_millis(300));
+        ping(&mut old).unwrap();
+        proxy.hold_requests();
+        let err = redis::cmd("SET")
+            .arg("stale")
+            .arg("1")
+            .query::<()>(&mut old)
+            .unwrap_err();
+        assert!(err.is_timeout(), "{err}");
+        proxy.cut_clients();
+        // The client sees its connection end; a new one is not held.
+        assert!(ping(&mut old).is_err());
+        let mut fresh = connect(&proxy.url(), Duration::from_secs(2));
+        let _: () = redis::cmd("SET")
+            .arg("stale")
+            .arg("2")
+            .query(&mut fresh)
+            .unwrap();
+        let held = String::from_utf8_lossy(&proxy.held_requests()).into_owned();
+        assert!(held.contains("stale"), "held: {held:?}");
+        let mut direct = node.connection();
+        let v: String = redis::cmd("GET").arg("stale").query(&mut direct).unwrap();
+        assert_eq!(v, "2");
+        // Delivered late, after the new connection's write.
+        proxy.deliver_held();
+        let deadline = Instant::now() + Duration::from_secs(2);
+        loop {
+            let v: String = redis::cmd("GET").arg("stale").query(&mut direct).unwrap();
+            if v == "1" {
+                break;
+            }
+            assert!(Instant::now() < deadline, "held request never delivered");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert!(proxy.held_requests().is_empty());
         assert_eq!(ping(&mut fresh).unwrap(), "PONG");
     }
 
