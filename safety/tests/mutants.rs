@@ -179,9 +179,21 @@ fn mutant_restart_exemption_by_config_is_caught() {
     );
     cfg.module_mutants = vec![mutants::RESTART_EXEMPTION_BY_CONFIG.into()];
     cfg.tasks = 2;
+    // Leases long enough to outlast a slow restart on a loaded machine.
+    cfg.ttl_ms = 2_000;
     cfg.fault_budget = 20;
-    let r = run(&cfg);
-    assert!(r.overlaps_unexplained > 0, "not caught: {r:?}");
+    // The overlap needs the restart to finish inside the old lease: on a
+    // loaded machine one run may miss it, so up to three seeds.
+    let mut reports = Vec::new();
+    for seed in [42, 43, 44] {
+        cfg.seed = seed;
+        let r = run(&cfg);
+        if r.overlaps_unexplained > 0 {
+            return;
+        }
+        reports.push(r);
+    }
+    panic!("not caught in three runs: {reports:?}");
 }
 
 #[test]
