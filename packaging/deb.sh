@@ -14,6 +14,10 @@ root=$1
 version=$2
 out_dir=$3
 shift 3
+case "$version" in
+  [0-9]*) ;;
+  *) echo "$0: '$version' is not a version (it comes from [workspace.package] in Cargo.toml)" >&2; exit 2 ;;
+esac
 here=$(cd "$(dirname "$0")" && pwd)
 conffile=/etc/redis/redlock.conf
 module=usr/lib/redis/modules/libredlock.so
