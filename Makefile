@@ -5,7 +5,7 @@ CARGO ?= cargo
 RELEASE_MODULE := $(CURDIR)/target/release/libredlock.so
 TEST_MODULE := $(CURDIR)/target/debug/libredlock.so
 
-.PHONY: deps build test lint demo safety bench clean
+.PHONY: deps build test lint demo safety bench clean install install-files deb deb-files
 
 deps:
 	@./scripts/install-deps.sh
@@ -44,6 +44,61 @@ safety: deps
 ## bench: the benchmark table (five local nodes; about two minutes). ARGS=--smoke for a quick check
 bench: deps
 	./scripts/bench.sh $(ARGS)
+
+## Packaging. The version is the workspace's ([workspace.package] in Cargo.toml).
+VERSION := $(shell sed -n '/^\[workspace\.package\]/,/^\[/s/^version *= *"\([^"]*\)".*/\1/p' Cargo.toml)
+PREFIX ?= /usr/local
+DESTDIR ?=
+BINDIR ?= $(PREFIX)/bin
+MODULEDIR ?= $(PREFIX)/lib/redis/modules
+MANDIR ?= $(PREFIX)/share/man
+BASH_COMPLETIONS ?= $(PREFIX)/share/bash-completion/completions
+ZSH_COMPLETIONS ?= $(PREFIX)/share/zsh/site-functions
+FISH_COMPLETIONS ?= $(PREFIX)/share/fish/vendor_completions.d
+# The modules.conf to `include` from redis.conf; it names $(MODULEDIR)'s module.
+CONF ?= $(PREFIX)/etc/redlock/modules.conf
+# What install-files and deb-files ship (install and deb build them first;
+# the packaging test passes the builds make test already has).
+MODULE_SO ?= $(RELEASE_MODULE)
+CLI_BIN ?= $(CURDIR)/target/release/redlock
+# Scratch space: the generated docs and the package tree; make deb writes its .deb here.
+PKGDIR ?= $(CURDIR)/target/package
+# Extra dpkg-deb options (e.g. -Zgzip); its default is xz.
+DEB_OPTS ?=
+STRIP ?= strip
+
+## install: the module in $(PREFIX)/lib/redis/modules, the CLI in $(PREFIX)/bin, $(PREFIX)/etc/redlock/modules.conf, man pages, bash/zsh/fish completions (PREFIX=/usr/local, DESTDIR)
+install: build
+	$(MAKE) --no-print-directory install-files
+
+## install-files: install without building (MODULE_SO, CLI_BIN name the files)
+install-files:
+	@test -f "$(MODULE_SO)" || { echo "$(MODULE_SO) is missing: make install builds it" >&2; exit 1; }
+	@test -x "$(CLI_BIN)" || { echo "$(CLI_BIN) is missing: make install builds it" >&2; exit 1; }
+	rm -rf "$(PKGDIR)/docs"
+	"$(CLI_BIN)" __generate-docs "$(PKGDIR)/docs/man" "$(PKGDIR)/docs/completions"
+	install -D -m 755 "$(MODULE_SO)" "$(DESTDIR)$(MODULEDIR)/libredlock.so"
+	install -D -m 755 "$(CLI_BIN)" "$(DESTDIR)$(BINDIR)/redlock"
+	$(STRIP) --strip-debug "$(DESTDIR)$(MODULEDIR)/libredlock.so" "$(DESTDIR)$(BINDIR)/redlock"
+	install -d "$(DESTDIR)$(dir $(CONF))"
+	packaging/modules-conf.sh "$(MODULEDIR)/libredlock.so" "$(CONF)" > "$(DESTDIR)$(CONF)"
+	chmod 644 "$(DESTDIR)$(CONF)"
+	install -d "$(DESTDIR)$(MANDIR)/man1"
+	install -m 644 "$(PKGDIR)"/docs/man/*.1 "$(DESTDIR)$(MANDIR)/man1/"
+	install -D -m 644 "$(PKGDIR)/docs/completions/redlock.bash" "$(DESTDIR)$(BASH_COMPLETIONS)/redlock"
+	install -D -m 644 "$(PKGDIR)/docs/completions/_redlock" "$(DESTDIR)$(ZSH_COMPLETIONS)/_redlock"
+	install -D -m 644 "$(PKGDIR)/docs/completions/redlock.fish" "$(DESTDIR)$(FISH_COMPLETIONS)/redlock.fish"
+
+## deb: a Debian package (target/package/redlock_VERSION_ARCH.deb): the same files under /usr, /etc/redis/redlock.conf to include
+deb: build
+	$(MAKE) --no-print-directory deb-files
+
+## deb-files: the package without building (MODULE_SO, CLI_BIN name the files)
+deb-files:
+	rm -rf "$(PKGDIR)/deb"
+	$(MAKE) --no-print-directory install-files DESTDIR="$(PKGDIR)/deb" PREFIX=/usr \
+		CONF=/etc/redis/redlock.conf ZSH_COMPLETIONS=/usr/share/zsh/vendor-completions
+	packaging/deb.sh "$(PKGDIR)/deb" "$(VERSION)" "$(PKGDIR)" $(DEB_OPTS)
 
 clean:
 	$(CARGO) clean

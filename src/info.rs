@@ -55,6 +55,13 @@ pub mod stats {
     }
 }
 
+/// [`crate::VERSION`] as a C string, for `redlock_version`.
+const VERSION_CSTR: &CStr =
+    match CStr::from_bytes_with_nul(concat!(env!("CARGO_PKG_VERSION"), "\0").as_bytes()) {
+        Ok(version) => version,
+        Err(_) => c"unknown",
+    };
+
 /// `INFO redlock`.
 pub extern "C" fn info(ctx: *mut raw::RedisModuleInfoCtx, _for_crash_report: c_int) {
     let _ = std::panic::catch_unwind(|| write_info(ctx));
@@ -104,6 +111,9 @@ fn write_info(ctx: *mut raw::RedisModuleInfoCtx) {
             return;
         };
         add_section(ctx, c"".as_ptr().cast_mut());
+        if let Some(add_cstr) = raw::RedisModule_InfoAddFieldCString {
+            add_cstr(ctx, c"version".as_ptr(), VERSION_CSTR.as_ptr().cast_mut());
+        }
         for (name, value) in counters {
             add_u64(ctx, name.as_ptr(), value);
         }

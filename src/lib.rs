@@ -37,6 +37,40 @@ use redis_module::{redis_module, Context, ModuleOptions, RedisString, Status};
 
 use crate::datatype::LOCK_TYPE;
 
+/// The release, the workspace's version (`[workspace.package]` in
+/// Cargo.toml): `INFO redlock` shows it as `redlock_version`.
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+
+/// [`VERSION`] as Redis encodes module versions (`MODULE LIST` `ver`):
+/// major·10000 + minor·100 + patch.
+pub const MODULE_VERSION: i32 = module_version(VERSION);
+
+/// Encodes `major.minor.patch` (a `-pre` or `+build` suffix is ignored);
+/// evaluated at compile time, so a version that does not fit fails the build.
+const fn module_version(version: &str) -> i32 {
+    let bytes = version.as_bytes();
+    let mut parts = [0i32; 3];
+    let mut part = 0;
+    let mut i = 0;
+    while i < bytes.len() {
+        let c = bytes[i];
+        if c == b'.' {
+            part += 1;
+            assert!(part < 3, "the version has more than three parts");
+        } else if c.is_ascii_digit() {
+            parts[part] = parts[part] * 10 + (c - b'0') as i32;
+        } else {
+            break;
+        }
+        i += 1;
+    }
+    assert!(
+        parts[1] < 100 && parts[2] < 100,
+        "minor and patch must stay below 100 for MODULE LIST's encoding"
+    );
+    parts[0] * 10_000 + parts[1] * 100 + parts[2]
+}
+
 command_entry!(acquire_entry, "REDLOCK.ACQUIRE", commands::acquire);
 command_entry!(release_entry, "REDLOCK.RELEASE", commands::release);
 command_entry!(extend_entry, "REDLOCK.EXTEND", commands::extend);
@@ -129,7 +163,7 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
     config::check_eviction_policy(ctx);
     reclaim::start(ctx);
     ctx.log_notice(&format!(
-        "loaded (max-ttl-ms {}, restart grace {} ms, longest lease {} ms)",
+        "loaded version {VERSION} (max-ttl-ms {}, restart grace {} ms, longest lease {} ms)",
         config::max_ttl(),
         guard::window_len(),
         guard::longest_lease()
@@ -149,9 +183,23 @@ const MODULE_ALLOCATOR: ModuleAllocator = std::alloc::System;
 
 redis_module! {
     name: "redlock",
-    version: 1,
+    version: MODULE_VERSION,
     allocator: (ModuleAllocator, MODULE_ALLOCATOR),
     data_types: [LOCK_TYPE],
     init: init,
     commands: [],
+}
+
+#[cfg(test)]
+mod tests {
+    use super::module_version;
+
+    #[test]
+    fn module_versions_are_encoded_as_redis_does() {
+        assert_eq!(module_version("0.1.0"), 100);
+        assert_eq!(module_version("0.5.0"), 500);
+        assert_eq!(module_version("1.2.3"), 10_203);
+        assert_eq!(module_version("12.34.56-rc.1"), 123_456);
+        assert_eq!(module_version("2.0.1+build.7"), 20_001);
+    }
 }

@@ -212,6 +212,27 @@ enum Command {
     },
 }
 
+/// The first argument of the packaging step (`make install`, `make deb`):
+/// `redlock __generate-docs MAN_DIR COMPLETIONS_DIR`. It is read before clap
+/// parses the command line, so it shows in no help text and no completion.
+const GENERATE_DOCS: &str = "__generate-docs";
+
+/// Writes the man pages (clap_mangen: redlock.1 and one page per subcommand)
+/// and the bash, zsh and fish completions (clap_complete: redlock.bash,
+/// _redlock, redlock.fish), all generated from [`Cli`], the definition that
+/// `--help` shows.
+fn generate_docs(man: &std::path::Path, completions: &std::path::Path) -> std::io::Result<()> {
+    use clap::CommandFactory;
+    use clap_complete::Shell;
+    std::fs::create_dir_all(man)?;
+    std::fs::create_dir_all(completions)?;
+    clap_mangen::generate_to(Cli::command(), man)?;
+    for shell in [Shell::Bash, Shell::Zsh, Shell::Fish] {
+        clap_complete::generate_to(shell, &mut Cli::command(), "redlock", completions)?;
+    }
+    Ok(())
+}
+
 /// Parses `500ms`, `30s`, `1.5s`, `2m`, `1h`.
 fn parse_duration(text: &str) -> Result<Duration, String> {
     let text = text.trim();
@@ -306,7 +327,22 @@ fn members(cli: &Cli) -> Vec<Member> {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    if args.get(1).is_some_and(|a| a == GENERATE_DOCS) {
+        let out = Out { json: false };
+        let [_, _, man, completions] = args.as_slice() else {
+            return ExitCode::from(out.fail(
+                "invalid_argument",
+                &format!("usage: redlock {GENERATE_DOCS} MAN_DIR COMPLETIONS_DIR"),
+                EXIT_USAGE,
+            ));
+        };
+        return ExitCode::from(match generate_docs(man.as_ref(), completions.as_ref()) {
+            Ok(()) => EXIT_OK,
+            Err(e) => out.fail("error", &format!("cannot write the docs: {e}"), EXIT_ERROR),
+        });
+    }
+    let cli = Cli::parse_from(args);
     let out = Out { json: cli.json };
     if members(&cli).is_empty() {
         return ExitCode::from(out.fail(
