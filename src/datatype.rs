@@ -76,6 +76,20 @@ unsafe extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *m
                 }
             }
             Loading::File if mutant::on(Mutant::DiskLeaseFromWall) => p.remaining = None,
+            // RESTORE: a lease longer than any this node may grant is refused,
+            // not cut short (cutting it would free a lock its holder still
+            // uses, e.g. when MIGRATE moves it to a shard whose max-ttl-ms is
+            // smaller).
+            Loading::Nothing
+                if p.owner.is_some() && p.remaining.is_some_and(|r| r > guard::longest_lease()) =>
+            {
+                redis_module::logging::log_warning(format!(
+                    "RESTORE refused: the lock's lease ({} ms left) is longer than this node's longest lease ({} ms); raise redlock.max-ttl-ms here first",
+                    p.remaining.unwrap_or(0),
+                    guard::longest_lease()
+                ));
+                return None;
+            }
             _ => {}
         }
         Some(persist::restore(&p, load_source(), mono_now(), wall_now()))

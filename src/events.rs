@@ -47,6 +47,7 @@ extern "C" fn on_config_change(
         let ctx = Context::new(ctx);
         config::check_eviction_policy(&ctx);
         guard::on_config_change(&ctx);
+        crate::reclaim::check_preamble(&ctx);
     });
 }
 
@@ -75,9 +76,14 @@ extern "C" fn on_role_change(
     _data: *mut c_void,
 ) {
     replication::someone_may_listen();
-    if subevent == raw::REDISMODULE_EVENT_REPLROLECHANGED_NOW_MASTER {
-        let _ = std::panic::catch_unwind(|| guard::on_promotion(&Context::new(ctx), mono_now()));
-    }
+    let _ = std::panic::catch_unwind(|| {
+        let ctx = Context::new(ctx);
+        if subevent == raw::REDISMODULE_EVENT_REPLROLECHANGED_NOW_MASTER {
+            guard::on_promotion(&ctx, mono_now());
+        } else {
+            guard::on_demotion(&ctx);
+        }
+    });
 }
 
 extern "C" fn on_replica_change(

@@ -108,19 +108,30 @@ pub fn on_load(ctx: &Context, now: MonoMillis) {
         Err(_) => 0,
     };
     let _ = RECORD_PATH.set(path);
-    LONGEST_LEASE.store(recorded.max(config::max_ttl() as u64), Relaxed);
+    // The startup max-ttl-ms is recorded too: a restart that brings a
+    // smaller one back from redis.conf must still cover this run's leases.
+    let startup = config::max_ttl().max(0) as u64;
+    if startup > recorded {
+        if let Err(e) = record_lease(startup) {
+            ctx.log_warning(&format!("{e}"));
+        }
+    }
+    LONGEST_LEASE.fetch_max(recorded.max(startup), Relaxed);
 
     let run_path = dir.join(RUN_STATE_FILE);
     let previous = std::fs::read_to_string(&run_path)
         .ok()
         .and_then(|text| RunState::parse(&text));
     let durable = is_durable(ctx);
-    let exempt = run_state::restart_exempt(previous, durable);
+    // A replica's data may lack its master's last grants: if it later
+    // starts as a master (its config changed), that start must wait.
+    let replica = ctx.get_flags().contains(ContextFlags::SLAVE);
+    let exempt = run_state::restart_exempt(previous, durable) && !replica;
     let _ = RUN_STATE_PATH.set(run_path);
     DURABLE_RUN.store(durable, Relaxed);
     EXEMPT_RESTART.store(exempt, Relaxed);
     open_window(Reason::Restart, now);
-    let window_open = !exempt && window_len() > 0;
+    let window_open = replica || (!exempt && window_len() > 0);
     WINDOW_MARKED_OPEN.store(window_open, Relaxed);
     save_run_state(ctx, window_open);
     if previous.is_some_and(|p| p.window_open) && durable {
@@ -144,6 +155,9 @@ fn save_run_state(ctx: &Context, window_open: bool) {
     let _serial = RUN_STATE_WRITE.lock().unwrap_or_else(|p| p.into_inner());
     if let Err(e) = write_file(path, &state.render()) {
         let _ = std::fs::remove_file(path);
+        if let Some(dir) = path.parent() {
+            let _ = std::fs::File::open(dir).and_then(|d| d.sync_all());
+        }
         ctx.log_warning(&format!(
             "cannot write {}: {e}; the next start will wait for the restart guard",
             path.display()
@@ -174,6 +188,14 @@ pub fn on_promotion(ctx: &Context, now: MonoMillis) {
     }
 }
 
+/// The node became a replica: its data may from now on lack grants its
+/// master made, so the run record says a window is open until, as a master
+/// again, it has passed a whole guard window.
+pub fn on_demotion(ctx: &Context) {
+    WINDOW_MARKED_OPEN.store(true, Relaxed);
+    save_run_state(ctx, true);
+}
+
 /// After a configuration change: a run that stops being durable says so in
 /// its record at once (before any later grant is acknowledged), so the next
 /// start is not exempt. Becoming durable later changes nothing.
@@ -202,13 +224,17 @@ pub fn reason() -> Reason {
     }
 }
 
-/// The length of the window in ms, as configured now.
+/// The length of the window in ms, as configured now. By default, as long
+/// as the longest lease known now: one learned after the window opened
+/// (from the data loaded, from a master) lengthens it.
 pub fn window_len() -> u64 {
     let configured = config::restart_grace();
     if configured >= 0 {
         return configured as u64;
     }
-    WINDOW_DEFAULT_LEN.load(Relaxed)
+    WINDOW_DEFAULT_LEN
+        .load(Relaxed)
+        .max(LONGEST_LEASE.load(Relaxed))
 }
 
 /// `(elapsed, remaining)` ms when `now` is inside the window.
@@ -229,7 +255,10 @@ pub fn state(now: MonoMillis) -> Option<(u64, u64)> {
 /// own fsync policy.
 pub fn check(ctx: &Context, now: MonoMillis) -> Result<(), CommandError> {
     let Some((elapsed_ms, remaining_ms)) = state(now) else {
-        if WINDOW_MARKED_OPEN.load(Relaxed) && WINDOW_MARKED_OPEN.swap(false, Relaxed) {
+        if WINDOW_MARKED_OPEN.load(Relaxed)
+            && !ctx.get_flags().contains(ContextFlags::SLAVE)
+            && WINDOW_MARKED_OPEN.swap(false, Relaxed)
+        {
             save_run_state(ctx, false);
         }
         return Ok(());
@@ -251,9 +280,14 @@ pub fn check(ctx: &Context, now: MonoMillis) -> Result<(), CommandError> {
     })
 }
 
+/// `appendonly yes`, `appendfsync always` and `no-appendfsync-on-rewrite
+/// no`: with the last one set, Redis skips the fsync of acknowledged writes
+/// while a child process runs (BGSAVE, a rewrite, a full sync).
 fn is_durable(ctx: &Context) -> bool {
     ctx.get_flags().contains(ContextFlags::AOF)
         && config::config_get(ctx, "appendfsync").is_some_and(|v| v.eq_ignore_ascii_case("always"))
+        && config::config_get(ctx, "no-appendfsync-on-rewrite")
+            .is_some_and(|v| v.eq_ignore_ascii_case("no"))
 }
 
 /// The longest lease this node may have granted: what a lease loaded from

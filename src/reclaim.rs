@@ -57,7 +57,7 @@
 use std::cell::RefCell;
 use std::os::raw::{c_int, c_void};
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicI32, AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering::Relaxed};
 use std::time::Instant;
 
 use redis_module::{raw, Context};
@@ -143,6 +143,18 @@ pub fn raise_reclaimed(counter: u64) {
     RECLAIMED_COUNTER.fetch_max(counter, Relaxed);
 }
 
+/// `aof-use-rdb-preamble no`: an AOF rewrite then carries the node record
+/// only with a lock record (there is no auxiliary data), so the sweep keeps
+/// the node's last record.
+static WITHOUT_PREAMBLE: AtomicBool = AtomicBool::new(false);
+
+/// Reads `aof-use-rdb-preamble` (at load and after a configuration change).
+pub fn check_preamble(ctx: &Context) {
+    let off = config::config_get(ctx, "aof-use-rdb-preamble")
+        .is_some_and(|v| v.eq_ignore_ascii_case("no"));
+    WITHOUT_PREAMBLE.store(off, Relaxed);
+}
+
 /// Number of databases (`databases`), read at load.
 static DATABASES: AtomicI32 = AtomicI32::new(16);
 
@@ -161,6 +173,7 @@ thread_local! {
 /// Starts the sweep (from OnLoad): on the sweep thread, or on module timers
 /// where the server offers no thread-safe context.
 pub fn start(ctx: &Context) {
+    check_preamble(ctx);
     let databases = config::config_get(ctx, "databases")
         .and_then(|v| v.parse::<i32>().ok())
         .filter(|&n| n > 0)
@@ -454,8 +467,9 @@ unsafe fn reclaim_found(ctx: *mut raw::RedisModuleCtx, step: &mut Step) {
     for name in step.found.drain(..) {
         let deleted = {
             let mut key = LockKey::write(ctx, name);
+            let last = WITHOUT_PREAMBLE.load(Relaxed) && record::live() <= 1;
             match key.get().ok().flatten() {
-                Some(s) if s.reclaimable(step.rule, step.now, step.wall_us) => {
+                Some(s) if !last && s.reclaimable(step.rule, step.now, step.wall_us) => {
                     raise_reclaimed(s.counter());
                     key.delete().then_some(s.counter())
                 }

@@ -296,3 +296,139 @@ fn a_promoted_replica_guards_for_its_masters_longest_lease() {
         assert!(v.held && v.pttl > 60_000, "{v:?}");
     }
 }
+
+/// Review finding: a restart that brings back a smaller `max-ttl-ms` from
+/// its configuration still guards for the longer leases the previous run
+/// granted under its startup `max-ttl-ms` (recorded at load).
+#[test]
+fn a_restart_with_a_smaller_max_ttl_still_covers_the_earlier_leases() {
+    let mut node = Node::builder()
+        .config("redlock.max-ttl-ms", "10000")
+        .start();
+    let mut con = node.connection();
+    assert_eq!(acquire(&mut con, "res", "alice", 10_000), Some(1));
+    drop(con);
+    node.kill();
+    node.restart_with(&[
+        ("redlock.max-ttl-ms", "2000"),
+        ("redlock.restart-grace-ms", "-1"),
+    ]);
+    let mut con = node.connection();
+    let window: u64 = info_field(&mut con, "redlock", "redlock_grace_window_ms")
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(window >= 10_000, "window {window} ms");
+    let err = error_of(&mut con, &[b"REDLOCK.ACQUIRE", b"res", b"bob", b"2000"]);
+    assert!(err.starts_with("GRACE"), "{err}");
+}
+
+/// Review finding: a durable node that became a replica at run time and
+/// is then restarted as a master (its configuration names no master) may
+/// lack its master's last grants, like a promoted replica: it waits.
+#[test]
+fn a_replica_restarted_as_a_master_waits_for_the_window() {
+    let master = Node::builder().config("redlock.max-ttl-ms", "3000").start();
+    let mut node = Node::builder()
+        .config("redlock.restart-grace-ms", "-1")
+        .config("redlock.max-ttl-ms", "3000")
+        .config("appendonly", "yes")
+        .config("appendfsync", "always")
+        .start();
+    let mut con = node.connection();
+    wait_until(Duration::from_secs(10), "first window end", || {
+        acquire_result(&mut con, "warm", "a", 100).is_ok()
+    });
+    drop(con);
+    node.kill();
+    node.restart();
+    let mut con = node.connection();
+    assert_eq!(
+        info_field(&mut con, "redlock", "redlock_restart_exempt").as_deref(),
+        Some("1")
+    );
+    let _: () = redis::cmd("REPLICAOF")
+        .arg("127.0.0.1")
+        .arg(master.port())
+        .query(&mut con)
+        .unwrap();
+    wait_until(Duration::from_secs(20), "replica link up", || {
+        info_field(&mut con, "replication", "master_link_status").as_deref() == Some("up")
+    });
+    let mut m = master.connection();
+    assert_eq!(acquire(&mut m, "L", "alice", 3_000), Some(1));
+    drop(con);
+    node.kill();
+    node.restart();
+    let mut con = node.connection();
+    assert_eq!(
+        info_field(&mut con, "redlock", "redlock_restart_exempt").as_deref(),
+        Some("0")
+    );
+    let err = error_of(&mut con, &[b"REDLOCK.ACQUIRE", b"L", b"bob", b"3000"]);
+    assert!(err.starts_with("GRACE"), "{err}");
+}
+
+/// Review finding: `no-appendfsync-on-rewrite yes` skips the fsync of
+/// acknowledged writes while a child runs, so the run is not durable.
+#[test]
+fn no_appendfsync_on_rewrite_is_not_durable() {
+    let mut node = Node::builder()
+        .config("redlock.restart-grace-ms", "-1")
+        .config("redlock.max-ttl-ms", "1000")
+        .config("appendonly", "yes")
+        .config("appendfsync", "always")
+        .config("no-appendfsync-on-rewrite", "yes")
+        .start();
+    let mut con = node.connection();
+    assert_eq!(
+        info_field(&mut con, "redlock", "redlock_durable_run").as_deref(),
+        Some("0")
+    );
+    wait_until(Duration::from_secs(10), "first window end", || {
+        acquire_result(&mut con, "k", "a", 100).is_ok()
+    });
+    drop(con);
+    node.kill();
+    node.restart();
+    let mut con = node.connection();
+    let err = error_of(&mut con, &[b"REDLOCK.ACQUIRE", b"k2", b"a", b"100"]);
+    assert!(err.starts_with("GRACE"), "{err}");
+}
+
+/// Review finding: `RESTORE` (what `MIGRATE` runs on the target shard) of a
+/// lock whose lease is longer than the target's longest lease is refused,
+/// not cut short; once the target's `max-ttl-ms` covers it, it loads whole.
+#[test]
+fn restore_refuses_a_lease_longer_than_the_nodes_longest_lease() {
+    let source = Node::builder()
+        .config("redlock.max-ttl-ms", "20000")
+        .start();
+    let target = Node::builder().config("redlock.max-ttl-ms", "2000").start();
+    let mut s = source.connection();
+    let mut t = target.connection();
+    assert_eq!(acquire(&mut s, "k", "alice", 20_000), Some(1));
+    let payload: Vec<u8> = redis::cmd("DUMP").arg("k").query(&mut s).unwrap();
+    let refused = redis::cmd("RESTORE")
+        .arg("k")
+        .arg(0)
+        .arg(&payload)
+        .query::<()>(&mut t);
+    assert!(refused.is_err(), "a 20 s lease restored on a 2 s node");
+    assert_eq!(inspect(&mut t, "k"), None);
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("redlock.max-ttl-ms")
+        .arg("30000")
+        .query(&mut t)
+        .unwrap();
+    let _: () = redis::cmd("RESTORE")
+        .arg("k")
+        .arg(0)
+        .arg(&payload)
+        .query(&mut t)
+        .unwrap();
+    let v = inspect(&mut t, "k").unwrap();
+    assert!(v.held && v.pttl > 15_000 && v.token == 1, "{v:?}");
+    assert_eq!(acquire(&mut t, "k", "bob", 1_000), None);
+}
