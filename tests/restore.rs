@@ -493,7 +493,12 @@ fn a_payload_whose_time_left_and_end_disagree_loads_the_same_live_and_from_the_a
 
     debug(&mut m, "LOADAOF");
     settle();
-    assert_eq!(inspect(&mut m, "k"), Some(free), "after DEBUG LOADAOF");
+    assert_eq!(
+        inspect(&mut m, "k"),
+        Some(free),
+        "after DEBUG LOADAOF; the AOF has, in this order: {:?}",
+        aof_order(&master)
+    );
     debug(&mut r, "LOADAOF");
     settle();
     assert_eq!(
@@ -517,6 +522,59 @@ fn a_payload_whose_time_left_and_end_disagree_loads_the_same_live_and_from_the_a
     let on_replica = inspect(&mut r, "k").unwrap();
     assert!(on_replica.held && on_replica.token == 10, "{on_replica:?}");
     assert_eq!(digest_value(&mut m, "k"), digest_value(&mut r, "k"));
+}
+
+/// The `RESTORE` and `REDLOCK.APPLY` records of the node's AOF, in order.
+fn aof_order(node: &Node) -> Vec<&'static str> {
+    let aof = aof_bytes(node);
+    let mut found: Vec<(usize, &'static str)> = Vec::new();
+    for name in ["RESTORE", "REDLOCK.APPLY"] {
+        let needle = format!("\r\n{name}\r\n");
+        let mut at = 0;
+        while let Some(i) = aof[at..]
+            .windows(needle.len())
+            .position(|w| w.eq_ignore_ascii_case(needle.as_bytes()))
+        {
+            found.push((at + i, name));
+            at += i + 1;
+        }
+    }
+    found.sort();
+    found.into_iter().map(|(_, name)| name).collect()
+}
+
+/// Issue 27 item 2, from a real `DUMP`: a lease dumped on a node whose wall
+/// clock is an hour ahead keeps its time left on the target, live and after
+/// `DEBUG LOADAOF` and a restart from the AOF (not the hour its wall-clock
+/// end says, clamped to a minute); when it ends another owner gets the lock.
+#[test]
+fn a_dump_from_a_node_with_a_skewed_clock_loads_the_same_from_the_aof() {
+    let source = Node::start();
+    let mut s = source.connection();
+    wall_offset(&mut s, 3_600_000);
+    assert_eq!(acquire(&mut s, "k", "alice", 3_000), Some(1));
+    let payload = dump(&mut s, "k");
+    let mut target = Node::builder().config("appendonly", "yes").start();
+    let mut t = target.connection();
+    restore(&mut t, "k", &payload).unwrap();
+    let live = inspect(&mut t, "k").unwrap();
+    assert!(live.held && live.pttl <= 3_000, "after RESTORE: {live:?}");
+    debug(&mut t, "LOADAOF");
+    let reloaded = inspect(&mut t, "k").unwrap();
+    assert!(
+        reloaded.token == 1 && reloaded.pttl <= 3_000,
+        "after DEBUG LOADAOF: {reloaded:?}; the AOF has, in this order: {:?}",
+        aof_order(&target)
+    );
+    target.restart();
+    let mut t = target.connection();
+    let restarted = inspect(&mut t, "k").unwrap();
+    assert!(
+        restarted.token == 1 && restarted.pttl <= 3_000,
+        "after a restart from the AOF: {restarted:?}"
+    );
+    std::thread::sleep(Duration::from_millis(restarted.pttl.max(0) as u64 + 100));
+    assert_eq!(acquire(&mut t, "k", "bob", 1_000), Some(2));
 }
 
 /// The CRC-64 is Redis's: its check value, and the trailer of a real DUMP
