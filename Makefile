@@ -41,7 +41,7 @@ safety: deps
 	REDLOCK_MODULE=$(TEST_MODULE) \
 		$(CARGO) run -q -p redlock-safety --bin safety -- --seed $(SEED) --duration $(DURATION) --out target/safety
 
-## fuzz-restore: the RESTORE fuzz run of tests/restore.rs with many more payloads (about five minutes); FUZZ_SEED=… FUZZ_CASES=… to vary it
+## fuzz-restore: the RESTORE fuzz run of tests/restore.rs with many more payloads (about four minutes); FUZZ_SEED=… FUZZ_CASES=… to vary it
 FUZZ_SEED ?= 1
 FUZZ_CASES ?= 100000
 .PHONY: fuzz-restore

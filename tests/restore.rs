@@ -606,9 +606,8 @@ fn the_payload_codec_matches_real_dumps() {
         assert_ne!(other, real);
         restore(&mut con, "copy", &other).unwrap();
         assert_eq!(digest_value(&mut con, "copy"), digest_value(&mut con, key));
-        assert_eq!(inspect(&mut con, "copy").map(|v| (v.held, v.token)), {
-            inspect(&mut con, key).map(|v| (v.held, v.token))
-        });
+        let copy = inspect(&mut con, "copy").map(|v| (v.held, v.token));
+        assert_eq!(copy, inspect(&mut con, key).map(|v| (v.held, v.token)));
     }
 }
 
@@ -624,7 +623,8 @@ const FUZZ_CASES: usize = 5_000;
 const BATCH: usize = 250;
 /// The fuzz nodes' `redlock.max-ttl-ms`: their longest lease.
 const LONGEST_MS: u64 = 300_000;
-/// A lease with more than this left at a comparison outlives it.
+/// A lease with more than this left at a comparison (and more than the
+/// comparison took) outlives it.
 const STABLE_MS: i64 = 5_000;
 /// Keys the payloads are restored into (`REPLACE`).
 const KEYS: usize = 40;
