@@ -41,6 +41,15 @@ safety: deps
 	REDLOCK_MODULE=$(TEST_MODULE) \
 		$(CARGO) run -q -p redlock-safety --bin safety -- --seed $(SEED) --duration $(DURATION) --out target/safety
 
+## fuzz-restore: the RESTORE fuzz run of tests/restore.rs with many more payloads (about four minutes); FUZZ_SEED=… FUZZ_CASES=… to vary it
+FUZZ_SEED ?= 1
+FUZZ_CASES ?= 100000
+.PHONY: fuzz-restore
+fuzz-restore: deps
+	$(CARGO) build -p redlock-module --features test-hooks
+	REDLOCK_MODULE=$(TEST_MODULE) REDLOCK_FUZZ_SEED=$(FUZZ_SEED) REDLOCK_FUZZ_CASES=$(FUZZ_CASES) \
+		$(CARGO) test -p redlock-module --features test-hooks --test restore -- fuzzed --nocapture
+
 ## bench: the benchmark table (five local nodes; about two minutes). ARGS=--smoke for a quick check
 bench: deps
 	./scripts/bench.sh $(ARGS)
