@@ -62,6 +62,28 @@ pub fn load_source() -> Source {
     }
 }
 
+/// The time left on a restored lock's lease as the payload states it: the
+/// remaining time, or, in version 1, its wall-clock end from now.
+fn restored_lease_ms(p: &persist::Persisted, wall: u64) -> u64 {
+    p.remaining.unwrap_or_else(|| p.expiry.saturating_sub(wall))
+}
+
+/// Whether this node is a replica now, asked through the context of the
+/// load in progress (Redis 7.0 needs a context, even for server flags).
+///
+/// # Safety
+/// `rdb` must be the IO handle Redis passed to `rdb_load`.
+unsafe fn is_replica(rdb: *mut raw::RedisModuleIO) -> bool {
+    let (Some(context_of), Some(flags)) = (
+        raw::RedisModule_GetContextFromIO,
+        raw::RedisModule_GetContextFlags,
+    ) else {
+        return false;
+    };
+    let ctx = context_of(rdb);
+    !ctx.is_null() && flags(ctx) as u32 & raw::REDISMODULE_CTX_FLAGS_SLAVE != 0
+}
+
 unsafe extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *mut c_void {
     if encver != ENCODING_VERSION && encver != ENCODING_V1 {
         return std::ptr::null_mut();
@@ -76,19 +98,29 @@ unsafe extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *m
                 }
             }
             Loading::File if mutant::on(Mutant::DiskLeaseFromWall) => p.remaining = None,
-            // RESTORE: a lease longer than any this node may grant is refused,
-            // not cut short (cutting it would free a lock its holder still
-            // uses, e.g. when MIGRATE moves it to a shard whose max-ttl-ms is
-            // smaller).
-            Loading::Nothing
-                if p.owner.is_some() && p.remaining.is_some_and(|r| r > guard::longest_lease()) =>
-            {
-                redis_module::logging::log_warning(format!(
-                    "RESTORE refused: the lock's lease ({} ms left) is longer than this node's longest lease ({} ms); raise redlock.max-ttl-ms here first",
-                    p.remaining.unwrap_or(0),
-                    guard::longest_lease()
-                ));
-                return None;
+            Loading::Nothing if p.owner.is_some() => {
+                let left = restored_lease_ms(&p, wall_now());
+                if is_replica(rdb) {
+                    // From this replica's master, which accepted it: never
+                    // refused here (the key would be missing after a
+                    // failover); its length is learned and recorded.
+                    guard::learn_lease(&redis_module::Context::dummy(), left);
+                } else if left > guard::longest_lease() {
+                    // A lease longer than any this node may grant is refused,
+                    // not cut short (cutting it would free a lock its holder
+                    // still uses, e.g. when MIGRATE moves it to a shard whose
+                    // max-ttl-ms is smaller).
+                    redis_module::logging::log_warning(format!(
+                        "RESTORE refused: the lock's lease ({left} ms left) is longer than this node's longest lease ({} ms); raise redlock.max-ttl-ms here first",
+                        guard::longest_lease()
+                    ));
+                    return None;
+                } else if let Err(e) = guard::record_lease(left) {
+                    // Recorded before it is accepted, so a restart that brings
+                    // a smaller max-ttl-ms back still covers it.
+                    redis_module::logging::log_warning(format!("RESTORE refused: {e}"));
+                    return None;
+                }
             }
             _ => {}
         }

@@ -47,7 +47,6 @@ extern "C" fn on_config_change(
         let ctx = Context::new(ctx);
         config::check_eviction_policy(&ctx);
         guard::on_config_change(&ctx);
-        crate::reclaim::check_preamble(&ctx);
     });
 }
 
@@ -96,7 +95,7 @@ extern "C" fn on_replica_change(
 }
 
 extern "C" fn on_fork(
-    _ctx: *mut raw::RedisModuleCtx,
+    ctx: *mut raw::RedisModuleCtx,
     _event: raw::RedisModuleEvent,
     subevent: u64,
     _data: *mut c_void,
@@ -105,6 +104,7 @@ extern "C" fn on_fork(
     // AOF rewrite): from the snapshot on, effects must be replicated.
     if subevent == raw::REDISMODULE_SUBEVENT_FORK_CHILD_BORN {
         replication::forked();
+        let _ = std::panic::catch_unwind(|| crate::reclaim::on_fork(&Context::new(ctx)));
     }
 }
 

@@ -110,15 +110,22 @@ pub fn on_load(ctx: &Context, now: MonoMillis) {
     let _ = RECORD_PATH.set(path);
     // The startup max-ttl-ms is recorded too: a restart that brings a
     // smaller one back from redis.conf must still cover this run's leases.
+    // When the record cannot be written, the longest lease stays at what
+    // is recorded: a grant of the startup length then tries again and is
+    // refused if it still fails, never granted unrecorded.
+    LONGEST_LEASE.fetch_max(recorded, Relaxed);
     let startup = config::max_ttl().max(0) as u64;
-    if startup > recorded {
-        if let Err(e) = record_lease(startup) {
-            ctx.log_warning(&format!("{e}"));
-        }
+    if let Err(e) = record_lease(startup) {
+        ctx.log_warning(&format!("{e}"));
     }
-    LONGEST_LEASE.fetch_max(recorded.max(startup), Relaxed);
 
-    let run_path = dir.join(RUN_STATE_FILE);
+    // The record vouches for one AOF, so it lives in that AOF's directory:
+    // a node that comes back with another (or no) AOF directory has no
+    // record and waits, and two instances sharing `dir` (which must use
+    // different AOF directories) do not share it.
+    let aof_dir =
+        config::config_get(ctx, "appenddirname").unwrap_or_else(|| "appendonlydir".into());
+    let run_path = dir.join(aof_dir).join(RUN_STATE_FILE);
     let previous = std::fs::read_to_string(&run_path)
         .ok()
         .and_then(|text| RunState::parse(&text));
@@ -153,7 +160,11 @@ fn save_run_state(ctx: &Context, window_open: bool) {
         window_open,
     };
     let _serial = RUN_STATE_WRITE.lock().unwrap_or_else(|p| p.into_inner());
-    if let Err(e) = write_file(path, &state.render()) {
+    let written = match path.parent() {
+        Some(dir) => std::fs::create_dir_all(dir).and_then(|()| write_file(path, &state.render())),
+        None => write_file(path, &state.render()),
+    };
+    if let Err(e) = written {
         let _ = std::fs::remove_file(path);
         if let Some(dir) = path.parent() {
             let _ = std::fs::File::open(dir).and_then(|d| d.sync_all());
@@ -232,9 +243,16 @@ pub fn window_len() -> u64 {
     if configured >= 0 {
         return configured as u64;
     }
-    WINDOW_DEFAULT_LEN
-        .load(Relaxed)
-        .max(LONGEST_LEASE.load(Relaxed))
+    WINDOW_DEFAULT_LEN.load(Relaxed)
+}
+
+/// A longer lease became known (recorded, learned from the data or a
+/// master): a window still open covers it too; one already over does not
+/// open again.
+fn lengthen_open_window(ms: u64) {
+    if state(crate::clock::mono_now()).is_some() {
+        WINDOW_DEFAULT_LEN.fetch_max(ms, Relaxed);
+    }
 }
 
 /// `(elapsed, remaining)` ms when `now` is inside the window.
@@ -319,6 +337,7 @@ pub fn record_lease(ttl_ms: u64) -> Result<bool, CommandError> {
     write_file(path, &format!("{ttl_ms}\n"))
         .map_err(|e| CommandError::GuardRecord(format!("{}: {e}", path.display())))?;
     LONGEST_LEASE.store(ttl_ms, Relaxed);
+    lengthen_open_window(ttl_ms);
     Ok(true)
 }
 
@@ -333,11 +352,14 @@ pub fn learn_lease(ctx: &Context, ms: u64) {
     let ms = ms.min(MAX_TTL_LIMIT as u64);
     if let Err(e) = record_lease(ms) {
         LONGEST_LEASE.fetch_max(ms, Relaxed);
+        lengthen_open_window(ms);
         ctx.log_warning(&format!("{e}"));
     }
 }
 
-fn write_file(path: &std::path::Path, text: &str) -> std::io::Result<()> {
+/// Writes `text` to `path` durably: a temporary file, fsynced, renamed over
+/// it, and the directory fsynced.
+pub fn write_file(path: &std::path::Path, text: &str) -> std::io::Result<()> {
     let tmp = path.with_extension("tmp");
     let mut file = std::fs::File::create(&tmp)?;
     file.write_all(text.as_bytes())?;

@@ -57,7 +57,7 @@
 use std::cell::RefCell;
 use std::os::raw::{c_int, c_void};
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicI32, AtomicU64, Ordering::Relaxed};
 use std::time::Instant;
 
 use redis_module::{raw, Context};
@@ -143,16 +143,55 @@ pub fn raise_reclaimed(counter: u64) {
     RECLAIMED_COUNTER.fetch_max(counter, Relaxed);
 }
 
-/// `aof-use-rdb-preamble no`: an AOF rewrite then carries the node record
-/// only with a lock record (there is no auxiliary data), so the sweep keeps
-/// the node's last record.
-static WITHOUT_PREAMBLE: AtomicBool = AtomicBool::new(false);
+/// File of the highest reclaimed counter, in the server's directory.
+pub const COUNTER_FILE: &str = "redlock-reclaimed-counter";
 
-/// Reads `aof-use-rdb-preamble` (at load and after a configuration change).
-pub fn check_preamble(ctx: &Context) {
-    let off = config::config_get(ctx, "aof-use-rdb-preamble")
-        .is_some_and(|v| v.eq_ignore_ascii_case("no"));
-    WITHOUT_PREAMBLE.store(off, Relaxed);
+/// The value last written to [`COUNTER_FILE`].
+static COUNTER_WRITTEN: AtomicU64 = AtomicU64::new(0);
+
+/// Reads [`COUNTER_FILE`] (at load): the counter survives a file that
+/// carries no node record (an AOF rewritten without RDB preamble after the
+/// last record went, with the setting changed since, or on a replica).
+fn load_counter_file(ctx: &Context) {
+    let path = std::env::current_dir()
+        .unwrap_or_default()
+        .join(COUNTER_FILE);
+    if let Ok(text) = std::fs::read_to_string(&path) {
+        match text.trim().parse::<u64>() {
+            Ok(n) if n <= crate::lock::MAX_TOKEN => {
+                raise_reclaimed(n);
+                COUNTER_WRITTEN.fetch_max(n, Relaxed);
+            }
+            _ => ctx.log_warning(&format!(
+                "{} does not hold a counter; ignoring it",
+                path.display()
+            )),
+        }
+    }
+}
+
+/// A child process was forked (an AOF rewrite, an RDB save, a full sync):
+/// the files it writes hold the counter as of now in their node record,
+/// except an AOF rewritten without RDB preamble when no lock record is
+/// left. So the counter goes to [`COUNTER_FILE`] (fsynced) first: Redis
+/// switches to the child's file only later, on the main thread.
+pub fn on_fork(ctx: &Context) {
+    let counter = RECLAIMED_COUNTER.load(Relaxed);
+    if counter <= COUNTER_WRITTEN.load(Relaxed) {
+        return;
+    }
+    let path = std::env::current_dir()
+        .unwrap_or_default()
+        .join(COUNTER_FILE);
+    match crate::guard::write_file(&path, &format!("{counter}\n")) {
+        Ok(()) => {
+            COUNTER_WRITTEN.fetch_max(counter, Relaxed);
+        }
+        Err(e) => ctx.log_warning(&format!(
+            "cannot write {}: {e}; the reclaimed counter relies on the data files",
+            path.display()
+        )),
+    }
 }
 
 /// Number of databases (`databases`), read at load.
@@ -173,7 +212,7 @@ thread_local! {
 /// Starts the sweep (from OnLoad): on the sweep thread, or on module timers
 /// where the server offers no thread-safe context.
 pub fn start(ctx: &Context) {
-    check_preamble(ctx);
+    load_counter_file(ctx);
     let databases = config::config_get(ctx, "databases")
         .and_then(|v| v.parse::<i32>().ok())
         .filter(|&n| n > 0)
@@ -467,9 +506,8 @@ unsafe fn reclaim_found(ctx: *mut raw::RedisModuleCtx, step: &mut Step) {
     for name in step.found.drain(..) {
         let deleted = {
             let mut key = LockKey::write(ctx, name);
-            let last = WITHOUT_PREAMBLE.load(Relaxed) && record::live() <= 1;
             match key.get().ok().flatten() {
-                Some(s) if !last && s.reclaimable(step.rule, step.now, step.wall_us) => {
+                Some(s) if s.reclaimable(step.rule, step.now, step.wall_us) => {
                     raise_reclaimed(s.counter());
                     key.delete().then_some(s.counter())
                 }

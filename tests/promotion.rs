@@ -432,3 +432,104 @@ fn restore_refuses_a_lease_longer_than_the_nodes_longest_lease() {
     assert!(v.held && v.pttl > 15_000 && v.token == 1, "{v:?}");
     assert_eq!(acquire(&mut t, "k", "bob", 1_000), None);
 }
+
+/// Review findings: a `RESTORE` (what `MIGRATE` runs) on a master whose
+/// `max-ttl-ms` was raised at run time records the lease before accepting
+/// it, so a restart that brings the smaller `max-ttl-ms` back neither cuts
+/// the lease nor shortens the window; the master's replica, still at the
+/// smaller `max-ttl-ms`, takes the same `RESTORE` instead of refusing it.
+#[test]
+fn a_restored_lease_is_recorded_and_its_replica_takes_it() {
+    let source = Node::builder()
+        .config("redlock.max-ttl-ms", "20000")
+        .start();
+    let mut s = source.connection();
+    assert_eq!(acquire(&mut s, "k", "alice", 20_000), Some(1));
+    let payload: Vec<u8> = redis::cmd("DUMP").arg("k").query(&mut s).unwrap();
+    let mut target = Node::builder()
+        .config("redlock.max-ttl-ms", "2000")
+        .config("redlock.restart-grace-ms", "-1")
+        .config("appendonly", "yes")
+        .config("appendfsync", "always")
+        .config("repl-diskless-sync-delay", "0")
+        .start();
+    let replica = start_replica(
+        &target,
+        Node::builder().config("redlock.max-ttl-ms", "2000"),
+    );
+    let mut t = target.connection();
+    let mut r = replica.connection();
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("redlock.max-ttl-ms")
+        .arg("30000")
+        .query(&mut t)
+        .unwrap();
+    let _: () = redis::cmd("RESTORE")
+        .arg("k")
+        .arg(0)
+        .arg(&payload)
+        .query(&mut t)
+        .unwrap();
+    wait_replicated(&mut t);
+    let v = inspect(&mut r, "k").expect("the replica refused its master's RESTORE");
+    assert!(v.held && v.pttl > 10_000, "replica: {v:?}");
+    let recorded: u64 = std::fs::read_to_string(target.dir().join("redlock-longest-lease-ms"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(recorded > 15_000, "recorded {recorded}");
+    drop(t);
+    target.kill();
+    target.restart_with(&[("redlock.max-ttl-ms", "2000")]);
+    let mut t = target.connection();
+    let v = inspect(&mut t, "k").unwrap();
+    assert!(v.held && v.pttl > 10_000, "after the restart: {v:?}");
+    assert_eq!(acquire_result(&mut t, "k", "bob", 2_000).ok(), None);
+}
+
+/// Review finding: the run record lives in the AOF directory, so a durable
+/// node that comes back with another AOF directory (a lost or unmounted
+/// one) has no record and waits.
+#[test]
+fn a_node_back_with_another_aof_directory_waits() {
+    let mut node = Node::builder()
+        .config("redlock.restart-grace-ms", "-1")
+        .config("redlock.max-ttl-ms", "1000")
+        .config("appendonly", "yes")
+        .config("appendfsync", "always")
+        .start();
+    let mut con = node.connection();
+    wait_until(Duration::from_secs(10), "first window end", || {
+        acquire_result(&mut con, "k", "a", 100).is_ok()
+    });
+    assert!(node.dir().join("appendonlydir/redlock-run-state").exists());
+    drop(con);
+    node.kill();
+    node.restart_with(&[("appenddirname", "elsewhere")]);
+    let mut con = node.connection();
+    let err = error_of(&mut con, &[b"REDLOCK.ACQUIRE", b"k2", b"a", b"100"]);
+    assert!(err.starts_with("GRACE"), "{err}");
+}
+
+/// Review finding: a window that is over does not open again when a longer
+/// lease becomes known later.
+#[test]
+fn a_window_that_is_over_stays_over() {
+    let mut node = Node::builder().config("redlock.max-ttl-ms", "1000").start();
+    drop(node.connection());
+    node.restart_with(&[("redlock.restart-grace-ms", "-1")]);
+    let mut con = node.connection();
+    wait_until(Duration::from_secs(10), "window end", || {
+        acquire_result(&mut con, "k", "a", 100).is_ok()
+    });
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("redlock.max-ttl-ms")
+        .arg("10000")
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(acquire(&mut con, "long", "a", 10_000), Some(1));
+    assert_eq!(acquire(&mut con, "other", "b", 1_000), Some(1));
+}

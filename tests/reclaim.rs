@@ -664,9 +664,6 @@ fn no_grant_on_a_reclaimed_name_goes_below_its_counter_whatever_the_floor() {
     // The mutant: no floor from reclaimed counters.
     let mut mutant = b.env("REDLOCK_TEST_MUTANTS", "no-reclaimed-floor").start();
     let mut x = mutant.connection();
-    // Another record, kept for ever: without RDB preamble the sweep keeps
-    // the node's last record.
-    assert_eq!(acquire(&mut x, "kept", "o", MAX_TTL_MS), Some(1));
     take_and_release(&mut x, "a");
     wait_gone(&mut x, "a", Duration::from_secs(5));
     assert_eq!(acquire(&mut x, "a", "plain-client", MAX_TTL_MS), Some(1));
@@ -675,43 +672,31 @@ fn no_grant_on_a_reclaimed_name_goes_below_its_counter_whatever_the_floor() {
 }
 
 /// Review finding: with `aof-use-rdb-preamble no` an AOF rewrite has no
-/// auxiliary data, and carries the reclaimed counter only with a lock
-/// record: the sweep keeps the node's last record, so a rewrite with every
-/// other record reclaimed, then a restart, keeps the counter.
+/// auxiliary data and, once every record is reclaimed, no record to carry
+/// the reclaimed counter: the node writes it to `redlock-reclaimed-counter`
+/// when it forks the rewrite, and a restart from that AOF keeps it.
 #[test]
-fn without_rdb_preamble_the_last_record_carries_the_reclaimed_counter() {
+fn without_rdb_preamble_the_reclaimed_counter_survives_a_rewrite_with_no_record() {
     let mut node = builder()
         .config("appendonly", "yes")
         .config("aof-use-rdb-preamble", "no")
         .start();
     let mut con = node.connection();
-    let tokens = [
-        take_and_release(&mut con, "first"),
-        take_and_release(&mut con, "second"),
-    ];
-    wait_until(Duration::from_secs(5), "one record reclaimed", || {
-        info_u64(&mut con, "redlock_reclaimed") == 1
-    });
-    std::thread::sleep(Duration::from_millis(RECLAIM_AFTER_MS + 500));
-    assert_eq!(
-        info_u64(&mut con, "redlock_reclaimed"),
-        1,
-        "the last record was reclaimed"
-    );
-    let (gone, gone_token) = if exists(&mut con, "first") {
-        ("second", tokens[1])
-    } else {
-        ("first", tokens[0])
-    };
+    let first = take_and_release(&mut con, "first");
+    let second = take_and_release(&mut con, "second");
+    wait_gone(&mut con, "first", Duration::from_secs(5));
+    wait_gone(&mut con, "second", Duration::from_secs(5));
     let reclaimed = info_u64(&mut con, "redlock_reclaimed_counter");
-    assert_eq!(reclaimed, gone_token as u64);
+    assert_eq!(reclaimed, first.max(second) as u64);
     let _: String = redis::cmd("BGREWRITEAOF").query(&mut con).unwrap();
     wait_for_no_child(&mut con);
+    let file = std::fs::read_to_string(node.dir().join("redlock-reclaimed-counter")).unwrap();
+    assert_eq!(file.trim(), reclaimed.to_string());
     drop(con);
     node.kill();
     node.restart();
     let mut con = node.connection();
     assert_eq!(info_u64(&mut con, "redlock_reclaimed_counter"), reclaimed);
-    let token = acquire(&mut con, gone, "plain-client", MAX_TTL_MS).unwrap();
-    assert!(token > gone_token, "{token} after {gone_token}");
+    let token = acquire(&mut con, "first", "plain-client", MAX_TTL_MS).unwrap();
+    assert!(token as u64 > reclaimed, "{token} after {reclaimed}");
 }

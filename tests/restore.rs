@@ -716,6 +716,15 @@ fn expect_v1(counter: u64, expiry: u64, owner: &[u8], now: u64) -> Expect {
     if counter > i64::MAX as u64 || owner.len() > 256 {
         return Expect::Refused;
     }
+    // A held lock with more time left than the longest lease is refused;
+    // around the bound, the time the payload took to arrive decides.
+    let left = expiry.saturating_sub(now);
+    if !owner.is_empty() && left > LONGEST_MS + 1_000 {
+        return Expect::Refused;
+    }
+    if !owner.is_empty() && left > LONGEST_MS.saturating_sub(1_000) {
+        return Expect::Either;
+    }
     let lease_ms = if owner.is_empty() {
         0
     } else {
