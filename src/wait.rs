@@ -9,7 +9,8 @@
 //!   replicated one), through [`state_changed`];
 //! - at the end of the lease, by a module timer that exists only while the
 //!   key has waiters (one timer per key, at the lease deadline, moved by
-//!   EXTEND and same-owner renewals, stopped when the last waiter leaves).
+//!   EXTEND and same-owner renewals, stopped when the last waiter leaves);
+//! - at the end of a reservation (see below), by the same timer.
 //!
 //! With `QUEUE owner ticket`, a waiter that finds the lock busy also joins
 //! the lock's queue on this node ([`crate::queue`]): a lock freed under
