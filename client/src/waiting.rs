@@ -159,9 +159,9 @@ impl Redlock {
 /// have) and still lost. "Every node answered" does not rule a split out: a
 /// node whose free lock is reserved for another waiter answers nil like a
 /// held one, so in a 2/2/1 split between three waiters each of them counts
-/// three "held" answers. A round that lost to a real holder with some
-/// grants of its own pauses too, at no cost: the wait that follows blocks
-/// on the holder anyway.
+/// three "held" answers. A round that lost to a new holder with some
+/// grants of its own pauses too, at little cost: at most
+/// [`SPLIT_PAUSE_MAX`], before a wait that blocks on that holder anyway.
 fn split_vote(holders: usize, may_hold: usize, quorum: usize) -> bool {
     holders < quorum || may_hold > 0
 }
