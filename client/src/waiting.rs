@@ -123,7 +123,7 @@ impl Redlock {
                 }
                 match &error {
                     Error::Busy { holders, .. } => {
-                        if split_vote(*holders, leftovers.nodes.len(), self.inner.quorum.quorum) {
+                        if split_vote(*holders, leftovers.granted, self.inner.quorum.quorum) {
                             let pause =
                                 rand::thread_rng().gen_range(Duration::ZERO..=SPLIT_PAUSE_MAX);
                             tracing::debug!(?pause, "split vote; pausing");
@@ -155,15 +155,16 @@ impl Redlock {
 
 /// Whether a busy round was a split vote, worth a random pause before the
 /// next attempt: fewer than `quorum` nodes said "held by another owner", or
-/// the round got a grant (`may_hold`: the nodes that granted it, or may
-/// have) and still lost. "Every node answered" does not rule a split out: a
+/// the round got `granted` grants and still lost (nodes that did not answer
+/// in time are not counted: under load they are mostly slow "held"
+/// answers). "Every node answered" does not rule a split out: a
 /// node whose free lock is reserved for another waiter answers nil like a
 /// held one, so in a 2/2/1 split between three waiters each of them counts
 /// three "held" answers. A round that lost to a new holder with some
 /// grants of its own pauses too, at little cost: at most
 /// [`SPLIT_PAUSE_MAX`], before a wait that blocks on that holder anyway.
-fn split_vote(holders: usize, may_hold: usize, quorum: usize) -> bool {
-    holders < quorum || may_hold > 0
+fn split_vote(holders: usize, granted: usize, quorum: usize) -> bool {
+    holders < quorum || granted > 0
 }
 
 /// Sends `REDLOCK.WAIT` to every node and returns once a quorum said the
