@@ -72,7 +72,7 @@ fn write_info(ctx: *mut raw::RedisModuleInfoCtx) {
         Some((_, remaining)) => (1, remaining),
         None => (0, 0),
     };
-    let counters: [(&CStr, u64); 22] = [
+    let counters: [(&CStr, u64); 23] = [
         (c"acquire_granted", stats::GRANTED.load(Relaxed)),
         (c"acquire_renewed", stats::RENEWED.load(Relaxed)),
         (c"acquire_busy", stats::BUSY.load(Relaxed)),
@@ -91,6 +91,7 @@ fn write_info(ctx: *mut raw::RedisModuleInfoCtx) {
         (c"wait_timeouts", stats::WAIT_TIMEOUTS.load(Relaxed)),
         (c"waiting_clients", wait::waiting_clients()),
         (c"wait_timers", wait::timers()),
+        (c"wait_keys", wait::keys()),
         (c"effects_unreplicated", replication::skipped()),
         (
             c"replication_skip_allowed",

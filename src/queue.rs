@@ -2,14 +2,22 @@
 //! independent of Redis (time passed in).
 //!
 //! A client that waits with `REDLOCK.WAIT key timeout QUEUE owner ticket`
-//! joins the queue; `ticket` orders it (the client's wall clock when it
-//! started waiting, so that every node orders the same waiters the same
-//! way). When the lock is free, the node *reserves* it for the first waiter
-//! in ticket order for a short hand-off window: only that waiter is woken,
-//! and an ACQUIRE by any other owner is answered as busy until the
-//! reserved owner takes the lock or the window passes (then the next waiter
-//! gets it). So a waiter that queued first wins over a newcomer, and the
-//! waiters do not all race for the lock at once.
+//! and finds the lock busy joins the queue; `ticket` orders it (the
+//! client's wall clock when it started waiting, so that every node orders
+//! the same waiters the same way), brought within [`TICKET_REACH_US`] of
+//! the node's clock ([`rank`]). When the lock frees under queued waiters
+//! (a release, a lease end, the end of an unused reservation), the node
+//! *reserves* it for the first waiter in ticket order for a short hand-off
+//! window: only that waiter is woken, and an ACQUIRE by any other owner is
+//! answered as busy until the reserved owner takes the lock or the window
+//! passes (then the next waiter gets it). So a waiter that queued first
+//! wins over a newcomer, and the waiters do not all race for the lock at
+//! once.
+//!
+//! Only a waiter that waited is ever reserved for: a WAIT that finds the
+//! lock free and nobody queued is answered at once and leaves nothing here
+//! ([`Queue::free_at_once`] never reserves), so repeated WAITs on a free
+//! lock cannot keep it from other owners.
 //!
 //! Safety: a reservation only ever refuses an ACQUIRE that would otherwise
 //! succeed; it never grants anything. Leases, counters and tokens follow
@@ -19,8 +27,30 @@ use std::collections::BTreeMap;
 
 use crate::lock::{MonoMillis, OwnerHash};
 
-/// A waiter's place: its ticket, and the order it joined in (ties).
+/// A waiter's place: its rank ([`rank`] of its ticket), and the order it
+/// joined in (ties).
 pub type Place = (u64, u64);
+
+/// How far (µs) a ticket counts from the node's wall clock, either way.
+///
+/// A ticket is the client's clock when it started waiting, so an honest
+/// one is close to the node's clock when the waiter first joins. Without a
+/// bound, ticket 0 (or a client clock far behind) would always go first,
+/// and two such clients would starve everyone. Clamped, a ticket buys at
+/// most this much seniority: a waiter that joins with an older ticket ranks
+/// as if it had started waiting this long ago, so it still goes before
+/// every honest newcomer, and waiters whose tickets are all that old rank
+/// among themselves by the moment they joined.
+pub const TICKET_REACH_US: u64 = 1_000_000;
+
+/// The rank of `ticket` on a node whose wall clock reads `wall_us`: the
+/// ticket brought within [`TICKET_REACH_US`] of that clock.
+pub fn rank(ticket: u64, wall_us: u64) -> u64 {
+    ticket.clamp(
+        wall_us.saturating_sub(TICKET_REACH_US),
+        wall_us.saturating_add(TICKET_REACH_US),
+    )
+}
 
 /// The queued waiters of one key and the current reservation.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -31,7 +61,7 @@ pub struct Queue {
 }
 
 impl Queue {
-    /// A waiter joins at `place`.
+    /// A waiter that blocked joins at `place`.
     pub fn join(&mut self, place: Place, owner: OwnerHash) {
         self.waiters.insert(place, owner);
     }
@@ -51,17 +81,22 @@ impl Queue {
         self.reservation.filter(|&(_, until)| now < until)
     }
 
-    /// Whether the waiter at `place` may be told the lock is free now (the
-    /// lock is free at `now`). When nothing is reserved, the lock is
-    /// reserved for the first waiter for `handoff_ms`; the waiter may go
-    /// when the reservation is its own.
-    pub fn may_go(
-        &mut self,
-        place: Place,
-        owner: &OwnerHash,
-        now: MonoMillis,
-        handoff_ms: u64,
-    ) -> bool {
+    /// Whether a WAIT that finds the lock free at `now` is answered at once
+    /// (`owner`: its queue owner, none for a plain WAIT): when the lock is
+    /// reserved for that owner, or when nothing is reserved and nobody is
+    /// queued. Otherwise the caller waits (and joins the queue). Never
+    /// reserves anything: a reservation only follows a wait.
+    pub fn free_at_once(&self, owner: Option<&OwnerHash>, now: MonoMillis) -> bool {
+        match self.reserved(now) {
+            Some((reserved, _)) => owner == Some(&reserved),
+            None => self.waiters.is_empty(),
+        }
+    }
+
+    /// The free lock passes on at `now`: when nothing is reserved, it is
+    /// reserved for the first waiter for `handoff_ms`. Returns the live
+    /// reservation, if any.
+    fn hand_off(&mut self, now: MonoMillis, handoff_ms: u64) -> Option<(OwnerHash, MonoMillis)> {
         if self.reserved(now).is_none() {
             self.reservation = self
                 .waiters
@@ -69,10 +104,32 @@ impl Queue {
                 .next()
                 .map(|first| (*first, now.saturating_add(handoff_ms.max(1))));
         }
-        match self.reserved(now) {
+        self.reserved(now)
+    }
+
+    /// Whether the queued waiter at `place` may be told the lock is free
+    /// now (the lock is free at `now` and the waiter waited). When nothing
+    /// is reserved, the lock is reserved for the first waiter for
+    /// `handoff_ms`; the waiter may go when the reservation is its own.
+    pub fn may_go(
+        &mut self,
+        place: Place,
+        owner: &OwnerHash,
+        now: MonoMillis,
+        handoff_ms: u64,
+    ) -> bool {
+        match self.hand_off(now, handoff_ms) {
             Some((reserved, _)) => reserved == *owner && self.waiters.contains_key(&place),
             None => false,
         }
+    }
+
+    /// Whether a plain waiter (no `QUEUE`) may be told the lock is free now
+    /// (the lock is free at `now`): only when it is not reserved, since an
+    /// ACQUIRE would get nil meanwhile. Queued waiters go first: when
+    /// nothing is reserved, the lock is reserved for the first of them.
+    pub fn lets_plain_waiter_go(&mut self, now: MonoMillis, handoff_ms: u64) -> bool {
+        self.hand_off(now, handoff_ms).is_none()
     }
 
     /// Whether an ACQUIRE by `owner` at `now` must be answered as busy
@@ -148,12 +205,88 @@ mod tests {
         assert!(!q.is_idle(5));
     }
 
+    #[test]
+    fn a_wait_on_a_free_lock_reserves_nothing() {
+        // `WAIT k 0 QUEUE squatter 0` on a free lock, repeated: answered at
+        // once every time, and other owners' ACQUIREs go through.
+        let mut q = Queue::default();
+        for now in 0..100 {
+            assert!(q.free_at_once(Some(&o(9)), now));
+            assert!(q.free_at_once(None, now));
+            assert!(!q.bars(&o(1), now));
+            assert_eq!(q.reserved(now), None);
+            assert!(q.is_idle(now));
+        }
+    }
+
+    #[test]
+    fn newcomers_wait_behind_a_reservation_or_queued_waiters() {
+        let mut q = Queue::default();
+        q.join((10, 1), o(1));
+        // Queued waiters and no reservation yet (it is being handed on):
+        // nobody is answered at once.
+        assert!(!q.free_at_once(Some(&o(2)), 100));
+        assert!(!q.free_at_once(None, 100));
+        assert!(q.may_go((10, 1), &o(1), 100, 50));
+        q.leave((10, 1));
+        // Reserved for o(1): only o(1) is answered at once.
+        assert!(q.free_at_once(Some(&o(1)), 120));
+        assert!(!q.free_at_once(Some(&o(2)), 120));
+        assert!(!q.free_at_once(None, 120));
+        // Window over, nobody queued: free for all again.
+        assert!(q.free_at_once(Some(&o(2)), 150));
+        assert!(q.free_at_once(None, 150));
+        assert!(q.is_idle(150));
+    }
+
+    #[test]
+    fn plain_waiters_wait_while_the_lock_is_reserved() {
+        let mut q = Queue::default();
+        assert!(q.lets_plain_waiter_go(100, 50));
+        assert_eq!(q.reserved(100), None, "a plain waiter reserves nothing");
+        q.join((10, 1), o(1));
+        // A plain waiter woken first hands the lock to the queued waiter.
+        assert!(!q.lets_plain_waiter_go(100, 50));
+        assert_eq!(q.reserved(100), Some((o(1), 150)));
+        assert!(q.may_go((10, 1), &o(1), 101, 50));
+        q.leave((10, 1));
+        assert!(!q.lets_plain_waiter_go(149, 50));
+        assert!(q.lets_plain_waiter_go(150, 50));
+        // Taken by its owner: the reservation ends at once.
+        q.join((20, 2), o(2));
+        assert!(q.may_go((20, 2), &o(2), 200, 50));
+        q.leave((20, 2));
+        assert!(!q.bars(&o(2), 201));
+        assert!(q.lets_plain_waiter_go(201, 50));
+    }
+
+    #[test]
+    fn tickets_count_only_near_the_node_clock() {
+        let wall = 1_700_000_000_000_000u64;
+        assert_eq!(rank(wall - 5, wall), wall - 5);
+        assert_eq!(rank(wall + 5, wall), wall + 5);
+        assert_eq!(rank(0, wall), wall - TICKET_REACH_US);
+        assert_eq!(rank(u64::MAX, wall), wall + TICKET_REACH_US);
+        assert_eq!(rank(0, 5), 0);
+        // An honest waiter that started waiting long ago (and joins again
+        // after a lost race) still goes before a squatter with ticket 0 that
+        // joins after it, and before every honest newcomer.
+        let mut q = Queue::default();
+        q.join((rank(wall - 30_000_000, wall), 1), o(1));
+        q.join((rank(0, wall + 1), 2), o(2));
+        q.join((rank(wall + 2, wall + 2), 3), o(3));
+        assert!(!q.may_go((rank(0, wall + 1), 2), &o(2), 10, 50));
+        assert_eq!(q.reserved(10), Some((o(1), 60)));
+    }
+
     #[derive(Clone, Debug)]
     enum Op {
         Join { ticket: u64, owner: u8 },
         Leave { nth: usize },
         Ready { nth: usize },
         Acquire { owner: u8 },
+        Arrive { owner: Option<u8> },
+        PlainReady,
         Advance { ms: u64 },
     }
 
@@ -163,6 +296,8 @@ mod tests {
             (0usize..8).prop_map(|nth| Op::Leave { nth }),
             (0usize..8).prop_map(|nth| Op::Ready { nth }),
             (0u8..8).prop_map(|owner| Op::Acquire { owner }),
+            proptest::option::of(0u8..8).prop_map(|owner| Op::Arrive { owner }),
+            Just(Op::PlainReady),
             (0u64..80).prop_map(|ms| Op::Advance { ms }),
         ]
     }
@@ -210,12 +345,53 @@ mod tests {
                         let barred = q.bars(&o(owner), now);
                         prop_assert_eq!(barred, live.is_some_and(|(r, _)| r != o(owner)));
                     }
+                    Op::Arrive { owner } => {
+                        // A WAIT finding the lock free never reserves, and is
+                        // answered at once only when no other owner is
+                        // reserved for and nobody queued would be.
+                        let before = q.clone();
+                        let owner = owner.map(o);
+                        let at_once = q.free_at_once(owner.as_ref(), now);
+                        prop_assert_eq!(&q, &before);
+                        match q.reserved(now) {
+                            Some((r, _)) => prop_assert_eq!(at_once, owner == Some(r)),
+                            None => prop_assert_eq!(at_once, places.is_empty()),
+                        }
+                    }
+                    Op::PlainReady => {
+                        if q.lets_plain_waiter_go(now, 50) {
+                            prop_assert!(q.reserved(now).is_none());
+                            prop_assert!(places.is_empty());
+                        } else {
+                            prop_assert!(q.reserved(now).is_some());
+                        }
+                    }
                     Op::Advance { ms } => now += ms,
                 }
                 if let Some((_, until)) = q.reserved(now) {
                     prop_assert!(until > now && until <= now + 50);
                 }
             }
+        }
+    }
+
+    proptest! {
+        /// A rank is within reach of the node's clock, keeps the order of
+        /// tickets, and leaves a ticket near the clock as it is.
+        #[test]
+        fn ranks_stay_near_the_clock_and_keep_order(
+            a in any::<u64>(),
+            b in any::<u64>(),
+            wall in 0u64..(u64::MAX / 2),
+            near in 0u64..=TICKET_REACH_US,
+        ) {
+            let ra = rank(a, wall);
+            prop_assert!(ra.abs_diff(wall) <= TICKET_REACH_US);
+            if a <= b {
+                prop_assert!(ra <= rank(b, wall));
+            }
+            prop_assert_eq!(rank(wall + near, wall), wall + near);
+            prop_assert_eq!(rank(wall.saturating_sub(near), wall), wall.saturating_sub(near));
         }
     }
 }

@@ -9,14 +9,22 @@
 //!   replicated one), through [`state_changed`];
 //! - at the end of the lease, by a module timer that exists only while the
 //!   key has waiters (one timer per key, at the lease deadline, moved by
-//!   EXTEND and same-owner renewals, stopped when the last waiter leaves).
+//!   EXTEND and same-owner renewals, stopped when the last waiter leaves);
+//! - at the end of a reservation (see below), by the same timer.
 //!
-//! With `QUEUE owner ticket`, the waiter also joins the lock's queue on this
-//! node ([`crate::queue`]): a freed lock is then reserved for the first
-//! waiter in ticket order for `redlock.handoff-ms`, only that waiter is
-//! answered, and ACQUIREs by other owners are answered as busy meanwhile
-//! ([`bars`]). Waiters without `QUEUE` are answered whenever the lock is
-//! free.
+//! With `QUEUE owner ticket`, a waiter that finds the lock busy also joins
+//! the lock's queue on this node ([`crate::queue`]): a lock freed under
+//! queued waiters is then reserved for the first waiter in ticket order for
+//! `redlock.handoff-ms`, only that waiter is answered, and ACQUIREs by
+//! other owners are answered as busy meanwhile ([`bars`]). A WAIT that
+//! finds the lock free with nobody queued is answered at once and stores
+//! nothing. Waiters without `QUEUE` are answered when the lock is free and
+//! not reserved (when an ACQUIRE would succeed).
+//!
+//! A key's entry in the waiter map lives while the key has blocked waiters
+//! or a live reservation: the key's timer (see above) also fires at the end
+//! of a reservation, and drops the entry when nobody waits any more. The
+//! map's size is `redlock_wait_keys` in `INFO redlock`.
 //!
 //! WAIT never grants, creates or changes the lock and is not replicated; the
 //! queue and its reservation live in this node's memory only.
@@ -24,9 +32,12 @@
 //! A waiter that disconnects or times out is forgotten in
 //! [`free_waiter`], which Redis calls exactly once per blocked client.
 //!
-//! A key deleted under its waiters (`DEL`, `FLUSHALL`) wakes them on servers
-//! that offer `RM_BlockClientOnKeysWithFlags` (Redis 7.2+, Valkey); on Redis
-//! 7.0 they are answered at their timeout.
+//! A key deleted under its waiters (`DEL`, `FLUSHALL`, the reclamation
+//! sweep) wakes them on servers that offer `RM_BlockClientOnKeysWithFlags`
+//! (Redis 7.2+, Valkey). Redis 7.0 never runs the reply callback for a
+//! missing key, so there the key's timer (at the lease end, or at the end
+//! of the reservation they wait behind) answers them itself
+//! ([`serve_missing`]).
 //!
 //! In a cluster, a waiter whose key `MIGRATE` hands to another shard is
 //! answered `-TRYAGAIN` at once ([`on_generic_event`]); its retry gets
@@ -46,14 +57,14 @@ use std::sync::Mutex;
 use redis_module::{raw, ContextFlags};
 
 use crate::args;
-use crate::clock::mono_now;
+use crate::clock::{mono_now, wall_now_us};
 use crate::config;
 use crate::error::CommandError;
 use crate::ffi::{Call, Reply};
 use crate::info::stats;
 use crate::lock::{LockState, MonoMillis, OwnerHash};
 use crate::owner::hash_owner;
-use crate::queue::{Place, Queue};
+use crate::queue::{self, Place, Queue};
 use crate::store::LockKey;
 
 /// Position of the owner in `REDLOCK.WAIT key timeout QUEUE owner ticket`.
@@ -84,6 +95,9 @@ struct Tag {
     /// Set when the key moved to another shard: the timeout callback then
     /// answers `-TRYAGAIN` instead of 0.
     moved: AtomicBool,
+    /// Set when the module answers the waiter itself because its key is
+    /// missing ([`serve_missing`]): the timeout callback then answers 1.
+    free: AtomicBool,
 }
 
 /// A blocked waiter: Redis's handle and the waiter's tag (alive until
@@ -104,9 +118,9 @@ static NEXT_PLACE: AtomicU64 = AtomicU64::new(1);
 /// makes the static safe to share.
 static WAITING: Mutex<BTreeMap<WaitedKey, Waiters>> = Mutex::new(BTreeMap::new());
 static WAITING_CLIENTS: AtomicU64 = AtomicU64::new(0);
-/// Set once any queued waiter was let through: from then on ACQUIRE looks
-/// for reservations (before, it skips the lookup).
-static RESERVATIONS: AtomicU64 = AtomicU64::new(0);
+/// Entries in [`WAITING`] (keys with waiters or a live reservation), kept
+/// beside the map so that ACQUIRE's fast path reads one atomic.
+static WAIT_KEYS: AtomicU64 = AtomicU64::new(0);
 static TIMERS: AtomicU64 = AtomicU64::new(0);
 
 fn waiting() -> std::sync::MutexGuard<'static, BTreeMap<WaitedKey, Waiters>> {
@@ -118,9 +132,21 @@ pub fn waiting_clients() -> u64 {
     WAITING_CLIENTS.load(Relaxed)
 }
 
-/// Lease-end timers armed now (one per key with waiters and a live lease).
+/// Keys in the waiter map now: keys with blocked waiters or a live
+/// reservation.
+pub fn keys() -> u64 {
+    WAIT_KEYS.load(Relaxed)
+}
+
+/// Timers armed now (at most one per key in the waiter map: at the end of
+/// the lease or of the reservation).
 pub fn timers() -> u64 {
     TIMERS.load(Relaxed)
+}
+
+/// Records the map's size after an entry was added or removed.
+fn count_keys(map: &BTreeMap<WaitedKey, Waiters>) {
+    WAIT_KEYS.store(map.len() as u64, Relaxed);
 }
 
 fn selected_db(ctx: *mut raw::RedisModuleCtx) -> c_int {
@@ -146,17 +172,20 @@ pub fn wait(call: &Call) -> Result<Reply, CommandError> {
     let waited: WaitedKey = (selected_db(call.raw()), call.args[1].to_vec());
     let queued = a.queue.map(|(owner, ticket)| {
         (
-            (ticket, NEXT_PLACE.fetch_add(1, Relaxed)),
+            (
+                queue::rank(ticket, wall_now_us()),
+                NEXT_PLACE.fetch_add(1, Relaxed),
+            ),
             hash_owner(owner),
         )
     });
     if deadline.is_none() {
-        if free_for(&waited, queued, now) {
+        if free_at_once(&waited, queued.map(|(_, owner)| owner), now) {
             stats::bump(&stats::WAIT_FREE);
             return Ok(Reply::Integer(1));
         }
-        // Free but reserved for a waiter ahead in the queue, which may be
-        // blocked: let it look again.
+        // Free but reserved, or being handed on to a queued waiter that
+        // may be blocked: let the blocked waiters look again.
         // SAFETY: ctx and the key name belong to the command in progress.
         unsafe {
             if let Some(signal) = raw::RedisModule_SignalKeyAsReady {
@@ -166,9 +195,6 @@ pub fn wait(call: &Call) -> Result<Reply, CommandError> {
     }
     let flags = call.ctx.get_flags();
     if flags.intersects(ContextFlags::MULTI | ContextFlags::LUA | ContextFlags::DENY_BLOCKING) {
-        if let Some((place, _)) = queued {
-            leave_queue(call.raw(), &waited, place, now);
-        }
         stats::bump(&stats::WAIT_CANNOT_BLOCK);
         return Ok(Reply::Integer(0));
     }
@@ -176,6 +202,7 @@ pub fn wait(call: &Call) -> Result<Reply, CommandError> {
         key: waited.clone(),
         queued,
         moved: AtomicBool::new(false),
+        free: AtomicBool::new(false),
     }))
     .cast::<c_void>();
     let mut keys = [key_name];
@@ -213,9 +240,6 @@ pub fn wait(call: &Call) -> Result<Reply, CommandError> {
     if blocked.is_null() {
         // SAFETY: Redis did not take the tag.
         drop(unsafe { Box::from_raw(tag.cast::<Tag>()) });
-        if let Some((place, _)) = queued {
-            leave_queue(call.raw(), &waited, place, now);
-        }
         return Err(CommandError::Internal("blocking the client"));
     }
     WAITING_CLIENTS.fetch_add(1, Relaxed);
@@ -229,58 +253,42 @@ pub fn wait(call: &Call) -> Result<Reply, CommandError> {
     if let Some((place, owner)) = queued {
         entry.queue.join(place, owner);
     }
-    let wake_at = deadline.or_else(|| entry.queue.reservation_end(now));
+    // A free lock: wake up when its reservation ends, or at once when it
+    // is being handed on (on Redis 7.0 the signal above does nothing for a
+    // missing key; the timer then answers the waiters itself).
+    let wake_at = deadline.or_else(|| Some(entry.queue.reservation_end(now).unwrap_or(now)));
     if let Some(at) = wake_at {
         arm_timer(call.raw(), &waited, entry, at, now);
     }
+    count_keys(&map);
     Ok(Reply::Blocked)
 }
 
-/// Whether a waiter finds the free lock free for it: a plain waiter always;
-/// a queued one when the queue lets it go (it joins the queue first, and
-/// leaves it again when it may go).
-fn free_for(waited: &WaitedKey, queued: Option<(Place, OwnerHash)>, now: MonoMillis) -> bool {
-    let Some((place, owner)) = queued else {
+/// Whether a WAIT that finds the lock free is answered at once (see
+/// [`Queue::free_at_once`]); `owner` is its queue owner. Never adds to the
+/// map: a waiter answered at once leaves nothing behind.
+fn free_at_once(waited: &WaitedKey, owner: Option<OwnerHash>, now: MonoMillis) -> bool {
+    if WAIT_KEYS.load(Relaxed) == 0 {
         return true;
-    };
-    let mut map = waiting();
-    let entry = map.entry(waited.clone()).or_default();
-    entry.queue.join(place, owner);
-    let go = entry.queue.may_go(place, &owner, now, config::handoff_ms());
-    if go {
-        entry.queue.leave(place);
-        RESERVATIONS.store(1, Relaxed);
     }
-    go
-}
-
-/// Takes a waiter that did not block out of the queue.
-fn leave_queue(ctx: *mut raw::RedisModuleCtx, waited: &WaitedKey, place: Place, now: MonoMillis) {
-    let mut map = waiting();
-    if let Some(entry) = map.get_mut(waited) {
-        entry.queue.leave(place);
-        if entry.count == 0 && entry.queue.is_idle(now) {
-            stop_timer(ctx, entry);
-            map.remove(waited);
-        }
-    }
+    waiting()
+        .get(waited)
+        .is_none_or(|entry| entry.queue.free_at_once(owner.as_ref(), now))
 }
 
 /// Whether an ACQUIRE by `owner` of the call's key must be answered as busy
 /// because the free lock is reserved for a queued waiter (see
 /// [`crate::queue`]). The reserved owner's ACQUIRE ends the reservation.
 pub fn bars(call: &Call, owner: &OwnerHash, now: MonoMillis) -> bool {
-    if RESERVATIONS.load(Relaxed) == 0 {
+    // No key with waiters or a reservation: no lock, no lookup, no
+    // allocation.
+    if WAIT_KEYS.load(Relaxed) == 0 {
         return false;
     }
     let Some(name) = call.args.get(1) else {
         return false;
     };
     let mut map = waiting();
-    // No key with waiters or a reservation: no lookup (and no allocation).
-    if map.is_empty() {
-        return false;
-    }
     let waited: WaitedKey = (selected_db(call.raw()), name.to_vec());
     let Some(entry) = map.get_mut(&waited) else {
         return false;
@@ -289,6 +297,7 @@ pub fn bars(call: &Call, owner: &OwnerHash, now: MonoMillis) -> bool {
     if entry.count == 0 && entry.queue.is_idle(now) {
         stop_timer(call.raw(), entry);
         map.remove(&waited);
+        count_keys(&map);
     }
     barred
 }
@@ -366,8 +375,10 @@ pub fn state_changed(call: &Call, state: &LockState, now: MonoMillis) {
     }
 }
 
-/// Timer callback at a lease end: signals the key ready, so that Redis
-/// runs [`on_ready`] for its waiters.
+/// Timer callback at a lease end or at the end of a reservation. A key
+/// nobody waits on any more leaves the map. Otherwise the key is signalled
+/// ready, so that Redis runs [`on_ready`] for its waiters; a missing key
+/// (outside cluster mode) is served here instead ([`serve_missing`]).
 extern "C" fn on_lease_end(ctx: *mut raw::RedisModuleCtx, data: *mut c_void) {
     if data.is_null() {
         return;
@@ -376,12 +387,25 @@ extern "C" fn on_lease_end(ctx: *mut raw::RedisModuleCtx, data: *mut c_void) {
     // gives it up.
     let waited = unsafe { Box::from_raw(data.cast::<WaitedKey>()) };
     let _ = catch_unwind(AssertUnwindSafe(|| {
+        let now = mono_now();
         {
             let mut map = waiting();
-            if let Some(entry) = map.get_mut(&*waited) {
-                if entry.timer.take().is_some() {
-                    TIMERS.fetch_sub(1, Relaxed);
+            let Some(entry) = map.get_mut(&*waited) else {
+                return;
+            };
+            if entry.timer.take().is_some() {
+                TIMERS.fetch_sub(1, Relaxed);
+            }
+            if entry.count == 0 {
+                // Only a reservation was left, and nobody waits for it.
+                match entry.queue.reservation_end(now) {
+                    Some(end) => arm_timer(ctx, &waited, entry, end, now),
+                    None => {
+                        map.remove(&*waited);
+                        count_keys(&map);
+                    }
                 }
+                return;
             }
         }
         // SAFETY: ctx is the timer's context; the string is freed below.
@@ -397,12 +421,68 @@ extern "C" fn on_lease_end(ctx: *mut raw::RedisModuleCtx, data: *mut c_void) {
                 return;
             };
             let name = create(ctx, waited.1.as_ptr().cast(), waited.1.len());
-            if !name.is_null() {
-                signal(ctx, name);
-                free(ctx, name);
+            if name.is_null() {
+                return;
             }
+            let missing = matches!(LockKey::read(ctx, name).get(), Ok(None));
+            if missing && !in_cluster(ctx) {
+                serve_missing(ctx, &waited, now);
+            } else {
+                signal(ctx, name);
+            }
+            free(ctx, name);
         }
     }));
+}
+
+/// Answers the waiters of a missing key (a free lock) as [`on_ready`]
+/// would: Redis 7.0 never runs the reply callback of a client blocked on a
+/// missing key, so a waiter behind a reservation whose key was deleted
+/// (the reclamation sweep, `DEL`) would otherwise stay blocked until
+/// something recreated the key. The waiters that may go are marked and
+/// unblocked (their timeout callback answers 1); the others wait for the
+/// end of the reservation.
+fn serve_missing(ctx: *mut raw::RedisModuleCtx, waited: &WaitedKey, now: MonoMillis) {
+    let handoff = config::handoff_ms();
+    let go: Vec<Handle> = {
+        let mut map = waiting();
+        let Some(entry) = map.get_mut(waited) else {
+            return;
+        };
+        let Waiters { handles, queue, .. } = &mut *entry;
+        // In the order the clients blocked, as Redis serves them.
+        let go = handles
+            .iter()
+            .copied()
+            .filter(|h| {
+                // SAFETY: the handle is in the map: its tag is alive.
+                let tag = unsafe { &*h.tag };
+                if tag.free.load(Relaxed) || tag.moved.load(Relaxed) {
+                    return false;
+                }
+                match tag.queued {
+                    None => queue.lets_plain_waiter_go(now, handoff),
+                    Some((place, owner)) => queue.may_go(place, &owner, now, handoff),
+                }
+            })
+            .collect();
+        if let Some(end) = entry.queue.reservation_end(now) {
+            arm_timer(ctx, waited, entry, end, now);
+        }
+        go
+    };
+    let Some(unblock) = (unsafe { raw::RedisModule_UnblockClient }) else {
+        return;
+    };
+    for handle in go {
+        // SAFETY: the handle was in the map a moment ago and nothing ran
+        // since, so `free_waiter` has not run for it. `RM_UnblockClient` on
+        // a client blocked on keys runs its timeout callback at once.
+        unsafe {
+            (*handle.tag).free.store(true, Relaxed);
+            unblock(handle.client, std::ptr::null_mut());
+        }
+    }
 }
 
 /// Reply callback of a blocked waiter, run when its key was signalled
@@ -454,11 +534,13 @@ extern "C" fn on_ready(
             arm_timer(ctx, &tag.key, entry, deadline, now);
             return false;
         }
-        let Some((place, owner)) = tag.queued else {
-            return true;
+        let handoff = config::handoff_ms();
+        let go = match tag.queued {
+            // A plain waiter goes when an ACQUIRE would succeed.
+            None => entry.queue.lets_plain_waiter_go(now, handoff),
+            Some((place, owner)) => entry.queue.may_go(place, &owner, now, handoff),
         };
-        if entry.queue.may_go(place, &owner, now, config::handoff_ms()) {
-            RESERVATIONS.store(1, Relaxed);
+        if go {
             return true;
         }
         // Reserved for someone else: wake up when that ends.
@@ -491,7 +573,8 @@ fn in_cluster(ctx: *mut raw::RedisModuleCtx) -> bool {
 }
 
 /// Timeout callback: the lock stayed held for the whole timeout, or (see
-/// [`on_generic_event`]) the key left for another shard.
+/// [`on_generic_event`]) the key left for another shard, or (see
+/// [`serve_missing`]) the missing key's lock is free for the waiter.
 extern "C" fn on_timeout(
     ctx: *mut raw::RedisModuleCtx,
     _argv: *mut *mut raw::RedisModuleString,
@@ -507,6 +590,11 @@ extern "C" fn on_timeout(
     };
     if tag.is_some_and(|t| t.moved.load(Relaxed)) {
         raw::reply_with_error(ctx, MOVED_AWAY.as_ptr());
+        return raw::REDISMODULE_OK as c_int;
+    }
+    if tag.is_some_and(|t| t.free.load(Relaxed)) {
+        stats::bump(&stats::WAIT_WOKEN);
+        raw::reply_with_long_long(ctx, 1);
         return raw::REDISMODULE_OK as c_int;
     }
     stats::bump(&stats::WAIT_TIMEOUTS);
@@ -582,8 +670,9 @@ fn string_bytes<'a>(s: *mut raw::RedisModuleString) -> Option<&'a [u8]> {
 }
 
 /// Called once per blocked client when it leaves (answered, timed out or
-/// disconnected): forgets it (and its place in the queue), and the key's
-/// timer with its last waiter.
+/// disconnected): forgets it (and its place in the queue). With the last
+/// waiter the key leaves the map, or, while a reservation is live, its
+/// timer moves to the reservation's end, which drops the entry then.
 extern "C" fn free_waiter(ctx: *mut raw::RedisModuleCtx, tag: *mut c_void) {
     if tag.is_null() {
         return;
@@ -604,9 +693,13 @@ extern "C" fn free_waiter(ctx: *mut raw::RedisModuleCtx, tag: *mut c_void) {
             entry.queue.leave(place);
         }
         if entry.count == 0 {
-            stop_timer(ctx, entry);
-            if entry.queue.is_idle(now) {
-                map.remove(&tag.key);
+            match entry.queue.reservation_end(now) {
+                Some(end) => arm_timer(ctx, &tag.key, entry, end, now),
+                None => {
+                    stop_timer(ctx, entry);
+                    map.remove(&tag.key);
+                    count_keys(&map);
+                }
             }
         }
     }));

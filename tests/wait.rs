@@ -312,16 +312,28 @@ fn waiters_on_a_replica_wake_when_the_master_releases() {
     assert_eq!(reply, 1);
 }
 
+/// Starts `REDLOCK.WAIT key 0 QUEUE owner ticket` on a connection of its
+/// own.
+fn spawn_queued(node: &Node, key: &str, owner: &str, ticket: u64) -> JoinHandle<(i64, Duration)> {
+    spawn_queued_for(node, key, owner, ticket, 0)
+}
+
 /// Starts `REDLOCK.WAIT key timeout QUEUE owner ticket` on a connection of
 /// its own.
-fn spawn_queued(node: &Node, key: &str, owner: &str, ticket: u64) -> JoinHandle<(i64, Duration)> {
+fn spawn_queued_for(
+    node: &Node,
+    key: &str,
+    owner: &str,
+    ticket: u64,
+    timeout_ms: u64,
+) -> JoinHandle<(i64, Duration)> {
     let mut con = node.connection();
     let (key, owner) = (key.to_string(), owner.to_string());
     std::thread::spawn(move || {
         let started = Instant::now();
         let reply: i64 = redis::cmd("REDLOCK.WAIT")
             .arg(&key)
-            .arg(0)
+            .arg(timeout_ms)
             .arg("QUEUE")
             .arg(&owner)
             .arg(ticket)
@@ -331,15 +343,34 @@ fn spawn_queued(node: &Node, key: &str, owner: &str, ticket: u64) -> JoinHandle<
     })
 }
 
+fn wait_queued_now(con: &mut redis::Connection, key: &str, owner: &str, ticket: u64) -> i64 {
+    redis::cmd("REDLOCK.WAIT")
+        .arg(key)
+        .arg(0)
+        .arg("QUEUE")
+        .arg(owner)
+        .arg(ticket)
+        .query(con)
+        .unwrap()
+}
+
+/// The node's wall clock in microseconds (`TIME`): honest tickets are
+/// close to it.
+fn node_clock_us(con: &mut redis::Connection) -> u64 {
+    let (secs, micros): (u64, u64) = redis::cmd("TIME").query(con).unwrap();
+    secs * 1_000_000 + micros
+}
+
 #[test]
 fn a_freed_lock_goes_to_the_first_ticket_and_newcomers_are_refused() {
     let node = Node::builder().config("redlock.handoff-ms", "300").start();
     let mut con = node.connection();
     assert_eq!(acquire(&mut con, "k", "holder", 30_000), Some(1));
     // Blocked in this order; tickets say "late" came last.
-    let late = spawn_queued(&node, "k", "late", 30);
+    let now = node_clock_us(&mut con);
+    let late = spawn_queued(&node, "k", "late", now + 30);
     until_waiting(&mut con, 1);
-    let early = spawn_queued(&node, "k", "early", 10);
+    let early = spawn_queued(&node, "k", "early", now + 10);
     until_waiting(&mut con, 2);
     assert_eq!(release(&mut con, "k", "holder"), 1);
     // Only the first ticket is woken.
@@ -363,9 +394,10 @@ fn a_reservation_nobody_uses_passes_to_the_next_waiter() {
     let node = Node::builder().config("redlock.handoff-ms", "200").start();
     let mut con = node.connection();
     assert_eq!(acquire(&mut con, "k", "holder", 30_000), Some(1));
-    let first = spawn_queued(&node, "k", "gone", 1);
+    let now = node_clock_us(&mut con);
+    let first = spawn_queued(&node, "k", "gone", now + 1);
     until_waiting(&mut con, 1);
-    let second = spawn_queued(&node, "k", "next", 2);
+    let second = spawn_queued(&node, "k", "next", now + 2);
     until_waiting(&mut con, 2);
     let released = Instant::now();
     assert_eq!(release(&mut con, "k", "holder"), 1);
@@ -416,4 +448,183 @@ fn queued_owners_are_redacted_and_bad_queue_arguments_refused() {
         &[b"REDLOCK.WAIT", b"k", b"0", b"LINE", b"me", b"1"],
     );
     assert!(err.starts_with("ERR syntax error: expected QUEUE"), "{err}");
+}
+
+/// A squatter that only queues on a free lock (`WAIT k 0 QUEUE squatter
+/// 0`, repeated) gets 1 at once every time and keeps nothing from anyone:
+/// only a waiter that waited is ever reserved for.
+#[test]
+fn queueing_on_a_free_lock_reserves_nothing() {
+    let node = Node::builder().config("redlock.handoff-ms", "5000").start();
+    let mut con = node.connection();
+    assert_eq!(acquire(&mut con, "released", "a", 10_000), Some(1));
+    assert_eq!(release(&mut con, "released", "a"), 1);
+    for key in ["missing", "released"] {
+        for _ in 0..20 {
+            assert_eq!(wait_queued_now(&mut con, key, "squatter", 0), 1);
+        }
+        let token = acquire(&mut con, key, "other", 10_000);
+        assert!(token.is_some(), "{key}: refused after the squatter's WAITs");
+        assert_eq!(release(&mut con, key, "other"), 1);
+        for _ in 0..5 {
+            assert_eq!(wait_queued_now(&mut con, key, "squatter", 0), 1);
+            assert!(acquire(&mut con, key, "other", 10_000).is_some(), "{key}");
+            assert_eq!(release(&mut con, key, "other"), 1);
+        }
+    }
+    assert_eq!(redlock_info(&mut con, "wait_keys"), 0);
+}
+
+/// WAIT … QUEUE answered at once stores nothing: thousands on fresh names
+/// leave the waiter map empty (it used to keep a reservation per name,
+/// about 0.7 KB each, that only a later ACQUIRE or WAIT on that name
+/// removed).
+#[test]
+fn queued_waits_answered_at_once_leave_nothing_behind() {
+    let node = Node::start();
+    let mut con = node.connection();
+    let mut pipe = redis::pipe();
+    for i in 0..2_000 {
+        pipe.cmd("REDLOCK.WAIT")
+            .arg(format!("fresh:{i}"))
+            .arg(0)
+            .arg("QUEUE")
+            .arg("w")
+            .arg(i);
+    }
+    let replies: Vec<i64> = pipe.query(&mut con).unwrap();
+    assert!(replies.iter().all(|&r| r == 1));
+    assert_eq!(redlock_info(&mut con, "wait_keys"), 0);
+    assert_eq!(redlock_info(&mut con, "wait_timers"), 0);
+}
+
+/// A reservation nobody takes (the woken waiter never comes to ACQUIRE)
+/// leaves the waiter map when its window ends, on a master and on a
+/// replica, where no ACQUIRE ever runs.
+#[test]
+fn an_unused_reservation_leaves_the_map_when_its_window_ends() {
+    let master = Node::builder().config("redlock.handoff-ms", "200").start();
+    let mut m = master.connection();
+    let replica = start_replica(&master, Node::builder().config("redlock.handoff-ms", "200"));
+    let mut r = replica.connection();
+    assert_eq!(acquire(&mut m, "k", "holder", 30_000), Some(1));
+    wait_replicated(&mut m);
+    let now = node_clock_us(&mut m);
+    let on_master = spawn_queued(&master, "k", "gone", now);
+    let on_replica = spawn_queued(&replica, "k", "gone", now);
+    until_waiting(&mut m, 1);
+    until_waiting(&mut r, 1);
+    assert_eq!(release(&mut m, "k", "holder"), 1);
+    assert_eq!(on_master.join().unwrap().0, 1);
+    assert_eq!(on_replica.join().unwrap().0, 1);
+    for con in [&mut m, &mut r] {
+        wait_until(Duration::from_secs(5), "reservation dropped", || {
+            redlock_info(con, "wait_keys") == 0
+        });
+        assert_eq!(redlock_info(con, "wait_timers"), 0);
+        assert_eq!(redlock_info(con, "waiting_clients"), 0);
+    }
+    assert_eq!(acquire(&mut m, "k", "other", 1_000), Some(2));
+}
+
+/// A plain WAIT (no QUEUE) on a lock that is free but reserved for a
+/// queued waiter waits, as an ACQUIRE would get nil; it is answered when an
+/// ACQUIRE could succeed (here: at the end of the reserved owner's lease).
+#[test]
+fn a_plain_waiter_waits_while_the_lock_is_reserved() {
+    let node = Node::builder().config("redlock.handoff-ms", "3000").start();
+    let mut con = node.connection();
+    assert_eq!(acquire(&mut con, "k", "holder", 30_000), Some(1));
+    let queued = spawn_queued(&node, "k", "first", node_clock_us(&mut con));
+    until_waiting(&mut con, 1);
+    let plain = spawn_wait(&node, "k", 0);
+    until_waiting(&mut con, 2);
+    assert_eq!(release(&mut con, "k", "holder"), 1);
+    assert_eq!(queued.join().unwrap().0, 1);
+    // Reserved for "first": ACQUIREs by others get nil, and plain WAITs
+    // wait (the short one times out).
+    assert_eq!(acquire(&mut con, "k", "other", 1_000), None);
+    assert_eq!(wait_now(&mut con, "k", 100), 0);
+    assert_eq!(redlock_info(&mut con, "waiting_clients"), 1);
+    assert_eq!(acquire(&mut con, "k", "first", 300), Some(2));
+    let (reply, _) = plain.join().unwrap();
+    assert_eq!(reply, 1);
+    assert_eq!(acquire(&mut con, "k", "other", 1_000), Some(3));
+}
+
+/// Tickets count only near the node's clock: ticket 0 (or a client clock
+/// far behind) does not go before a waiter that queued earlier with an
+/// honest ticket.
+#[test]
+fn a_ticket_far_behind_the_node_clock_does_not_go_first() {
+    let node = Node::builder().config("redlock.handoff-ms", "3000").start();
+    let mut con = node.connection();
+    assert_eq!(acquire(&mut con, "k", "holder", 30_000), Some(1));
+    // An honest waiter that started waiting 30 s ago.
+    let old = node_clock_us(&mut con) - 30_000_000;
+    let honest = spawn_queued(&node, "k", "honest", old);
+    until_waiting(&mut con, 1);
+    let squatter = spawn_queued_for(&node, "k", "squatter", 0, 5_000);
+    until_waiting(&mut con, 2);
+    assert_eq!(release(&mut con, "k", "holder"), 1);
+    // Reserved for the honest waiter at once: the squatter is refused.
+    assert_eq!(acquire(&mut con, "k", "squatter", 1_000), None);
+    assert_eq!(honest.join().unwrap().0, 1);
+    assert_eq!(acquire(&mut con, "k", "honest", 300), Some(2));
+    // The squatter's turn comes when that lease ends.
+    assert_eq!(squatter.join().unwrap().0, 1);
+}
+
+/// Redis 7.0 never wakes a client blocked on a key that no longer exists.
+/// A waiter queued behind a reservation whose record the reclamation sweep
+/// deleted is still answered when the reservation ends (it used to stay
+/// blocked until something recreated the key, for ever with timeout 0).
+#[test]
+fn a_waiter_behind_a_reclaimed_key_is_answered_when_the_reservation_ends() {
+    let node = Node::builder()
+        .config("redlock.handoff-ms", "2500")
+        .config("redlock.reclaim-after-ms", "300")
+        .config("redlock.max-ttl-ms", "200")
+        .config("redlock.restart-grace-ms", "0")
+        .start();
+    let mut con = node.connection();
+    let now = node_clock_us(&mut con);
+    assert!(acquire_floor(&mut con, "k", "holder", 200, now as i64).is_some());
+    let first = spawn_queued(&node, "k", "first", now);
+    until_waiting(&mut con, 1);
+    let second = spawn_queued_for(&node, "k", "second", now + 1, 8_000);
+    until_waiting(&mut con, 2);
+    assert_eq!(release(&mut con, "k", "holder"), 1);
+    assert_eq!(first.join().unwrap().0, 1);
+    // "first" never takes it; the sweep deletes the idle record meanwhile.
+    wait_until(Duration::from_secs(2), "record reclaimed", || {
+        !redis::cmd("EXISTS")
+            .arg("k")
+            .query::<bool>(&mut con)
+            .unwrap()
+    });
+    assert_eq!(redlock_info(&mut con, "waiting_clients"), 1);
+    let (reply, took) = second.join().unwrap();
+    assert_eq!(reply, 1, "answered after {took:?}");
+    assert_eq!(acquire(&mut con, "k", "first", 200), None);
+    assert!(acquire(&mut con, "k", "second", 200).is_some());
+    wait_until(Duration::from_secs(5), "map emptied", || {
+        redlock_info(&mut con, "wait_keys") == 0
+    });
+}
+
+/// On Redis 7.0 too, waiters on a held key that is deleted (`DEL`) are
+/// answered when the lease would have ended, not at their timeout.
+#[test]
+fn waiters_on_a_deleted_key_are_answered_at_the_lease_end() {
+    let node = Node::start();
+    let mut con = node.connection();
+    assert_eq!(acquire(&mut con, "k", "holder", 300), Some(1));
+    let waiter = spawn_wait(&node, "k", 10_000);
+    until_waiting(&mut con, 1);
+    let _: i64 = redis::cmd("DEL").arg("k").query(&mut con).unwrap();
+    let (reply, took) = waiter.join().unwrap();
+    assert_eq!(reply, 1, "answered after {took:?}");
+    assert_eq!(redlock_info(&mut con, "waiting_clients"), 0);
+    assert_eq!(redlock_info(&mut con, "wait_keys"), 0);
 }

@@ -38,10 +38,12 @@ pub(crate) struct Unanswered {
 }
 
 /// What a failed acquire attempt leaves: the nodes that may hold the lock
-/// for the owner and must get a RELEASE, and the unanswered calls, to keep
-/// until that release is queued.
+/// for the owner and must get a RELEASE, how many of them are known to
+/// have granted it, and the unanswered calls, to keep until that release is
+/// queued.
 pub(crate) struct Leftover {
     pub(crate) nodes: Vec<usize>,
+    pub(crate) granted: usize,
     pub(crate) _unanswered: Unanswered,
 }
 
@@ -526,6 +528,7 @@ impl Quorum {
         tracing::debug!(outcomes = %Outcomes(&self.nodes, tally.replies()), "acquire replies");
         let leftover = |unanswered| Leftover {
             nodes: tally.may_hold(),
+            granted: tally.grants(),
             _unanswered: unanswered,
         };
         let mut fencing = match outcome {

@@ -345,6 +345,7 @@ impl Redlock {
         let ttl_ms = ttl_millis(ttl).map_err(|e| {
             let nothing = Leftover {
                 nodes: Vec::new(),
+                granted: 0,
                 _unanswered: Unanswered::default(),
             };
             (e, nothing)
@@ -368,6 +369,8 @@ impl Redlock {
             let Some(usable) = inner.usable(ttl_ms, elapsed) else {
                 let all = Leftover {
                     nodes: (0..inner.quorum.nodes.len()).collect(),
+                    // At least a quorum granted it.
+                    granted: inner.quorum.quorum,
                     _unanswered: unanswered,
                 };
                 return Err((Error::ExpiredBeforeUse { ttl, elapsed }, all));

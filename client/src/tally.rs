@@ -156,6 +156,11 @@ impl AcquireTally {
         &self.replies
     }
 
+    /// How many nodes granted the lock so far.
+    pub(crate) fn grants(&self) -> usize {
+        self.count(|r| matches!(r, Some(AcquireReply::Granted(_))))
+    }
+
     /// The nodes that may hold the lock for this owner and must get a
     /// RELEASE when the attempt fails: those that granted, those that have
     /// not answered, and those whose failure may have come after the node

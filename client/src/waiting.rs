@@ -18,8 +18,9 @@
 //!
 //! Races remain possible (nodes that saw different waiters, a waiter whose
 //! reservation lapsed): a waiter that finds the lock busy releases what it
-//! got and waits again, keeping its ticket. When nobody reached a quorum (a
-//! split vote), a random pause before the next attempt lets one get ahead.
+//! got and waits again, keeping its ticket. After a split vote (a lost
+//! round that got grants: see [`split_vote`]), a random pause before the
+//! next attempt lets one get ahead.
 //!
 //! Dropping the future stops everything: connections blocked in WAIT are
 //! closed (which ends the wait on the node), and an attempt in flight is
@@ -126,7 +127,7 @@ impl Redlock {
                 }
                 match &error {
                     Error::Busy { holders, .. } => {
-                        if *holders < self.inner.quorum.quorum {
+                        if split_vote(*holders, leftovers.granted, self.inner.quorum.quorum) {
                             let pause =
                                 rand::thread_rng().gen_range(Duration::ZERO..=SPLIT_PAUSE_MAX);
                             tracing::debug!(?pause, "split vote; pausing");
@@ -154,6 +155,20 @@ impl Redlock {
         .instrument(span)
         .await
     }
+}
+
+/// Whether a busy round was a split vote, worth a random pause before the
+/// next attempt: fewer than `quorum` nodes said "held by another owner", or
+/// the round got `granted` grants and still lost (nodes that did not answer
+/// in time are not counted: under load they are mostly slow "held"
+/// answers). "Every node answered" does not rule a split out: a
+/// node whose free lock is reserved for another waiter answers nil like a
+/// held one, so in a 2/2/1 split between three waiters each of them counts
+/// three "held" answers. A round that lost to a new holder with some
+/// grants of its own pauses too, at little cost: at most
+/// [`SPLIT_PAUSE_MAX`], before a wait that blocks on that holder anyway.
+fn split_vote(holders: usize, granted: usize, quorum: usize) -> bool {
+    holders < quorum || granted > 0
 }
 
 /// Sends `REDLOCK.WAIT` to every node and returns once a quorum said the
@@ -224,5 +239,24 @@ async fn wait_for_free(
                 Wake::TimedOut
             };
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::split_vote;
+
+    #[test]
+    fn a_split_where_every_node_answered_pauses() {
+        // Five nodes, quorum 3. A 2/2/1 split between three waiters (each
+        // node reserved for, or granted to, one of them): the waiters with
+        // two grants and the one with one grant each see three nils.
+        assert!(split_vote(3, 2, 3));
+        assert!(split_vote(4, 1, 3));
+        // Too few "held" answers: a split whatever was granted.
+        assert!(split_vote(2, 0, 3));
+        // Held everywhere, nothing granted: a real holder, no pause.
+        assert!(!split_vote(5, 0, 3));
+        assert!(!split_vote(3, 0, 3));
     }
 }

@@ -267,3 +267,35 @@ async fn with_lock_wait_runs_the_work_once_the_lock_frees() {
         .await;
     assert!(err.is_ok());
 }
+
+/// A client that only queues (`REDLOCK.WAIT k 0 QUEUE squatter 0` on every
+/// node, over and over, never waiting) keeps a free lock from nobody: a
+/// WAIT answered at once reserves nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_only_queues_keeps_a_free_lock_from_nobody() {
+    let nodes = five();
+    let redlock = client(&nodes).await;
+    let mut squatters: Vec<_> = nodes.iter().map(Node::connection).collect();
+    for round in 0..5 {
+        for con in &mut squatters {
+            let free: i64 = redis::cmd("REDLOCK.WAIT")
+                .arg("k")
+                .arg(0)
+                .arg("QUEUE")
+                .arg("squatter")
+                .arg(0)
+                .query(con)
+                .unwrap();
+            assert_eq!(free, 1);
+        }
+        let lock = redlock
+            .try_acquire("k", Duration::from_secs(5))
+            .await
+            .unwrap()
+            .unwrap_or_else(|| panic!("round {round}: busy after the squatter's WAITs"));
+        assert!(lock.release().await.unwrap());
+    }
+    for node in &nodes {
+        assert_eq!(info_u64(node, "redlock", "redlock_wait_keys"), 0);
+    }
+}
