@@ -295,7 +295,17 @@ async fn a_client_that_only_queues_keeps_a_free_lock_from_nobody() {
             .unwrap_or_else(|| panic!("round {round}: busy after the squatter's WAITs"));
         assert!(lock.release().await.unwrap());
     }
+    // A node whose RELEASE of the previous round had not arrived yet made
+    // that round's WAIT a real wait: its reservation ends within
+    // handoff-ms, and its entry with it.
+    let deadline = Instant::now() + Duration::from_secs(5);
     for node in &nodes {
-        assert_eq!(info_u64(node, "redlock", "redlock_wait_keys"), 0);
+        while info_u64(node, "redlock", "redlock_wait_keys") != 0 {
+            assert!(
+                Instant::now() < deadline,
+                "a waiter-map entry outlived its reservation"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
     }
 }
