@@ -214,6 +214,7 @@ pub fn screen_inner(inner: &[&[u8]]) -> Result<(), FenceError> {
         b"xread" | b"xreadgroup" if has_block_option(&inner[1..]) => {
             refuse("blocking commands are not allowed inside it")
         }
+        b"migrate" => refuse("it moves keys to another server (an admin command)"),
         b"eval" | b"evalsha" | b"eval_ro" | b"evalsha_ro" | b"fcall" | b"fcall_ro" | b"script"
         | b"function" => {
             refuse("scripts are not allowed inside it (call REDLOCK.GUARD from the script instead)")
@@ -402,6 +403,7 @@ mod tests {
             ],
             &[b"EVAL", b"return 1", b"1", b"k"],
             &[b"FCALL", b"f", b"1", b"k"],
+            &[b"MIGRATE", b"h", b"1", b"k", b"0", b"10"],
             &[b"S\0ET", b"k", b"v"],
             &[],
         ];
