@@ -19,7 +19,7 @@ use serde::{Deserialize, Serialize};
 use crate::checker::{self, Report};
 use crate::clock::mono_ns;
 use crate::history::{self, Guarantees, Kind, Recorder};
-use crate::resource::{Checking, ResourceServer};
+use crate::resource::{Checking, ResourceKind, ResourceServer};
 use crate::workload::{ClientOptions, PausePlan, PausePoint, WorkerSpec};
 
 /// Members of every run's quorum.
@@ -81,6 +81,10 @@ pub enum FaultType {
     /// master is killed, a replica takes over, and the old master restarts
     /// empty as its replica.
     ClusterShards,
+    /// The Redis server that holds the fenced resource is killed (`kill -9`)
+    /// and restarted from its AOF (`appendfsync always`), again and again,
+    /// while the workers use it.
+    ResourceKill,
     /// Mutation tests: two random nodes cut off, rotating quickly.
     PartitionRotate,
     /// Mutation tests: every node killed and restarted at once (empty
@@ -90,7 +94,7 @@ pub enum FaultType {
 
 impl FaultType {
     /// The matrix `make safety` runs.
-    pub const MATRIX: [FaultType; 16] = [
+    pub const MATRIX: [FaultType; 17] = [
         FaultType::None,
         FaultType::KillNone,
         FaultType::KillEverysec,
@@ -107,6 +111,7 @@ impl FaultType {
         FaultType::ClockJump,
         FaultType::PromoteLaggingReplica,
         FaultType::ClusterShards,
+        FaultType::ResourceKill,
     ];
 
     /// Name in tables and file names.
@@ -128,6 +133,7 @@ impl FaultType {
             FaultType::ClockJump => "clock_jump",
             FaultType::PromoteLaggingReplica => "promote_lagging_replica",
             FaultType::ClusterShards => "cluster_shards",
+            FaultType::ResourceKill => "resource_kill9_aof_always",
             FaultType::PartitionRotate => "partition_rotate",
             FaultType::KillAll => "kill9_all",
         }
@@ -207,8 +213,17 @@ pub struct RunConfig {
     pub fault_budget: u32,
     /// Client options (mutation switches included).
     pub client: ClientOptions,
-    /// Resource checking (mutation switch).
+    /// Resource checking (mutation switch). With the Redis-held resource,
+    /// [`Checking::WritesOnly`] sends reads unfenced.
     pub checking: Checking,
+    /// Where the fenced resource lives (default: a Redis server).
+    pub resource: ResourceKind,
+    /// Mutant (Redis-held resource): FENCED never refuses a stale token
+    /// (`REDLOCK.TESTHOOK FENCED-CHECK 0`).
+    pub fenced_check_off: bool,
+    /// Mutant (Redis-held resource): FENCED never raises its guard
+    /// (`REDLOCK.TESTHOOK FENCED-RAISE 0`).
+    pub fenced_raise_off: bool,
     /// Mutant: nodes skip replicating effects to the AOF.
     pub no_aof_propagation: bool,
     /// Mutant: replicas grant at once when promoted (no promotion guard).
@@ -240,6 +255,9 @@ impl RunConfig {
             fault_budget: 30,
             client: ClientOptions::default(),
             checking: Checking::ReadsAndWrites,
+            resource: ResourceKind::Redis,
+            fenced_check_off: false,
+            fenced_raise_off: false,
             no_aof_propagation: false,
             no_promotion_guard: false,
             reclaim: None,
@@ -318,6 +336,35 @@ struct Deployment {
     links: Vec<FaultProxy>,
     proxies: Vec<FaultProxy>,
     keys: Vec<String>,
+    /// The Redis server that holds the fenced resource (Redis-held runs).
+    resource_node: Option<Node>,
+}
+
+/// Starts the Redis server of the fenced resource: the module, AOF
+/// `always` (so that a kill -9 loses nothing acknowledged), and the
+/// mutants' switches.
+fn start_resource_node(cfg: &RunConfig) -> Result<Node, String> {
+    let node = Node::builder()
+        .config("appendonly", "yes")
+        .config("appendfsync", "always")
+        .start();
+    prepare_resource_node(cfg, &node)?;
+    Ok(node)
+}
+
+/// Sets the mutants' switches on the resource server (again after each
+/// restart: they are not persisted).
+fn prepare_resource_node(cfg: &RunConfig, node: &Node) -> Result<(), String> {
+    let mut con = direct(node).ok_or("resource connection")?;
+    for (on, hook) in [
+        (cfg.fenced_check_off, "FENCED-CHECK"),
+        (cfg.fenced_raise_off, "FENCED-RAISE"),
+    ] {
+        if on {
+            crate::mutants::fenced_hook(&mut con, hook)?;
+        }
+    }
+    Ok(())
 }
 
 /// Wall-clock skew of member `i`'s replica: an hour ahead or behind.
@@ -488,8 +535,16 @@ pub fn run(cfg: &RunConfig) -> Result<RunResult, String> {
     });
     let res_rec =
         Arc::new(Recorder::create(&parts.join("resource.jsonl")).map_err(|e| e.to_string())?);
-    let resource = ResourceServer::start(cfg.checking, Some(Arc::clone(&res_rec)))
-        .map_err(|e| e.to_string())?;
+    let (resource, resource_node) = match cfg.resource {
+        ResourceKind::InProcess => (
+            Some(
+                ResourceServer::start(cfg.checking, Some(Arc::clone(&res_rec)))
+                    .map_err(|e| e.to_string())?,
+            ),
+            None,
+        ),
+        ResourceKind::Redis => (None, Some(start_resource_node(cfg)?)),
+    };
 
     let start = mono_ns();
     let deadline = start + cfg.duration.as_nanos() as u64;
@@ -507,7 +562,9 @@ pub fn run(cfg: &RunConfig) -> Result<RunResult, String> {
             tasks,
             nodes: proxies.iter().map(FaultProxy::url).collect(),
             clusters: clusters.iter().map(Cluster::seed_urls).collect(),
-            resource: resource.addr(),
+            resource: resource.as_ref().map(ResourceServer::addr),
+            resource_url: resource_node.as_ref().map(Node::url),
+            fenced_reads: cfg.checking == Checking::ReadsAndWrites,
             keys: keys.clone(),
             ttl_ms: cfg.ttl_ms,
             extend_percent: 10,
@@ -551,6 +608,7 @@ pub fn run(cfg: &RunConfig) -> Result<RunResult, String> {
         links,
         proxies,
         keys,
+        resource_node,
     };
     // Let the workers connect before the first fault.
     std::thread::sleep(Duration::from_millis(300));
@@ -824,6 +882,27 @@ fn inject(cfg: &RunConfig, c: &mut Deployment, rec: &Recorder, pids: &[u32], dea
         }
         id += 1;
         match cfg.fault {
+            FaultType::ResourceKill => {
+                let Some(node) = c.resource_node.as_mut() else {
+                    break;
+                };
+                node.kill();
+                start(
+                    rec,
+                    id,
+                    "resource_kill",
+                    "resource".into(),
+                    "kill -9 of the resource server (AOF always), restart".into(),
+                    false,
+                );
+                std::thread::sleep(ms(50, 300, &mut rng));
+                node.restart();
+                rec.record(Kind::FaultStop { id });
+                if let Err(e) = prepare_resource_node(cfg, node) {
+                    c.fault_error = Some(e);
+                    break;
+                }
+            }
             FaultType::KillNone
             | FaultType::KillEverysec
             | FaultType::KillAlways
