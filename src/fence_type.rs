@@ -274,6 +274,14 @@ impl GuardKey {
         }
     }
 
+    /// Runs `f` on the guard stored here (`None`: missing) without copying
+    /// it; `Err` for a key of another type.
+    pub(crate) fn peek<R>(&self, f: impl FnOnce(Option<&GuardState>) -> R) -> Result<R, ()> {
+        let value = self.value()?;
+        // SAFETY: a value of this module's guard type, valid while the key is open.
+        Ok(f(value.map(|v| unsafe { view(v) })))
+    }
+
     /// What the key holds now.
     pub fn get(&self) -> Found {
         match self.value() {

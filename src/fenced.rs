@@ -22,17 +22,21 @@
 //!    Nothing fallible sits between 3 and 4;
 //! 5. reply the inner reply unchanged.
 
-use std::ffi::CString;
+use std::ffi::{CStr, CString};
 use std::os::raw::{c_int, c_longlong};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 
 use redis_module::{raw, ContextFlags};
+use smallvec::SmallVec;
 
 use crate::clock::wall_now_us;
 use crate::error::CommandError;
 use crate::fence_rule::{self, FenceError, GuardState, Pass};
 use crate::fence_type::{self, Found, GuardKey};
 use crate::ffi::{self, Call, Reply};
+
+/// Inner keys: (position within the inner command, module key flags).
+type KeyList = SmallVec<[(usize, c_int); 4]>;
 
 /// Counters shown by `INFO redlock`.
 pub mod stats {
@@ -98,28 +102,30 @@ fn arg_ptr(call: &Call, i: usize) -> Option<*mut raw::RedisModuleString> {
 
 /// Refuses calls on a replica and from the replication stream or the AOF
 /// (FENCED and GUARD never enter them; their effects do).
-fn refuse_on_replica(call: &Call, name: &'static str) -> Result<(), FenceError> {
-    let flags = call.ctx.get_flags();
+fn refuse_on_replica(flags: &ContextFlags, name: &'static str) -> Result<(), FenceError> {
     if flags.intersects(ContextFlags::REPLICATED | ContextFlags::LOADING | ContextFlags::SLAVE) {
         return Err(FenceError::OnReplica(name));
     }
     Ok(())
 }
 
-fn read_guard(call: &Call) -> Result<Option<GuardState>, CommandError> {
+/// Reads the guard and checks the token against it (with the check off, in
+/// test builds, a stale token passes without a raise). Also says whether
+/// the guard is new. The record is looked at in place, not copied.
+fn check_guard(call: &Call, head: &fence_rule::Head) -> Result<(Pass, bool), CommandError> {
     let name = arg_ptr(call, 1).ok_or(CommandError::WrongArity("redlock.fenced"))?;
-    match GuardKey::open(call.raw(), name, false).get() {
-        Found::Missing => Ok(None),
-        Found::Guard(g) => Ok(Some(g)),
-        Found::Other => Err(CommandError::WrongType),
-    }
-}
-
-/// Checks the token; with the check off (test builds) everything passes.
-fn check(head: &fence_rule::Head, current: Option<&GuardState>) -> Result<Pass, CommandError> {
-    match fence_rule::check(head.guard, current, head.lock, head.token) {
-        Err(FenceError::Stale { .. }) if !CHECK_ON.load(Relaxed) => Ok(Pass::Equal),
-        other => Ok(other?),
+    let key = GuardKey::open(call.raw(), name, false);
+    let verdict = key
+        .peek(|current| {
+            (
+                fence_rule::check(head.guard, current, head.lock, head.token),
+                current.is_none(),
+            )
+        })
+        .map_err(|()| CommandError::WrongType)?;
+    match verdict {
+        (Err(FenceError::Stale { .. }), new) if !CHECK_ON.load(Relaxed) => Ok((Pass::Equal, new)),
+        (pass, new) => Ok((pass?, new)),
     }
 }
 
@@ -127,6 +133,10 @@ fn check(head: &fence_rule::Head, current: Option<&GuardState>) -> Result<Pass, 
 /// the `redlock.guard` keyspace event and replicates the exact state.
 /// Returns the guard's highest afterwards.
 fn raise(call: &Call, head: &fence_rule::Head, pass: Pass) -> Result<u64, CommandError> {
+    // An equal token changes nothing: the key is not even opened.
+    if pass == Pass::Equal {
+        return Ok(head.token);
+    }
     let name = arg_ptr(call, 1).ok_or(CommandError::WrongArity("redlock.fenced"))?;
     let mut key = GuardKey::open(call.raw(), name, true);
     let current = match key.get() {
@@ -207,27 +217,37 @@ fn run_fenced(call: &Call) -> Result<Reply, CommandError> {
     if call.args.len() < 5 {
         return Err(CommandError::WrongArity("redlock.fenced"));
     }
-    refuse_on_replica(call, "REDLOCK.FENCED")?;
+    let flags = call.ctx.get_flags();
+    refuse_on_replica(&flags, "REDLOCK.FENCED")?;
     let head = fence_rule::parse_head(&call.args, wall_now_us())?;
     let inner = &call.args[4..];
     fence_rule::screen_inner(inner)?;
     let name = inner[0];
     let keys = inner_keys(call)?;
-    let key_bytes: Option<Vec<&[u8]>> = keys.as_ref().map(|k| {
+    let key_bytes: Option<SmallVec<[&[u8]; 4]>> = keys.as_ref().map(|k| {
         k.iter()
             .filter_map(|&(pos, _)| inner.get(pos))
             .copied()
             .collect()
     });
     fence_rule::screen_keys(name, head.guard, key_bytes.as_deref())?;
-    let current = read_guard(call)?;
-    let pass = check(&head, current.as_ref())?;
-    if current.is_none() && call.ctx.get_flags().contains(ContextFlags::OOM) {
+    let (pass, new) = check_guard(call, &head)?;
+    if new && flags.contains(ContextFlags::OOM) {
         return Err(FenceError::OutOfMemory(fence_rule::shown(head.guard)).into());
     }
-    let cmd = CString::new(name)
-        .map_err(|_| fence_rule::inner_error(name, "the command name contains a NUL byte"))?;
-    let reply = run_inner(call, &cmd).map_err(|errno| fence_rule::refusal(name, errno))?;
+    // The name as a C string, on the stack when short (no allocation).
+    let mut short = [0u8; 64];
+    let long;
+    let cmd: &CStr = if name.len() < short.len() {
+        short[..name.len()].copy_from_slice(name);
+        CStr::from_bytes_until_nul(&short)
+            .map_err(|_| fence_rule::inner_error(name, "the command name contains a NUL byte"))?
+    } else {
+        long = CString::new(name)
+            .map_err(|_| fence_rule::inner_error(name, "the command name contains a NUL byte"))?;
+        &long
+    };
+    let reply = run_inner(call, cmd).map_err(|errno| fence_rule::refusal(name, errno))?;
     // The inner command ran: nothing below may fail before the reply is
     // passed on (a raise error is the one case left, see `raise`).
     let raised = raise(call, &head, pass);
@@ -247,7 +267,7 @@ fn run_fenced(call: &Call) -> Result<Reply, CommandError> {
 
 /// Runs the inner command (`argv[4..]`); `Err(errno)` when Redis refused it
 /// before it ran.
-fn run_inner(call: &Call, cmd: &CString) -> Result<*mut raw::RedisModuleCallReply, i32> {
+fn run_inner(call: &Call, cmd: &CStr) -> Result<*mut raw::RedisModuleCallReply, i32> {
     let Some(rm_call) = (unsafe { raw::RedisModule_Call }) else {
         return Err(libc::ENOSYS);
     };
@@ -273,7 +293,7 @@ fn run_inner(call: &Call, cmd: &CString) -> Result<*mut raw::RedisModuleCallRepl
 /// The inner command's keys as (position within the inner command, module
 /// key flags); `None` when it has none. Unknown commands and wrong arity are
 /// refused here.
-fn inner_keys(call: &Call) -> Result<Option<Vec<(usize, c_int)>>, FenceError> {
+fn inner_keys(call: &Call) -> Result<Option<KeyList>, FenceError> {
     let name = call.args.get(4).copied().unwrap_or_default();
     let argc = call.args.len();
     // SAFETY: argv has argc >= 5 entries.
@@ -295,7 +315,7 @@ unsafe fn command_keys(
     ctx: *mut raw::RedisModuleCtx,
     argv: *mut *mut raw::RedisModuleString,
     argc: c_int,
-) -> Result<Vec<(usize, c_int)>, i32> {
+) -> Result<KeyList, i32> {
     let Some(get) = raw::RedisModule_GetCommandKeysWithFlags else {
         return Err(libc::ENOSYS);
     };
@@ -306,12 +326,12 @@ unsafe fn command_keys(
     if positions.is_null() {
         let errno = *libc::__errno_location();
         return if errno == 0 {
-            Ok(Vec::new())
+            Ok(KeyList::new())
         } else {
             Err(errno)
         };
     }
-    let mut keys = Vec::with_capacity(n.max(0) as usize);
+    let mut keys = KeyList::new();
     for i in 0..n.max(0) as usize {
         let pos = *positions.add(i);
         let f = if flags.is_null() { 0 } else { *flags.add(i) };
@@ -390,11 +410,11 @@ fn run_guard(call: &Call) -> Result<Reply, CommandError> {
     if call.args.len() != 4 {
         return Err(CommandError::WrongArity("redlock.guard"));
     }
-    refuse_on_replica(call, "REDLOCK.GUARD")?;
+    let flags = call.ctx.get_flags();
+    refuse_on_replica(&flags, "REDLOCK.GUARD")?;
     let head = fence_rule::parse_head(&call.args, wall_now_us())?;
-    let current = read_guard(call)?;
-    let pass = check(&head, current.as_ref())?;
-    if current.is_none() && call.ctx.get_flags().contains(ContextFlags::OOM) {
+    let (pass, new) = check_guard(call, &head)?;
+    if new && flags.contains(ContextFlags::OOM) {
         return Err(FenceError::OutOfMemory(fence_rule::shown(head.guard)).into());
     }
     let highest = raise(call, &head, pass)?;
