@@ -240,7 +240,7 @@ fn run_fenced(call: &Call) -> Result<Reply, CommandError> {
     let long;
     let cmd: &CStr = if name.len() < short.len() {
         short[..name.len()].copy_from_slice(name);
-        CStr::from_bytes_until_nul(&short)
+        CStr::from_bytes_with_nul(&short[..=name.len()])
             .map_err(|_| fence_rule::inner_error(name, "the command name contains a NUL byte"))?
     } else {
         long = CString::new(name)
@@ -291,13 +291,13 @@ fn run_inner(call: &Call, cmd: &CStr) -> Result<*mut raw::RedisModuleCallReply, 
 }
 
 /// The inner command's keys as (position within the inner command, module
-/// key flags); `None` when it has none. Unknown commands and wrong arity are
+/// key flags, here always 0: not asked for); `None` when it has none. Unknown commands and wrong arity are
 /// refused here.
 fn inner_keys(call: &Call) -> Result<Option<KeyList>, FenceError> {
     let name = call.args.get(4).copied().unwrap_or_default();
     let argc = call.args.len();
     // SAFETY: argv has argc >= 5 entries.
-    let found = unsafe { command_keys(call.raw(), call.argv().add(4), (argc - 4) as c_int) };
+    let found = unsafe { command_keys(call.raw(), call.argv().add(4), (argc - 4) as c_int, false) };
     match found {
         Ok(keys) if keys.is_empty() => Ok(None),
         Ok(keys) => Ok(Some(keys)),
@@ -315,14 +315,20 @@ unsafe fn command_keys(
     ctx: *mut raw::RedisModuleCtx,
     argv: *mut *mut raw::RedisModuleString,
     argc: c_int,
+    with_flags: bool,
 ) -> Result<KeyList, i32> {
     let Some(get) = raw::RedisModule_GetCommandKeysWithFlags else {
         return Err(libc::ENOSYS);
     };
     let mut n: c_int = 0;
     let mut flags: *mut c_int = std::ptr::null_mut();
+    let out_flags: *mut *mut c_int = if with_flags {
+        &mut flags
+    } else {
+        std::ptr::null_mut()
+    };
     *libc::__errno_location() = 0;
-    let positions = get(ctx, argv, argc, &mut n, &mut flags);
+    let positions = get(ctx, argv, argc, &mut n, out_flags);
     if positions.is_null() {
         let errno = *libc::__errno_location();
         return if errno == 0 {
@@ -383,7 +389,7 @@ pub unsafe fn report_keys(
             return;
         }
     }
-    if let Ok(keys) = command_keys(ctx, argv.add(4), argc - 4) {
+    if let Ok(keys) = command_keys(ctx, argv.add(4), argc - 4, true) {
         for (pos, flags) in keys {
             at(pos as c_int + 4, flags);
         }
