@@ -767,3 +767,29 @@ fn multi_and_lua() {
     let exec: Option<Vec<Value>> = redis::cmd("EXEC").query(&mut con).unwrap();
     assert_eq!(exec, None, "the raise must abort the watcher");
 }
+
+/// A raise is announced as the keyspace event `redlock.guard`; an equal
+/// token (nothing changed) and a STALE call raise none.
+#[test]
+fn keyspace_events_on_raises_only() {
+    let node = Node::start();
+    let mut con = node.connection();
+    config_set(&mut con, "notify-keyspace-events", "Kd");
+    let mut sub_con = node.connection();
+    let mut sub = sub_con.as_pubsub();
+    sub.subscribe("__keyspace@0__:g").unwrap();
+    sub.set_read_timeout(Some(Duration::from_millis(300)))
+        .unwrap();
+    let mut next = || -> Option<String> {
+        sub.get_message()
+            .ok()
+            .map(|m| m.get_payload::<String>().unwrap())
+    };
+    fenced(&mut con, "g", "L", 5, &["SET", "k", "v"]).unwrap();
+    assert_eq!(next().as_deref(), Some("redlock.guard"));
+    fenced(&mut con, "g", "L", 5, &["SET", "k", "v"]).unwrap();
+    fenced(&mut con, "g", "L", 4, &["SET", "k", "v"]).unwrap_err();
+    assert_eq!(next(), None, "an equal or stale token changes nothing");
+    fenced(&mut con, "g", "L", 6, &["GET", "k"]).unwrap();
+    assert_eq!(next().as_deref(), Some("redlock.guard"));
+}
