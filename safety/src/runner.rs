@@ -83,7 +83,8 @@ pub enum FaultType {
     ClusterShards,
     /// The Redis server that holds the fenced resource is killed (`kill -9`)
     /// and restarted from its AOF (`appendfsync always`), again and again,
-    /// while the workers use it.
+    /// while the workers use it; client tasks also stall before using their
+    /// token, so that stale tokens reach the restarted resource.
     ResourceKill,
     /// Mutation tests: two random nodes cut off, rotating quickly.
     PartitionRotate,
@@ -161,6 +162,8 @@ impl FaultType {
             FaultType::ClientPauseSend => Some(PausePoint::AfterSendAcquire),
             FaultType::ClientPauseUse => Some(PausePoint::BeforeUse),
             FaultType::ClientPauseWrite => Some(PausePoint::BetweenReadAndWrite),
+            // Stale tokens must reach the resource around its restarts.
+            FaultType::ResourceKill => Some(PausePoint::BeforeUse),
             _ => None,
         }
     }
@@ -861,7 +864,9 @@ fn inject(cfg: &RunConfig, c: &mut Deployment, rec: &Recorder, pids: &[u32], dea
             .collect::<Vec<_>>()
             .join(",")
     };
-    if cfg.fault == FaultType::None || cfg.fault.pause_point().is_some() {
+    if cfg.fault == FaultType::None
+        || (cfg.fault.pause_point().is_some() && cfg.fault != FaultType::ResourceKill)
+    {
         sleep_until(deadline);
         return;
     }
