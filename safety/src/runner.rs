@@ -879,6 +879,10 @@ fn inject(cfg: &RunConfig, c: &mut Deployment, rec: &Recorder, pids: &[u32], dea
             // Nodes in their guard window stop everything: wait it out.
             FaultType::KillAll => ms(cfg.max_ttl_ms + 300, 2 * cfg.max_ttl_ms, &mut rng),
             FaultType::PartitionRotate => ms(20, 60, &mut rng),
+            // A restart breaks the workers' connections, and an operation
+            // cut off by it is not recorded: leave room between restarts
+            // for stalled clients to come back with their stale tokens.
+            FaultType::ResourceKill => ms(1_000, 2_000, &mut rng),
             _ => ms(200, 900, &mut rng),
         };
         std::thread::sleep(gap);
