@@ -24,7 +24,9 @@
 
 use std::ffi::{CStr, CString};
 use std::os::raw::{c_int, c_longlong};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+#[cfg(feature = "test-hooks")]
+use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 use redis_module::{raw, ContextFlags};
 use smallvec::SmallVec;
@@ -58,8 +60,26 @@ pub mod stats {
 
 /// Test builds: the check (`false`: never STALE) and the raise (`false`:
 /// never raised), turned off for the safety suite's mutants.
+#[cfg(feature = "test-hooks")]
 static CHECK_ON: AtomicBool = AtomicBool::new(true);
+#[cfg(feature = "test-hooks")]
 static RAISE_ON: AtomicBool = AtomicBool::new(true);
+
+/// Whether the token check is on (always, outside test builds).
+fn check_on() -> bool {
+    #[cfg(feature = "test-hooks")]
+    return CHECK_ON.load(Relaxed);
+    #[cfg(not(feature = "test-hooks"))]
+    true
+}
+
+/// Whether raising is on (always, outside test builds).
+fn raise_on() -> bool {
+    #[cfg(feature = "test-hooks")]
+    return RAISE_ON.load(Relaxed);
+    #[cfg(not(feature = "test-hooks"))]
+    true
+}
 
 /// Key flags of the guard in FENCED and GUARD (as INCR's: read, maybe
 /// created or raised; Redis allows one of INSERT/UPDATE/DELETE).
@@ -124,7 +144,7 @@ fn check_guard(call: &Call, head: &fence_rule::Head) -> Result<(Pass, bool), Com
         })
         .map_err(|()| CommandError::WrongType)?;
     match verdict {
-        (Err(FenceError::Stale { .. }), new) if !CHECK_ON.load(Relaxed) => Ok((Pass::Equal, new)),
+        (Err(FenceError::Stale { .. }), new) if !check_on() => Ok((Pass::Equal, new)),
         (pass, new) => Ok((pass?, new)),
     }
 }
@@ -151,7 +171,7 @@ fn raise(call: &Call, head: &fence_rule::Head, pass: Pass) -> Result<u64, Comman
     };
     let before = current.as_ref().map(|g| g.highest);
     // Test builds: the raise-off mutant leaves the guard as it was.
-    if !RAISE_ON.load(Relaxed) {
+    if !raise_on() {
         return Ok(before.unwrap_or(0));
     }
     let next = fence_rule::raised(current.as_ref(), head.lock, head.token);

@@ -89,7 +89,7 @@ fn control_fenced_resource_passes_the_same_faults() {
     let (mut cfg, _dir) = config("fenced_control", FaultType::ClientPauseUse, 8);
     cfg.fault_budget = 20;
     let r = run(&cfg);
-    assert!(r.resource_ops > 100, "{r:?}");
+    assert!(r.resource_ops > 50, "{r:?}");
     assert!(r.stale_refused > 0, "Redis refused no stale token: {r:?}");
     assert_eq!(r.violations(), 0, "{r:?}");
 }
@@ -99,7 +99,7 @@ fn control_resource_killed_and_restarted_from_its_aof_passes() {
     let (mut cfg, _dir) = config("resource_kill_control", FaultType::ResourceKill, 10);
     cfg.fault_budget = 16;
     let r = run(&cfg);
-    assert!(r.resource_ops > 100, "{r:?}");
+    assert!(r.resource_ops > 50, "{r:?}");
     assert!(
         r.stale_refused > 0,
         "no stale token reached the resource: {r:?}"
