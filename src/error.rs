@@ -83,6 +83,9 @@ pub enum CommandError {
     /// A test hook was called with an unknown subcommand.
     #[error("ERR unknown test hook: {0}")]
     UnknownHook(String),
+    /// A fenced-write refusal (see [`crate::fence_rule::FenceError`]).
+    #[error(transparent)]
+    Fenced(#[from] crate::fence_rule::FenceError),
     /// A bug caught at the handler boundary.
     #[error("ERR redlock internal error in {0}: the command was aborted; please report it")]
     Internal(&'static str),

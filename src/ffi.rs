@@ -24,6 +24,8 @@ pub enum Reply {
     Inspect(Inspection),
     /// No reply now: the client was blocked and is answered later.
     Blocked,
+    /// The handler wrote the reply itself (a fenced command's inner reply).
+    Passed,
 }
 
 /// One command invocation: the context, the argument bytes and the raw key name.
@@ -43,6 +45,11 @@ impl Call<'_> {
         }
         // SAFETY: argv has at least args.len() entries.
         Some(unsafe { *self.argv.add(1) })
+    }
+
+    /// The raw argument vector (as many entries as `args`).
+    pub fn argv(&self) -> *mut *mut raw::RedisModuleString {
+        self.argv
     }
 
     /// The raw context pointer.
@@ -111,7 +118,7 @@ fn write_reply(ctx: *mut raw::RedisModuleCtx, reply: Result<Reply, CommandError>
         Ok(Reply::Ok) => {
             raw::reply_with_simple_string(ctx, c"OK".as_ptr());
         }
-        Ok(Reply::Blocked) => {}
+        Ok(Reply::Blocked | Reply::Passed) => {}
         Ok(Reply::Inspect(i)) => {
             // A map for RESP3 clients; Redis flattens it to an array for RESP2.
             raw::reply_with_map(ctx, 3);

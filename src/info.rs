@@ -145,6 +145,7 @@ fn write_info(ctx: *mut raw::RedisModuleInfoCtx) {
             add_cstr(ctx, c"grace_reason".as_ptr(), reason.as_ptr().cast_mut());
         }
         write_reclaim_info(ctx, add_u64);
+        crate::fenced::write_info(ctx, add_u64);
     }
 }
 

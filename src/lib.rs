@@ -9,7 +9,8 @@
 //! `INFO`, [`events`] the server events, [`replication`] when effects must be
 //! replicated, [`wait`] the blocking WAIT and [`queue`] its hand-off rule, [`record`] the compact in-memory
 //! record, [`reclaim`] the sweep that deletes idle records, [`ffi`] the
-//! boundary with Redis.
+//! boundary with Redis. Fenced writes: [`fence_rule`] the guard rule,
+//! [`fence_type`] the `redlockgd` guard records, [`fenced`] the commands.
 
 pub mod args;
 pub mod clock;
@@ -18,6 +19,9 @@ pub mod config;
 pub mod datatype;
 pub mod error;
 pub mod events;
+pub mod fence_rule;
+pub mod fence_type;
+pub mod fenced;
 pub mod ffi;
 pub mod guard;
 pub mod info;
@@ -36,6 +40,7 @@ pub mod wait;
 use redis_module::{redis_module, Context, ModuleOptions, RedisString, Status};
 
 use crate::datatype::LOCK_TYPE;
+use crate::fence_type::GUARD_TYPE;
 
 /// The release, the workspace's version (`[workspace.package]` in
 /// Cargo.toml): `INFO redlock` shows it as `redlock_version`.
@@ -76,10 +81,12 @@ command_entry!(release_entry, "REDLOCK.RELEASE", commands::release);
 command_entry!(extend_entry, "REDLOCK.EXTEND", commands::extend);
 command_entry!(fence_entry, "REDLOCK.FENCE", commands::fence);
 command_entry!(inspect_entry, "REDLOCK.INSPECT", commands::inspect);
-command_entry!(apply_entry, "REDLOCK.APPLY", commands::apply);
+command_entry!(apply_entry, "REDLOCK.APPLY", fenced::apply);
+command_entry!(guard_entry, "REDLOCK.GUARD", fenced::guard);
+command_entry!(guardinfo_entry, "REDLOCK.GUARDINFO", fenced::guard_info);
 command_entry!(wait_entry, "REDLOCK.WAIT", wait::wait);
 #[cfg(feature = "test-hooks")]
-command_entry!(test_hook_entry, "REDLOCK.TESTHOOK", commands::test_hook);
+command_entry!(test_hook_entry, "REDLOCK.TESTHOOK", fenced::test_hook);
 
 fn init(ctx: &Context, args: &[RedisString]) -> Status {
     ctx.set_module_options(
@@ -132,6 +139,18 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
         ),
         (c"REDLOCK.APPLY", apply_entry, c"write fast", OW | UPDATE),
         (c"REDLOCK.WAIT", wait_entry, c"readonly", RO),
+        (
+            c"REDLOCK.GUARD",
+            guard_entry,
+            c"write deny-oom fast",
+            fenced::GUARD_KEY_FLAGS,
+        ),
+        (
+            c"REDLOCK.GUARDINFO",
+            guardinfo_entry,
+            c"readonly fast",
+            RO | ACCESS,
+        ),
     ];
     for (name, entry, flags, key_flags) in table {
         let registered = ffi::register(ctx, name, *entry, flags, one_key)
@@ -140,6 +159,20 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
             ctx.log_warning(&e);
             return Status::Err;
         }
+    }
+    // FENCED: the guard and the inner command's keys, reported by the
+    // module (getkeys-api) with their own flags.
+    let fenced = ffi::register(
+        ctx,
+        c"REDLOCK.FENCED",
+        fenced::fenced_entry,
+        fenced::fenced_flags(),
+        one_key,
+    )
+    .and_then(|()| fenced::set_fenced_key_specs(ctx));
+    if let Err(e) = fenced {
+        ctx.log_warning(&e);
+        return Status::Err;
     }
     #[cfg(feature = "test-hooks")]
     if let Err(e) = ffi::register(
@@ -185,7 +218,7 @@ redis_module! {
     name: "redlock",
     version: MODULE_VERSION,
     allocator: (ModuleAllocator, MODULE_ALLOCATOR),
-    data_types: [LOCK_TYPE],
+    data_types: [LOCK_TYPE, GUARD_TYPE],
     init: init,
     commands: [],
 }

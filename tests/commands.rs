@@ -679,6 +679,9 @@ fn release_build_registers_no_test_hooks() {
             "redlock.apply",
             "redlock.extend",
             "redlock.fence",
+            "redlock.fenced",
+            "redlock.guard",
+            "redlock.guardinfo",
             "redlock.inspect",
             "redlock.release",
             "redlock.wait"

@@ -1,13 +1,15 @@
 //! Benchmarks for redlock: the quorum client against a hand-written Redlock
 //! and a PING floor, the module's commands against `SET NX PX` + `EVALSHA`,
-//! memory per lock name, acquisition with one slow node, reclamation, and
-//! waiting for a busy lock.
+//! memory per lock name, acquisition with one slow node, reclamation,
+//! waiting for a busy lock, and fenced writes (`REDLOCK.FENCED … SET`
+//! against `SET` and the Lua check).
 //!
 //! The `redlock-bench` binary starts its own nodes and prints one table; the
 //! pieces here are the workloads it runs.
 
 pub mod alloc_count;
 pub mod cpu;
+pub mod fenced;
 pub mod floor;
 pub mod handwritten;
 pub mod memory;

@@ -2,10 +2,12 @@
 //! `cargo run --release -p redlock-client --example demo`.
 //!
 //! It starts five local `redis-server` nodes that load the module through
-//! `modules.conf` (override the path with `REDLOCK_MODULES_CONF`), lets four
-//! workers contend for one lock and write to a fenced ledger, kills one node
-//! mid-run, freezes one worker past its lease so that its late write is
-//! refused, prints a summary and stops the nodes it started.
+//! `modules.conf` (override the path with `REDLOCK_MODULES_CONF`) and a
+//! sixth one that holds the protected resource, a ledger counter, lets four
+//! workers contend for one lock and write to the ledger with
+//! `REDLOCK.FENCED` (the resource's own server refuses stale tokens), kills
+//! one lock node mid-run, freezes one worker past its lease so that its late
+//! write is refused, prints a summary and stops the nodes it started.
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
@@ -14,10 +16,14 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use rand::Rng;
-use redlock_client::Redlock;
+use redlock_client::{Error, LockInfo, Redlock};
 
 const NODES: usize = 5;
 const KEY: &str = "demo:ledger";
+/// The ledger's value and its guard on the resource server (one hash tag,
+/// so they would share a slot in a cluster).
+const LEDGER: &str = "{demo:ledger}:value";
+const GUARD: &str = "{demo:ledger}:fence";
 const TTL: Duration = Duration::from_secs(1);
 const RUN_FOR: Duration = Duration::from_secs(10);
 const KILL_AT: Duration = Duration::from_secs(3);
@@ -36,11 +42,11 @@ struct Cluster {
 }
 
 impl Cluster {
-    fn start(repo: &Path, conf: &Path) -> Result<Cluster, Failure> {
+    fn start(repo: &Path, conf: &Path, count: usize) -> Result<Cluster, Failure> {
         let cluster = Cluster {
             nodes: Mutex::new(Vec::new()),
         };
-        for _ in 0..NODES {
+        for _ in 0..count {
             let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
             let child = Command::new("redis-server")
                 .current_dir(repo)
@@ -169,35 +175,45 @@ impl Drop for Cluster {
     }
 }
 
-/// The protected resource: a ledger that remembers the highest token it has
+/// The protected resource: a counter on its own Redis server, written with
+/// `REDLOCK.FENCED`: the server's guard remembers the highest token it has
 /// seen and refuses any write with a lower one.
-#[derive(Default)]
 struct FencedLedger {
+    con: redis::aio::MultiplexedConnection,
     state: Mutex<LedgerState>,
 }
 
 #[derive(Default)]
 struct LedgerState {
-    highest_token: u64,
     value: u64,
     accepted: u64,
     refused: Vec<(String, u64, u64)>,
 }
 
 impl FencedLedger {
-    /// Adds one to the ledger when `token` is not lower than any seen
-    /// before. `Err(highest)` when it is stale.
-    fn write(&self, who: &str, token: u64) -> Result<u64, u64> {
+    /// Adds one to the ledger (`INCR`, fenced by the lock's token).
+    /// `Err(highest)` when the guard has seen a newer token: nothing ran.
+    async fn write(&self, who: &str, lock: &LockInfo) -> Result<u64, u64> {
+        let mut con = self.con.clone();
+        let mut incr = redis::cmd("INCR");
+        incr.arg(LEDGER);
+        let result = lock.fenced::<u64>(&mut con, GUARD, &incr).await;
         let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        if token < s.highest_token {
-            let highest = s.highest_token;
-            s.refused.push((who.to_string(), token, highest));
-            return Err(highest);
+        match result {
+            Ok(value) => {
+                s.value = value;
+                s.accepted += 1;
+                Ok(value)
+            }
+            Err(Error::Stale { token, highest, .. }) => {
+                s.refused.push((who.to_string(), token, highest));
+                Err(highest)
+            }
+            Err(e) => {
+                println!("{who:<6} ledger write failed: {e}");
+                Err(0)
+            }
         }
-        s.highest_token = token;
-        s.value += 1;
-        s.accepted += 1;
-        Ok(s.value)
     }
 }
 
@@ -258,7 +274,7 @@ async fn worker(
                         ),
                     );
                     tokio::time::sleep(PAUSE_FOR).await;
-                    match ledger.write(name, token) {
+                    match ledger.write(name, &lock).await {
                         Ok(v) => log.say(name, format!("late write with token {token} accepted (ledger = {v}) — this should not happen")),
                         Err(highest) => log.say(
                             name,
@@ -282,7 +298,7 @@ async fn worker(
                     if lock.validity() < Duration::from_millis(200) {
                         break;
                     }
-                    wrote.push(ledger.write(name, token));
+                    wrote.push(ledger.write(name, &lock).await);
                 }
                 let released = match lock.release().await {
                     Ok(_) => "released".to_string(),
@@ -337,24 +353,33 @@ async fn run() -> Result<(), Failure> {
         "redlock demo: {} workers share one lock over {NODES} Redis nodes.",
         WORKERS.len()
     );
-    println!("Each holder writes to a ledger that keeps the highest fencing token it has seen and refuses lower ones.");
+    println!("Each holder adds to a ledger on a sixth Redis server with REDLOCK.FENCED: the server keeps the highest fencing token it has seen and refuses lower ones.");
     println!("(Tokens are big because the client's clock, in microseconds, is their floor; what matters is that they only go up.)\n");
 
-    let cluster = Cluster::start(&repo, &conf)?;
+    let cluster = Cluster::start(&repo, &conf, NODES)?;
+    let resource = Cluster::start(&repo, &conf, 1)?;
     let outcome = tokio::select! {
-        r = scenario(&cluster) => r,
+        r = scenario(&cluster, &resource) => r,
         _ = tokio::signal::ctrl_c() => Err("interrupted".into()),
     };
     cluster.shutdown().await;
+    resource.shutdown().await;
     drop(cluster);
-    println!("\nall {NODES} nodes stopped.");
+    drop(resource);
+    println!("\nall {NODES} lock nodes and the resource server stopped.");
     outcome
 }
 
-async fn scenario(cluster: &Cluster) -> Result<(), Failure> {
+async fn scenario(cluster: &Cluster, resource: &Cluster) -> Result<(), Failure> {
     cluster.wait_ready(Duration::from_secs(10)).await?;
+    resource.wait_ready(Duration::from_secs(10)).await?;
     let urls = cluster.urls();
     println!("started {NODES} nodes: {}", urls.join(" "));
+    let resource_url = resource.urls().remove(0);
+    println!("resource server (the ledger): {resource_url}");
+    let con = redis::Client::open(resource_url.as_str())?
+        .get_multiplexed_async_connection()
+        .await?;
     let redlock = Redlock::builder(urls).build().await?;
     println!(
         "lock {KEY:?}: ttl {}s, quorum {} of {NODES}\n",
@@ -365,7 +390,10 @@ async fn scenario(cluster: &Cluster) -> Result<(), Failure> {
     let log = Log {
         start: Instant::now(),
     };
-    let ledger = Arc::new(FencedLedger::default());
+    let ledger = Arc::new(FencedLedger {
+        con,
+        state: Mutex::default(),
+    });
     let stats = Arc::new(Stats::default());
     let workers: Vec<_> = WORKERS
         .iter()
@@ -416,7 +444,7 @@ async fn scenario(cluster: &Cluster) -> Result<(), Failure> {
     );
     println!("  stale writes refused {}", s.refused.len());
     for (who, token, highest) in &s.refused {
-        println!("    {who}: token {token} refused — the ledger had already accepted token {highest} from a newer holder");
+        println!("    {who}: token {token} refused by the resource server (STALE) — its guard had already seen token {highest} from a newer holder");
     }
     if !increasing || s.refused.is_empty() {
         return Err("the demo did not show what it should (see above)".into());

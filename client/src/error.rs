@@ -93,6 +93,25 @@ pub enum Error {
         quorum: usize,
     },
 
+    /// A fenced command was refused by the resource's guard: it has seen a
+    /// newer token of this lock, so another holder took over. Nothing ran.
+    /// Stop using this lock; never retry with the same token.
+    #[error("stale fencing token {token}: guard {guard:?} has seen token {highest}; another holder took over, nothing was run")]
+    Stale {
+        /// The guard key on the resource.
+        guard: String,
+        /// This lock's token.
+        token: u64,
+        /// The highest token the guard has seen.
+        highest: u64,
+    },
+
+    /// The resource server refused a fenced command for another reason
+    /// (the inner command's own error, an ACL refusal, a connection
+    /// failure). A lost reply leaves the outcome unknown.
+    #[error("the resource refused the fenced command: {0}")]
+    Resource(String),
+
     /// A bad argument: a node URL that does not parse, no nodes, a zero TTL,
     /// a TTL the nodes refuse, and so on.
     #[error("invalid argument: {0}")]

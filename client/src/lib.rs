@@ -9,6 +9,7 @@ pub struct RepositoryReadme;
 mod builder;
 mod cluster;
 mod error;
+mod fenced;
 mod identity;
 mod inspect;
 mod lock;

@@ -9,6 +9,9 @@
 //! | floor off, nodes restarted empty | `RedlockBuilder::clock_floor(false)` + kill/restart without persistence | client (exists) + runner |
 //! | effects not replicated to the AOF | [`disable_aof_propagation`] → `REDLOCK.TESTHOOK SKIP-REPLICATION 1` | module test build |
 //! | promoted replicas grant at once | [`disable_promotion_guard`] → `REDLOCK.TESTHOOK PROMOTION-GUARD 0` | module test build |
+//! | FENCED never refuses (check off) | [`fenced_hook`] → `REDLOCK.TESTHOOK FENCED-CHECK 0` on the resource server | module test build |
+//! | FENCED never raises its guard | [`fenced_hook`] → `REDLOCK.TESTHOOK FENCED-RAISE 0` on the resource server | module test build |
+//! | reads sent unfenced (Redis-held resource) | [`crate::resource::Checking::WritesOnly`] | this crate |
 //! | a restart is exempt from the guard by today's config alone (a promotion window does not survive a restart) | [`RESTART_EXEMPTION_BY_CONFIG`] in [`MODULE_MUTANTS_ENV`] | module test build |
 //! | a lease loaded from disk ends at its wall-clock expiry only | [`DISK_LEASE_WALL_CLOCK_ONLY`] in [`MODULE_MUTANTS_ENV`] | module test build |
 //! | a grant on a missing key is not floored above the counters reclaimed | [`NO_RECLAIMED_FLOOR`] in [`MODULE_MUTANTS_ENV`] | module test build |
@@ -70,4 +73,17 @@ pub fn disable_promotion_guard(con: &mut redis::Connection) -> Result<(), String
         .arg(0)
         .query::<()>(con)
         .map_err(|e| format!("REDLOCK.TESTHOOK PROMOTION-GUARD failed ({e}): is this the test build of the module?"))
+}
+
+/// Turns one part of `REDLOCK.FENCED` off on the resource server (test
+/// build of the module): `REDLOCK.TESTHOOK <hook> 0`, with `hook`
+/// `FENCED-CHECK` (stale tokens pass) or `FENCED-RAISE` (guards never rise).
+pub fn fenced_hook(con: &mut redis::Connection, hook: &str) -> Result<(), String> {
+    redis::cmd("REDLOCK.TESTHOOK")
+        .arg(hook)
+        .arg(0)
+        .query::<()>(con)
+        .map_err(|e| {
+            format!("REDLOCK.TESTHOOK {hook} failed ({e}): is this the test build of the module?")
+        })
 }

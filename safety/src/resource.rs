@@ -1,6 +1,13 @@
-//! The fenced resource: a tiny TCP server that keeps, per key, a value, a
-//! version and the highest fencing token seen, and refuses any read or write
-//! that carries a lower token — what DESIGN.md section 5 asks of a resource.
+//! The fenced resource, in one of two forms ([`ResourceKind`]):
+//!
+//! - **Redis** (the default): a real redis-server with the module, AOF
+//!   `always`, written with `REDLOCK.FENCED` for every read and write (see
+//!   [`RedisResource`]); the stale-operation counts then come from Redis
+//!   itself.
+//! - **in process**: a tiny TCP server that keeps, per key, a value, a
+//!   version and the highest fencing token seen, and refuses any read or
+//!   write that carries a lower token — what DESIGN.md section 5 asks of a
+//!   resource.
 //!
 //! Every operation is executed under one lock, in one global order, and
 //! recorded by the resource itself as a [`Kind::Resource`] event (with its
@@ -27,6 +34,15 @@ use std::time::Duration;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
 
 use crate::history::{Kind, Recorder, ResOp};
+
+/// Where the fenced resource lives.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ResourceKind {
+    /// A redis-server with the module, written with `REDLOCK.FENCED`.
+    Redis,
+    /// The in-process TCP server of this file.
+    InProcess,
+}
 
 /// Which operations the resource checks (the mutation switch lives here).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -350,6 +366,162 @@ impl ResourceClient {
             Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => Ok(false),
             Err(e) => Err(e),
         }
+    }
+}
+
+/// The global sequence key of the Redis-held resource: every operation
+/// takes the next number in its MULTI/EXEC, so the order the checker sees is
+/// the order Redis executed them in.
+pub const SEQ_KEY: &str = "resource:seq";
+
+/// The guard of `key` on the Redis-held resource (lock name: `key`).
+pub fn guard_of(key: &str) -> String {
+    format!("{key}:fence")
+}
+
+/// A worker's connection to the Redis-held resource. Key `k` is a hash
+/// (`value`, `version`) guarded by `k:fence`:
+///
+/// - read: `MULTI, INCR resource:seq, REDLOCK.FENCED k:fence k T HMGET k
+///   value version, EXEC`;
+/// - write: `MULTI, INCR resource:seq, REDLOCK.FENCED … HSET k value v,
+///   REDLOCK.FENCED … HINCRBY k version 1, EXEC`.
+///
+/// A STALE reply is a refused operation. The worker records each operation
+/// it got a reply for as a [`Kind::Resource`] event with the sequence
+/// number Redis handed out; an operation whose reply was lost is not
+/// recorded (the check only gets looser).
+pub struct RedisResource {
+    con: redis::aio::MultiplexedConnection,
+    fenced_reads: bool,
+}
+
+impl RedisResource {
+    /// Connects to `url`. `fenced_reads: false` is the mutant that sends
+    /// reads unfenced (plain `HMGET`).
+    pub async fn connect(url: &str, fenced_reads: bool) -> Result<Self, String> {
+        let client = redis::Client::open(url).map_err(|e| e.to_string())?;
+        let con = tokio::time::timeout(
+            Duration::from_secs(2),
+            client.get_multiplexed_async_connection(),
+        )
+        .await
+        .map_err(|_| "resource connect timed out".to_string())?
+        .map_err(|e| e.to_string())?;
+        Ok(RedisResource { con, fenced_reads })
+    }
+
+    fn fenced(key: &str, token: u64) -> redis::Cmd {
+        let mut cmd = redis::cmd("REDLOCK.FENCED");
+        cmd.arg(guard_of(key)).arg(key).arg(token);
+        cmd
+    }
+
+    async fn exec(&mut self, pipe: &redis::Pipeline) -> std::io::Result<Vec<redis::Value>> {
+        let reply = tokio::time::timeout(Duration::from_secs(2), pipe.query_async(&mut self.con))
+            .await
+            .map_err(|_| std::io::Error::from(std::io::ErrorKind::TimedOut))?
+            .map_err(std::io::Error::other)?;
+        match reply {
+            redis::Value::Array(items) => Ok(items),
+            other => Err(std::io::Error::other(format!("unexpected reply {other:?}"))),
+        }
+    }
+
+    /// Reads `key` with `token`: `Some((value, version))`, `None` when
+    /// refused as stale. Records the operation in `rec`.
+    pub async fn read(
+        &mut self,
+        rec: &Recorder,
+        op: &str,
+        key: &str,
+        token: u64,
+    ) -> std::io::Result<Option<(u64, u64)>> {
+        let mut pipe = redis::pipe();
+        pipe.atomic().ignore_errors();
+        pipe.cmd("INCR").arg(SEQ_KEY);
+        let mut hmget = if self.fenced_reads {
+            Self::fenced(key, token)
+        } else {
+            redis::Cmd::new()
+        };
+        hmget.arg("HMGET").arg(key).arg("value").arg("version");
+        pipe.add_command(hmget);
+        let items = self.exec(&pipe).await?;
+        let (seq, fields) = match items.as_slice() {
+            [redis::Value::Int(seq), fields] => (*seq as u64, fields),
+            _ => return Err(std::io::Error::other(format!("unexpected reply {items:?}"))),
+        };
+        let read = match fields {
+            redis::Value::ServerError(e) if e.code() == "STALE" => None,
+            redis::Value::Array(v) if v.len() == 2 => {
+                let num = |v: &redis::Value| -> u64 {
+                    redis::from_redis_value_ref::<Option<u64>>(v)
+                        .ok()
+                        .flatten()
+                        .unwrap_or(0)
+                };
+                Some((num(&v[0]), num(&v[1])))
+            }
+            other => return Err(std::io::Error::other(format!("unexpected reply {other:?}"))),
+        };
+        rec.record(Kind::Resource {
+            seq,
+            op: op.to_string(),
+            key: key.to_string(),
+            kind: ResOp::Read,
+            token,
+            accepted: read.is_some(),
+            version: read.map_or(0, |r| r.1),
+            based_on: None,
+        });
+        Ok(read)
+    }
+
+    /// Writes `value` to `key` with `token` (`based_on`: the version read):
+    /// `true` when accepted, `false` when refused as stale. Records the
+    /// operation in `rec`.
+    pub async fn write(
+        &mut self,
+        rec: &Recorder,
+        op: &str,
+        key: &str,
+        token: u64,
+        value: u64,
+        based_on: u64,
+    ) -> std::io::Result<bool> {
+        let mut pipe = redis::pipe();
+        pipe.atomic().ignore_errors();
+        pipe.cmd("INCR").arg(SEQ_KEY);
+        let mut hset = Self::fenced(key, token);
+        hset.arg("HSET").arg(key).arg("value").arg(value);
+        pipe.add_command(hset);
+        let mut bump = Self::fenced(key, token);
+        bump.arg("HINCRBY").arg(key).arg("version").arg(1);
+        pipe.add_command(bump);
+        let items = self.exec(&pipe).await?;
+        let (seq, version) = match items.as_slice() {
+            [redis::Value::Int(seq), _, redis::Value::Int(version)] => {
+                (*seq as u64, Some(*version as u64))
+            }
+            [redis::Value::Int(seq), redis::Value::ServerError(a), redis::Value::ServerError(b)]
+                if a.code() == "STALE" && b.code() == "STALE" =>
+            {
+                (*seq as u64, None)
+            }
+            _ => return Err(std::io::Error::other(format!("unexpected reply {items:?}"))),
+        };
+        rec.record(Kind::Resource {
+            seq,
+            op: op.to_string(),
+            key: key.to_string(),
+            kind: ResOp::Write,
+            token,
+            accepted: version.is_some(),
+            version: version.unwrap_or(0),
+            based_on: Some(based_on),
+        });
+        Ok(version.is_some())
     }
 }
 

@@ -19,7 +19,7 @@ use serde::{Deserialize, Serialize};
 use crate::checker::{self, Report};
 use crate::clock::mono_ns;
 use crate::history::{self, Guarantees, Kind, Recorder};
-use crate::resource::{Checking, ResourceServer};
+use crate::resource::{Checking, ResourceKind, ResourceServer};
 use crate::workload::{ClientOptions, PausePlan, PausePoint, WorkerSpec};
 
 /// Members of every run's quorum.
@@ -95,6 +95,11 @@ pub enum FaultType {
     /// master is killed, a replica takes over, and the old master restarts
     /// empty as its replica.
     ClusterShards,
+    /// The Redis server that holds the fenced resource is killed (`kill -9`)
+    /// and restarted from its AOF (`appendfsync always`), again and again,
+    /// while the workers use it; client tasks also stall before using their
+    /// token, so that stale tokens reach the restarted resource.
+    ResourceKill,
     /// Mutation tests: two random nodes cut off, rotating quickly.
     PartitionRotate,
     /// Mutation tests: every node killed and restarted at once (empty
@@ -104,7 +109,7 @@ pub enum FaultType {
 
 impl FaultType {
     /// The matrix `make safety` runs.
-    pub const MATRIX: [FaultType; 18] = [
+    pub const MATRIX: [FaultType; 19] = [
         FaultType::None,
         FaultType::KillNone,
         FaultType::KillEverysec,
@@ -121,6 +126,7 @@ impl FaultType {
         FaultType::ClockJump,
         FaultType::PromoteLaggingReplica,
         FaultType::ClusterShards,
+        FaultType::ResourceKill,
         // Last, so that the runs before them keep their seeds.
         FaultType::ClockStepRestart,
         FaultType::PromotedRestart,
@@ -157,6 +163,7 @@ impl FaultType {
             FaultType::PromotedRestart => "promoted_replica_restart",
             FaultType::ClockStepRestart => "clock_step_durable_restart",
             FaultType::ClusterShards => "cluster_shards",
+            FaultType::ResourceKill => "resource_kill9_aof_always",
             FaultType::PartitionRotate => "partition_rotate",
             FaultType::KillAll => "kill9_all",
         }
@@ -198,6 +205,8 @@ impl FaultType {
             FaultType::ClientPauseSend => Some(PausePoint::AfterSendAcquire),
             FaultType::ClientPauseUse => Some(PausePoint::BeforeUse),
             FaultType::ClientPauseWrite => Some(PausePoint::BetweenReadAndWrite),
+            // Stale tokens must reach the resource around its restarts.
+            FaultType::ResourceKill => Some(PausePoint::BeforeUse),
             _ => None,
         }
     }
@@ -250,8 +259,17 @@ pub struct RunConfig {
     pub fault_budget: u32,
     /// Client options (mutation switches included).
     pub client: ClientOptions,
-    /// Resource checking (mutation switch).
+    /// Resource checking (mutation switch). With the Redis-held resource,
+    /// [`Checking::WritesOnly`] sends reads unfenced.
     pub checking: Checking,
+    /// Where the fenced resource lives (default: a Redis server).
+    pub resource: ResourceKind,
+    /// Mutant (Redis-held resource): FENCED never refuses a stale token
+    /// (`REDLOCK.TESTHOOK FENCED-CHECK 0`).
+    pub fenced_check_off: bool,
+    /// Mutant (Redis-held resource): FENCED never raises its guard
+    /// (`REDLOCK.TESTHOOK FENCED-RAISE 0`).
+    pub fenced_raise_off: bool,
     /// Mutant: nodes skip replicating effects to the AOF.
     pub no_aof_propagation: bool,
     /// Mutant: replicas grant at once when promoted (no promotion guard).
@@ -297,6 +315,9 @@ impl RunConfig {
             fault_budget: 30,
             client: ClientOptions::default(),
             checking: Checking::ReadsAndWrites,
+            resource: ResourceKind::Redis,
+            fenced_check_off: false,
+            fenced_raise_off: false,
             no_aof_propagation: false,
             no_promotion_guard: false,
             module_mutants: Vec::new(),
@@ -390,6 +411,35 @@ struct Deployment {
     links: Vec<FaultProxy>,
     proxies: Vec<FaultProxy>,
     keys: Vec<String>,
+    /// The Redis server that holds the fenced resource (Redis-held runs).
+    resource_node: Option<Node>,
+}
+
+/// Starts the Redis server of the fenced resource: the module, AOF
+/// `always` (so that a kill -9 loses nothing acknowledged), and the
+/// mutants' switches.
+fn start_resource_node(cfg: &RunConfig) -> Result<Node, String> {
+    let node = Node::builder()
+        .config("appendonly", "yes")
+        .config("appendfsync", "always")
+        .start();
+    prepare_resource_node(cfg, &node)?;
+    Ok(node)
+}
+
+/// Sets the mutants' switches on the resource server (again after each
+/// restart: they are not persisted).
+fn prepare_resource_node(cfg: &RunConfig, node: &Node) -> Result<(), String> {
+    let mut con = direct(node).ok_or("resource connection")?;
+    for (on, hook) in [
+        (cfg.fenced_check_off, "FENCED-CHECK"),
+        (cfg.fenced_raise_off, "FENCED-RAISE"),
+    ] {
+        if on {
+            crate::mutants::fenced_hook(&mut con, hook)?;
+        }
+    }
+    Ok(())
 }
 
 /// Environment variable of the module's test build with a wall-clock
@@ -571,8 +621,16 @@ pub fn run(cfg: &RunConfig) -> Result<RunResult, String> {
     });
     let res_rec =
         Arc::new(Recorder::create(&parts.join("resource.jsonl")).map_err(|e| e.to_string())?);
-    let resource = ResourceServer::start(cfg.checking, Some(Arc::clone(&res_rec)))
-        .map_err(|e| e.to_string())?;
+    let (resource, resource_node) = match cfg.resource {
+        ResourceKind::InProcess => (
+            Some(
+                ResourceServer::start(cfg.checking, Some(Arc::clone(&res_rec)))
+                    .map_err(|e| e.to_string())?,
+            ),
+            None,
+        ),
+        ResourceKind::Redis => (None, Some(start_resource_node(cfg)?)),
+    };
 
     let start = mono_ns();
     let deadline = start + cfg.duration.as_nanos() as u64;
@@ -594,7 +652,9 @@ pub fn run(cfg: &RunConfig) -> Result<RunResult, String> {
             tasks,
             nodes: proxies.iter().map(FaultProxy::url).collect(),
             clusters: clusters.iter().map(Cluster::seed_urls).collect(),
-            resource: resource.addr(),
+            resource: resource.as_ref().map(ResourceServer::addr),
+            resource_url: resource_node.as_ref().map(Node::url),
+            fenced_reads: cfg.checking == Checking::ReadsAndWrites,
             keys: keys.clone(),
             ttl_ms: cfg.ttl_ms,
             extend_percent: 10,
@@ -637,6 +697,7 @@ pub fn run(cfg: &RunConfig) -> Result<RunResult, String> {
         links,
         proxies,
         keys,
+        resource_node,
     };
     // Let the workers connect before the first fault.
     std::thread::sleep(Duration::from_millis(300));
@@ -1014,7 +1075,9 @@ fn inject(cfg: &RunConfig, c: &mut Deployment, rec: &Recorder, pids: &[u32], dea
             .collect::<Vec<_>>()
             .join(",")
     };
-    if cfg.fault == FaultType::None || cfg.fault.pause_point().is_some() {
+    if cfg.fault == FaultType::None
+        || (cfg.fault.pause_point().is_some() && cfg.fault != FaultType::ResourceKill)
+    {
         sleep_until(deadline);
         return;
     }
@@ -1027,6 +1090,10 @@ fn inject(cfg: &RunConfig, c: &mut Deployment, rec: &Recorder, pids: &[u32], dea
             // Nodes in their guard window stop everything: wait it out.
             FaultType::KillAll => ms(cfg.max_ttl_ms + 300, 2 * cfg.max_ttl_ms, &mut rng),
             FaultType::PartitionRotate => ms(20, 60, &mut rng),
+            // A restart breaks the workers' connections, and an operation
+            // cut off by it is not recorded: leave room between restarts
+            // for stalled clients to come back with their stale tokens.
+            FaultType::ResourceKill => ms(1_000, 2_000, &mut rng),
             _ => ms(200, 900, &mut rng),
         };
         std::thread::sleep(gap);
@@ -1035,6 +1102,27 @@ fn inject(cfg: &RunConfig, c: &mut Deployment, rec: &Recorder, pids: &[u32], dea
         }
         id += 1;
         match cfg.fault {
+            FaultType::ResourceKill => {
+                let Some(node) = c.resource_node.as_mut() else {
+                    break;
+                };
+                node.kill();
+                start(
+                    rec,
+                    id,
+                    "resource_kill",
+                    "resource".into(),
+                    "kill -9 of the resource server (AOF always), restart".into(),
+                    false,
+                );
+                std::thread::sleep(ms(50, 300, &mut rng));
+                node.restart();
+                rec.record(Kind::FaultStop { id });
+                if let Err(e) = prepare_resource_node(cfg, node) {
+                    c.fault_error = Some(e);
+                    break;
+                }
+            }
             FaultType::KillNone
             | FaultType::KillEverysec
             | FaultType::KillAlways

@@ -19,7 +19,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::clock::mono_ns;
 use crate::history::{Event, Kind, Recorder};
-use crate::resource::ResourceClient;
+use crate::resource::{RedisResource, ResourceClient};
 
 /// Client options, including the test-only mutation switches.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
@@ -103,8 +103,16 @@ pub struct WorkerSpec {
     /// before `nodes` in the quorum).
     #[serde(default)]
     pub clusters: Vec<Vec<String>>,
-    /// Fenced resource address.
-    pub resource: SocketAddr,
+    /// Address of the in-process fenced resource (when it is the one used).
+    #[serde(default)]
+    pub resource: Option<SocketAddr>,
+    /// URL of the Redis-held fenced resource (when it is the one used).
+    #[serde(default)]
+    pub resource_url: Option<String>,
+    /// Redis-held resource: reads go through `REDLOCK.FENCED` too (false:
+    /// the mutant that reads unfenced).
+    #[serde(default)]
+    pub fenced_reads: bool,
     /// Keys to contend for.
     pub keys: Vec<String>,
     /// Lease of each acquisition, ms.
@@ -294,15 +302,26 @@ async fn client_task(
 ) -> Result<u64, String> {
     let name = format!("w{}.c{}", spec.index, task);
     let mut rng = ChaCha8Rng::seed_from_u64(spec.seed ^ ((spec.index as u64) << 32) ^ task as u64);
-    let mut resource = None;
+    let mut resource: Option<Res> = None;
     let ttl = Duration::from_millis(spec.ttl_ms);
     let mut acquired = 0u64;
     let mut n = 0u64;
     while mono_ns() < spec.deadline_ns {
         if resource.is_none() {
-            match ResourceClient::connect(spec.resource).await {
-                Ok(c) => resource = Some(c),
-                Err(e) => return Err(format!("resource: {e}")),
+            match (&spec.resource_url, spec.resource) {
+                (Some(url), _) => match RedisResource::connect(url, spec.fenced_reads).await {
+                    Ok(c) => resource = Some(Res::Redis(c)),
+                    // The resource server is being restarted: try again.
+                    Err(_) => {
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                        continue;
+                    }
+                },
+                (None, Some(addr)) => match ResourceClient::connect(addr).await {
+                    Ok(c) => resource = Some(Res::Tcp(c)),
+                    Err(e) => return Err(format!("resource: {e}")),
+                },
+                (None, None) => return Err("no resource".into()),
             }
         }
         n += 1;
@@ -426,7 +445,7 @@ async fn client_task(
                 .await;
             let token = lock.token();
             let res = resource.as_mut().ok_or("no resource")?;
-            match res.read(&op, &key, token).await {
+            match res.read(rec, &op, &key, token).await {
                 Ok(Some((value, version))) => {
                     pauser
                         .maybe_pause(PausePoint::BetweenReadAndWrite, &mut rng, rec, &name)
@@ -471,7 +490,7 @@ async fn client_task(
                             },
                         });
                     }
-                    if let Err(e) = res.write(&op, &key, token, value + 1, version).await {
+                    if let Err(e) = res.write(rec, &op, &key, token, value + 1, version).await {
                         resource = None;
                         let _ = e;
                     }
@@ -485,4 +504,42 @@ async fn client_task(
         rec.record(Kind::ReleaseDone { op, ok });
     }
     Ok(acquired)
+}
+
+/// The fenced resource as a client task uses it.
+enum Res {
+    /// The in-process server (it records the operations itself).
+    Tcp(ResourceClient),
+    /// The Redis-held resource (the task records the operations).
+    Redis(RedisResource),
+}
+
+impl Res {
+    async fn read(
+        &mut self,
+        rec: &Recorder,
+        op: &str,
+        key: &str,
+        token: u64,
+    ) -> std::io::Result<Option<(u64, u64)>> {
+        match self {
+            Res::Tcp(c) => c.read(op, key, token).await,
+            Res::Redis(c) => c.read(rec, op, key, token).await,
+        }
+    }
+
+    async fn write(
+        &mut self,
+        rec: &Recorder,
+        op: &str,
+        key: &str,
+        token: u64,
+        value: u64,
+        based_on: u64,
+    ) -> std::io::Result<bool> {
+        match self {
+            Res::Tcp(c) => c.write(op, key, token, value, based_on).await,
+            Res::Redis(c) => c.write(rec, op, key, token, value, based_on).await,
+        }
+    }
 }

@@ -67,6 +67,48 @@ fn mutant_resource_checking_writes_only_is_caught() {
 }
 
 #[test]
+fn mutant_fenced_check_off_is_caught() {
+    let (mut cfg, _dir) = config("fenced_check_off", FaultType::ClientPauseUse, 8);
+    cfg.fenced_check_off = true;
+    cfg.fault_budget = 20;
+    let r = run(&cfg);
+    assert!(r.stale_accepted > 0, "not caught: {r:?}");
+    assert_eq!(r.stale_refused, 0, "the check is off: {r:?}");
+}
+
+#[test]
+fn mutant_fenced_raise_off_is_caught() {
+    let (mut cfg, _dir) = config("fenced_raise_off", FaultType::ClientPauseUse, 8);
+    cfg.fenced_raise_off = true;
+    cfg.fault_budget = 20;
+    let r = run(&cfg);
+    assert!(r.stale_accepted > 0, "not caught: {r:?}");
+}
+
+#[test]
+fn control_fenced_resource_passes_the_same_faults() {
+    let (mut cfg, _dir) = config("fenced_control", FaultType::ClientPauseUse, 8);
+    cfg.fault_budget = 20;
+    let r = run(&cfg);
+    assert!(r.resource_ops > 50, "{r:?}");
+    assert!(r.stale_refused > 0, "Redis refused no stale token: {r:?}");
+    assert_eq!(r.violations(), 0, "{r:?}");
+}
+
+#[test]
+fn control_resource_killed_and_restarted_from_its_aof_passes() {
+    let (mut cfg, _dir) = config("resource_kill_control", FaultType::ResourceKill, 10);
+    cfg.fault_budget = 16;
+    let r = run(&cfg);
+    assert!(r.resource_ops > 50, "{r:?}");
+    assert!(
+        r.stale_refused > 0,
+        "no stale token reached the resource: {r:?}"
+    );
+    assert_eq!(r.violations(), 0, "{r:?}");
+}
+
+#[test]
 fn mutant_write_back_off_is_caught() {
     // Counters drift apart when rotating minorities are cut off; without the
     // floor only the write-back keeps tokens increasing.

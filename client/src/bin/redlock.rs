@@ -24,6 +24,9 @@ const EXIT_BUSY: u8 = 3;
 const EXIT_LOST: u8 = 4;
 /// `release`: the owner did not hold the lock (lease over or already released).
 const EXIT_NOT_HELD: u8 = 5;
+/// `fenced` (and `run --guard`): the guard has seen a newer token (STALE);
+/// nothing ran.
+const EXIT_STALE: u8 = 6;
 
 const AFTER_HELP: &str = "\
 Exit codes:
@@ -33,6 +36,7 @@ Exit codes:
   3    busy: the lock is held by another owner
   4    run: the lock was lost while the command ran; the command was terminated
   5    release: that owner did not hold the lock (lease over or already released)
+  6    fenced, run --guard: STALE, the resource's guard has seen a newer token; nothing ran
   N    run: the command's own exit status (128+SIG when killed by a signal;
        126/127 when it could not be started)
 
@@ -55,6 +59,8 @@ Examples:
   redlock release reports --owner 5c0e9f5e-1d7a-4b8e-9a56-3f1f0f6c2d11
   redlock inspect reports
   redlock run nightly-backup --ttl 30s -- ./backup.sh --full   # token in $REDLOCK_TOKEN
+  REDLOCK_RESOURCE=redis://10.0.9.1:6379 redlock run backup --guard backup:fence -- \\
+    sh -c 'redlock fenced -- SET backup:last \"$(date +%s)\"'   # STALE: exit 6
   REDLOCK_NODES=rediss://locker:pw@10.0.0.1:6380,… \\
     redlock --tls-ca ca.crt --tls-cert client.crt --tls-key client.key acquire locks:reports";
 
@@ -206,7 +212,42 @@ enum Command {
         /// command's process group.
         #[arg(long, default_value = "10s", value_parser = parse_duration)]
         kill_after: Duration,
+        /// A guard key on the resource server (--resource): the token is
+        /// shown to it (REDLOCK.GUARD) before the command starts, so older
+        /// holders are refused from then on, and it is passed in
+        /// REDLOCK_GUARD for `redlock fenced`. STALE: exit code 6, the
+        /// command does not start.
+        #[arg(long, requires = "resource")]
+        guard: Option<String>,
+        /// URL of the Redis server (or any node of the cluster) that holds
+        /// the protected data and loads the module; passed on in
+        /// REDLOCK_RESOURCE. Prefer the environment variable for URLs with
+        /// passwords.
+        #[arg(long, env = "REDLOCK_RESOURCE", hide_env_values = true)]
+        resource: Option<String>,
         /// The command and its arguments, after `--`.
+        #[arg(last = true, required = true, value_name = "CMD")]
+        command: Vec<String>,
+    },
+    /// Run one Redis command on the resource, fenced by the token of the
+    /// lock `redlock run` holds: `REDLOCK.FENCED $REDLOCK_GUARD $REDLOCK_KEY
+    /// $REDLOCK_TOKEN CMD ARGS…` on $REDLOCK_RESOURCE. Prints the reply;
+    /// exit code 6 when the guard has seen a newer token (nothing ran), 1 on
+    /// any other error. Never retried.
+    Fenced {
+        /// The resource server's URL.
+        #[arg(long, env = "REDLOCK_RESOURCE", hide_env_values = true)]
+        resource: String,
+        /// The guard key.
+        #[arg(long, env = "REDLOCK_GUARD")]
+        guard: String,
+        /// The lock's name.
+        #[arg(long, env = "REDLOCK_KEY")]
+        key: String,
+        /// The fencing token.
+        #[arg(long, env = "REDLOCK_TOKEN")]
+        token: u64,
+        /// The Redis command and its arguments, after `--`.
         #[arg(last = true, required = true, value_name = "CMD")]
         command: Vec<String>,
     },
@@ -274,6 +315,7 @@ impl Out {
             Error::PermissionDenied { .. } => ("permission_denied", EXIT_ERROR),
             Error::ExpiredBeforeUse { .. } => ("expired_before_use", EXIT_ERROR),
             Error::Lost { .. } => ("lost", EXIT_LOST),
+            Error::Stale { .. } => ("stale", EXIT_STALE),
             Error::InvalidArgument(_) => ("invalid_argument", EXIT_USAGE),
             _ => ("error", EXIT_ERROR),
         };
@@ -344,7 +386,8 @@ fn main() -> ExitCode {
     }
     let cli = Cli::parse_from(args);
     let out = Out { json: cli.json };
-    if members(&cli).is_empty() {
+    let needs_nodes = !matches!(cli.command, Command::Fenced { .. });
+    if needs_nodes && members(&cli).is_empty() {
         return ExitCode::from(out.fail(
             "invalid_argument",
             "no nodes: pass --nodes redis://host:port,… or --cluster redis://host:port,… (or set REDLOCK_NODES / REDLOCK_CLUSTERS)",
@@ -368,6 +411,16 @@ fn main() -> ExitCode {
 }
 
 async fn run(cli: Cli, out: Out) -> u8 {
+    if let Command::Fenced {
+        resource,
+        guard,
+        key,
+        token,
+        command,
+    } = &cli.command
+    {
+        return fenced(out, resource, guard, key, *token, command).await;
+    }
     let redlock = match connect(&cli).await {
         Ok(r) => r,
         Err(e) => return out.error(&e),
@@ -381,8 +434,112 @@ async fn run(cli: Cli, out: Out) -> u8 {
             ttl,
             wait,
             kill_after,
+            guard,
+            resource,
             command,
-        } => run_command(&redlock, out, &key, ttl, wait, kill_after, &command).await,
+        } => {
+            let fence = Fence {
+                guard: guard.as_deref(),
+                resource: resource.as_deref(),
+            };
+            run_command(&redlock, out, &key, ttl, wait, kill_after, fence, &command).await
+        }
+        Command::Fenced { .. } => EXIT_USAGE,
+    }
+}
+
+/// `run --guard G --resource URL`.
+#[derive(Clone, Copy)]
+struct Fence<'a> {
+    guard: Option<&'a str>,
+    resource: Option<&'a str>,
+}
+
+/// A connection to the resource server at `url`.
+async fn resource_connection(url: &str) -> Result<redis::aio::MultiplexedConnection, Error> {
+    let client = redis::Client::open(url)
+        .map_err(|e| Error::InvalidArgument(format!("resource URL: {e}")))?;
+    client
+        .get_multiplexed_async_connection()
+        .await
+        .map_err(|e| Error::Resource(format!("cannot connect to the resource: {e}")))
+}
+
+/// `redlock fenced -- CMD ARGS…`.
+async fn fenced(
+    out: Out,
+    resource: &str,
+    guard: &str,
+    key: &str,
+    token: u64,
+    command: &[String],
+) -> u8 {
+    let mut con = match resource_connection(resource).await {
+        Ok(c) => c,
+        Err(e) => return out.error(&e),
+    };
+    let mut cmd = redis::cmd("REDLOCK.FENCED");
+    cmd.arg(guard).arg(key).arg(token).arg(command);
+    match cmd.query_async::<redis::Value>(&mut con).await {
+        Ok(value) => {
+            if out.json {
+                println!("{}", json!({ "reply": value_json(&value) }));
+            } else {
+                print_value(&value);
+            }
+            EXIT_OK
+        }
+        Err(e) if e.code() == Some("STALE") => out.fail(
+            "stale",
+            &format!(
+                "STALE {}: another holder took over; nothing ran",
+                e.detail().unwrap_or("")
+            ),
+            EXIT_STALE,
+        ),
+        Err(e) => out.fail("resource", &e.to_string(), EXIT_ERROR),
+    }
+}
+
+/// A reply as JSON: strings as text (lossy), numbers, arrays, maps as pairs.
+fn value_json(value: &redis::Value) -> serde_json::Value {
+    use redis::Value;
+    match value {
+        Value::Nil => serde_json::Value::Null,
+        Value::Int(n) => json!(n),
+        Value::Okay => json!("OK"),
+        Value::BulkString(b) => json!(String::from_utf8_lossy(b)),
+        Value::SimpleString(s) => json!(s),
+        Value::Double(d) => json!(d),
+        Value::Boolean(b) => json!(b),
+        Value::Array(items) | Value::Set(items) => {
+            serde_json::Value::Array(items.iter().map(value_json).collect())
+        }
+        Value::Map(pairs) => serde_json::Value::Array(
+            pairs
+                .iter()
+                .map(|(k, v)| json!([value_json(k), value_json(v)]))
+                .collect(),
+        ),
+        other => json!(format!("{other:?}")),
+    }
+}
+
+/// A reply as redis-cli's raw mode prints it: one value per line.
+fn print_value(value: &redis::Value) {
+    use redis::Value;
+    match value {
+        Value::Nil => println!(),
+        Value::Int(n) => println!("{n}"),
+        Value::Okay => println!("OK"),
+        Value::BulkString(b) => println!("{}", String::from_utf8_lossy(b)),
+        Value::SimpleString(s) => println!("{s}"),
+        Value::Array(items) | Value::Set(items) => items.iter().for_each(print_value),
+        Value::Map(pairs) => pairs.iter().for_each(|(k, v)| {
+            print_value(k);
+            print_value(v);
+        }),
+        other => println!("{other:?}"),
     }
 }
 
@@ -543,6 +700,9 @@ enum RunEnd {
     NotStarted(std::io::Error),
     /// Waiting for the command failed (its group was still terminated).
     WaitFailed(std::io::Error),
+    /// `--guard`: showing the token to the guard failed; the command was
+    /// not started.
+    NotAnnounced(Error),
 }
 
 fn status_code(status: std::process::ExitStatus) -> u8 {
@@ -611,6 +771,7 @@ async fn child_changed(sigchld: &mut Option<tokio::signal::unix::Signal>) {
 /// when `run` is asked to stop (SIGTERM, SIGINT, SIGHUP, SIGQUIT); SIGKILL
 /// `kill_after` after the first of these. The closure returns (and the lock
 /// is released) only once no process of the group is left.
+#[allow(clippy::too_many_arguments)]
 async fn run_command(
     redlock: &Redlock,
     out: Out,
@@ -618,12 +779,24 @@ async fn run_command(
     ttl: Duration,
     wait: Duration,
     kill_after: Duration,
+    fence: Fence<'_>,
     argv: &[String],
 ) -> u8 {
     let Some((program, args)) = argv.split_first() else {
         return out.fail("invalid_argument", "no command given after --", EXIT_USAGE);
     };
     let work = |guard: redlock_client::LockGuard| async move {
+        // The token is shown to the resource's guard before the command
+        // starts: from then on, older holders are refused there.
+        if let (Some(guard_key), Some(url)) = (fence.guard, fence.resource) {
+            let announced = match resource_connection(url).await {
+                Ok(mut con) => guard.announce(&mut con, guard_key).await,
+                Err(e) => Err(e),
+            };
+            if let Err(e) = announced {
+                return RunEnd::NotAnnounced(e);
+            }
+        }
         // Installed before the command starts, so that no stop request
         // can end `run` and leave the command running unlocked.
         let mut stop_signals = StopSignals::install();
@@ -637,6 +810,12 @@ async fn run_command(
             .env("REDLOCK_TOKEN", guard.token().to_string())
             .env("REDLOCK_KEY", guard.key())
             .kill_on_drop(true);
+        if let Some(guard_key) = fence.guard {
+            command.env("REDLOCK_GUARD", guard_key);
+        }
+        if let Some(url) = fence.resource {
+            command.env("REDLOCK_RESOURCE", url);
+        }
         let (mut child, group) = match job::spawn(&mut command, terminal.as_ref()) {
             Ok(started) => started,
             Err(e) => return RunEnd::NotStarted(e),
@@ -734,6 +913,7 @@ async fn run_command(
                 code,
             )
         }
+        Ok(RunEnd::NotAnnounced(e)) => out.error(&e),
         Ok(RunEnd::WaitFailed(e)) => out.fail(
             "error",
             &format!("lost track of the command: {e}"),

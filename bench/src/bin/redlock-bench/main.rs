@@ -218,6 +218,9 @@ async fn run(args: &Args) -> Result<bool, String> {
     if plan.runs(Section::Waiting) {
         sections::waiting::run(&module, plan.smoke, figures).await?;
     }
+    if plan.runs(Section::Fenced) {
+        sections::fenced::run(&module, plan.smoke, figures).await?;
+    }
 
     if let Some(path) = &args.json {
         let json = serde_json::json!({

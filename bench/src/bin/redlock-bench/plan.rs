@@ -17,6 +17,7 @@ pub(crate) enum Section {
     Reclaim,
     Waiting,
     Cluster,
+    Fenced,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -64,6 +65,7 @@ impl Plan {
             Section::Reclaim,
             Section::Waiting,
             Section::Cluster,
+            Section::Fenced,
         ];
         Plan {
             smoke: args.smoke,

@@ -2,6 +2,7 @@
 
 pub(crate) mod cluster;
 pub(crate) mod contended;
+pub(crate) mod fenced;
 pub(crate) mod memory;
 pub(crate) mod profile;
 pub(crate) mod reclaim;
