@@ -22,12 +22,26 @@ test: deps lint
 		$(CARGO) test --workspace --features redlock-module/test-hooks,redlock-client/danger-test-switches
 	REDLOCK_MODULE=$(TEST_MODULE) \
 		$(CARGO) run -q -p redlock-safety --bin safety -- --quick --out target/safety-quick
+	$(MAKE) python-test
 
 lint:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 	$(CARGO) clippy -p redlock-module --all-targets --features test-hooks -- -D warnings
 	$(CARGO) clippy -p redlock-client --all-targets -- -D warnings
+
+## python-test: the Python package (python/): built into target/pyvenv (PyPI for the tools), pytest against five local nodes, mypy --strict, stubtest
+.PHONY: python-test python-fault bench-python
+PYVENV := $(CURDIR)/target/pyvenv
+PYTHON_BUILD = PATH=$(PYVENV)/bin:$$PATH $(PYVENV)/bin/pip install -q --no-build-isolation --no-deps --force-reinstall ./python
+python-test: deps
+	$(CARGO) build -p redlock-module --features test-hooks
+	test -x $(PYVENV)/bin/python || python3 -m venv $(PYVENV)
+	$(PYVENV)/bin/pip install -q -r python/requirements-test.txt
+	MATURIN_PEP517_ARGS="--profile dev" $(PYTHON_BUILD)
+	cd python && REDLOCK_MODULE=$(TEST_MODULE) $(PYVENV)/bin/python -m pytest -q -p no:cacheprovider tests
+	cd python && $(PYVENV)/bin/python -m mypy --strict pysrc tests
+	cd python && $(PYVENV)/bin/python -m mypy.stubtest redlock_fenced
 
 ## demo: five local nodes loading the module through modules.conf, contending workers, a killed node, a stale write refused
 demo: build

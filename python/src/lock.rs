@@ -328,9 +328,7 @@ impl Signal {
                     token.cancelled().await;
                     true
                 }
-                Some(limit) => tokio::time::timeout(limit, token.cancelled())
-                    .await
-                    .is_ok(),
+                Some(limit) => tokio::time::timeout(limit, token.cancelled()).await.is_ok(),
             }
         })
     }

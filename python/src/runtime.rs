@@ -83,9 +83,8 @@ where
     let mut handle = rt.spawn(fut);
     loop {
         // The timer is made inside the runtime (tokio timers need one).
-        let polled = py.detach(|| {
-            rt.block_on(async { tokio::time::timeout(SIGNAL_POLL, &mut handle).await })
-        });
+        let polled = py
+            .detach(|| rt.block_on(async { tokio::time::timeout(SIGNAL_POLL, &mut handle).await }));
         match polled {
             Ok(Ok(value)) => return Ok(value),
             Ok(Err(join)) => return Err(errors::internal(&join.to_string())),

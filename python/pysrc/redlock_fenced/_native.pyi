@@ -2,7 +2,7 @@
 
 import asyncio
 from os import PathLike
-from typing import Literal
+from typing import Literal, final
 
 __all__ = ["Client", "NativeGuard", "NativeLock", "Signal", "flush_background", "set_log_level"]
 
@@ -17,11 +17,13 @@ _View = tuple[
 ]
 _Path = str | PathLike[str]
 
+@final
 class Signal:
     def is_set(self) -> bool: ...
     def wait(self, timeout: float | None = None) -> bool: ...
     def wait_async(self) -> asyncio.Future[None]: ...
 
+@final
 class NativeLock:
     @property
     def key(self) -> str: ...
@@ -40,6 +42,7 @@ class NativeLock:
     def release_background(self) -> bool: ...
     def detach(self) -> str: ...
 
+@final
 class NativeGuard:
     @property
     def key(self) -> str: ...
@@ -53,6 +56,7 @@ class NativeGuard:
     def exit(self) -> None: ...
     def exit_async(self) -> asyncio.Future[None]: ...
 
+@final
 class Client:
     @property
     def nodes(self) -> list[str]: ...
