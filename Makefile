@@ -43,6 +43,11 @@ python-test: deps
 	cd python && $(PYVENV)/bin/python -m mypy --strict pysrc tests
 	cd python && $(PYVENV)/bin/python -m mypy.stubtest redlock_fenced
 
+## python-fault: the Python fault test's long form (make python-test runs 8 s of it); PY_FAULT_SECONDS=… to vary
+PY_FAULT_SECONDS ?= 120
+python-fault: python-test
+	cd python && REDLOCK_MODULE=$(TEST_MODULE) $(PYVENV)/bin/python tests/fault.py --duration $(PY_FAULT_SECONDS) --seed $(SEED)
+
 ## demo: five local nodes loading the module through modules.conf, contending workers, a killed node, a stale write refused
 demo: build
 	$(CARGO) run --release -q -p redlock-client --example demo
