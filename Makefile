@@ -48,6 +48,15 @@ PY_FAULT_SECONDS ?= 120
 python-fault: python-test
 	cd python && REDLOCK_MODULE=$(TEST_MODULE) $(PYVENV)/bin/python tests/fault.py --duration $(PY_FAULT_SECONDS) --seed $(SEED)
 
+## bench-python: redlock_fenced against pottery (PyPI) and the Rust client, one run on five local nodes (release builds); ARGS=--secs … --rounds …
+bench-python: deps
+	$(CARGO) build --release -p redlock-module
+	$(CARGO) build --release -p redlock-bench --example python_baseline
+	test -x $(PYVENV)/bin/python || python3 -m venv $(PYVENV)
+	$(PYVENV)/bin/pip install -q maturin==1.16.0 pottery==3.0.1
+	$(PYTHON_BUILD)
+	REDLOCK_MODULE=$(RELEASE_MODULE) $(PYVENV)/bin/python python/bench/bench_python.py $(ARGS)
+
 ## demo: five local nodes loading the module through modules.conf, contending workers, a killed node, a stale write refused
 demo: build
 	$(CARGO) run --release -q -p redlock-client --example demo
