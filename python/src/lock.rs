@@ -2,6 +2,7 @@
 //! `Signal` (the "lost" event both carry).
 
 use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -48,9 +49,33 @@ struct Shared {
     /// The end of the validity (local monotonic clock); `None` once released.
     deadline: watch::Sender<Option<Instant>>,
     lost: CancellationToken,
+    /// Whether a task watches the deadline (started by the first wait on
+    /// `lost`: most locks are released long before anyone waits).
+    watching: AtomicBool,
 }
 
 impl Shared {
+    /// Whether the lock is lost: an extend failed or the validity ran out.
+    fn is_lost(&self) -> bool {
+        if self.lost.is_cancelled() {
+            return true;
+        }
+        let ran_out = self.deadline.borrow().is_some_and(|d| Instant::now() >= d);
+        if ran_out {
+            self.lost.cancel();
+        }
+        ran_out
+    }
+
+    /// Starts the task that fires `lost` at the deadline, once.
+    fn watch(&self) -> PyResult<()> {
+        if !self.watching.swap(true, Ordering::AcqRel) {
+            let rt = runtime::runtime()?;
+            rt.spawn(watch_deadline(self.deadline.subscribe(), self.lost.clone()));
+        }
+        Ok(())
+    }
+
     fn slot(&self) -> MutexGuard<'_, Slot> {
         self.slot.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -128,12 +153,11 @@ pub(crate) struct NativeLock {
 }
 
 impl NativeLock {
-    /// Wraps a fresh lock. Runs inside the runtime (it starts the watch).
+    /// Wraps a fresh lock.
     pub(crate) fn new(lock: Lock) -> Self {
         let deadline = Instant::now() + lock.validity();
-        let (tx, rx) = watch::channel(Some(deadline));
+        let (tx, _) = watch::channel(Some(deadline));
         let lost = CancellationToken::new();
-        tokio::spawn(watch_deadline(rx, lost.clone()));
         NativeLock {
             key: lock.key().to_string(),
             token: lock.token(),
@@ -142,6 +166,7 @@ impl NativeLock {
                 slot: Mutex::new(Slot::Held(lock)),
                 deadline: tx,
                 lost,
+                watching: AtomicBool::new(false),
             }),
         }
     }
@@ -195,7 +220,7 @@ impl NativeLock {
 
     /// Seconds of validity left; 0.0 once lost or released.
     fn validity(&self) -> f64 {
-        if self.shared.lost.is_cancelled() {
+        if self.shared.is_lost() {
             return 0.0;
         }
         match *self.shared.deadline.borrow() {
@@ -209,7 +234,7 @@ impl NativeLock {
     #[getter]
     fn lost(&self) -> Signal {
         Signal {
-            token: self.shared.lost.clone(),
+            source: Source::Lock(Arc::clone(&self.shared)),
         }
     }
 
@@ -296,24 +321,48 @@ impl Drop for NativeLock {
     }
 }
 
+/// What a [`Signal`] reports on.
+enum Source {
+    /// A guard's token (its keeper fires it).
+    Token(CancellationToken),
+    /// A lock's deadline and token (a task fires it once someone waits).
+    Lock(Arc<Shared>),
+}
+
 /// An event that is set once and stays set (a lock was lost).
 #[pyclass(frozen, module = "redlock_fenced._native")]
 pub(crate) struct Signal {
-    token: CancellationToken,
+    source: Source,
+}
+
+impl Signal {
+    /// The token to wait on, with whatever fires it running.
+    fn token(&self) -> PyResult<CancellationToken> {
+        match &self.source {
+            Source::Token(token) => Ok(token.clone()),
+            Source::Lock(shared) => {
+                shared.watch()?;
+                Ok(shared.lost.clone())
+            }
+        }
+    }
 }
 
 #[pymethods]
 impl Signal {
     /// Whether the event is set.
     fn is_set(&self) -> bool {
-        self.token.is_cancelled()
+        match &self.source {
+            Source::Token(token) => token.is_cancelled(),
+            Source::Lock(shared) => shared.is_lost(),
+        }
     }
 
     /// Waits (GIL released, Ctrl-C works) until set or `timeout` seconds
     /// passed; returns whether it is set.
     #[pyo3(signature = (timeout=None))]
     fn wait(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<bool> {
-        if self.token.is_cancelled() {
+        if self.is_set() {
             return Ok(true);
         }
         let limit = match timeout {
@@ -321,7 +370,7 @@ impl Signal {
             Some(t) if t <= 0.0 && !t.is_nan() => return Ok(false),
             Some(t) => Some(errors::duration("timeout", t, 0.0, 1e9)?),
         };
-        let token = self.token.clone();
+        let token = self.token()?;
         runtime::block(py, OnCancel::Drop, async move {
             match limit {
                 None => {
@@ -335,7 +384,7 @@ impl Signal {
 
     /// An asyncio future that completes when the event is set.
     fn wait_async(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
-        let token = self.token.clone();
+        let token = self.token()?;
         dispatch(py, true, OnCancel::Drop, async move {
             token.cancelled_owned().await;
             Ok(())
@@ -457,7 +506,7 @@ impl NativeGuard {
     #[getter]
     fn lost(&self) -> Signal {
         Signal {
-            token: self.guard.lost_token(),
+            source: Source::Token(self.guard.lost_token()),
         }
     }
 

@@ -69,35 +69,43 @@ pub(crate) enum OnCancel {
     Drop,
 }
 
-/// Runs `fut` on the runtime and waits for it with the GIL released,
-/// checking for signals (Ctrl-C) every 50 ms.
+/// Runs `fut` and waits for it with the GIL released, checking for signals
+/// (Ctrl-C) every 50 ms.
+///
+/// The future is polled on the calling thread (`block_on`: no hop to a
+/// worker and back per call). When a signal handler raises, the future is
+/// either moved to a runtime task to finish there ([`OnCancel::Finish`]) or
+/// dropped ([`OnCancel::Drop`]).
 pub(crate) fn block<F, T>(py: Python<'_>, on_cancel: OnCancel, fut: F) -> PyResult<T>
 where
     F: Future<Output = T> + Send + 'static,
     T: Send + 'static,
 {
     let rt = runtime()?;
-    // A `Lock` dropped on this thread (a result dropped with the handle)
-    // must find the runtime to release itself.
+    // A `Lock` dropped on this thread (a dropped result or future) must
+    // find the runtime to release itself.
     let _enter = rt.enter();
-    let mut handle = rt.spawn(fut);
-    loop {
-        // The timer is made inside the runtime (tokio timers need one).
-        let polled = py
-            .detach(|| rt.block_on(async { tokio::time::timeout(SIGNAL_POLL, &mut handle).await }));
-        match polled {
-            Ok(Ok(value)) => return Ok(value),
-            Ok(Err(join)) => return Err(errors::internal(&join.to_string())),
-            Err(_) => {
-                if let Err(interrupt) = py.check_signals() {
-                    if on_cancel == OnCancel::Drop {
-                        handle.abort();
+    let mut fut = Box::pin(fut);
+    let outcome = py.detach(|| {
+        rt.block_on(async {
+            loop {
+                // The timer is made inside the runtime (tokio timers need one).
+                tokio::select! {
+                    biased;
+                    value = &mut fut => return Ok(value),
+                    () = tokio::time::sleep(SIGNAL_POLL) => {
+                        Python::attach(|py| py.check_signals())?;
                     }
-                    return Err(interrupt);
                 }
             }
-        }
+        })
+    });
+    if outcome.is_err() && on_cancel == OnCancel::Finish {
+        rt.spawn(async move {
+            drop(fut.await);
+        });
     }
+    outcome
 }
 
 /// Runs `fut` blocking (see [`block`]) or, when `asyncio`, returns an

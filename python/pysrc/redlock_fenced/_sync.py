@@ -155,7 +155,7 @@ class Lock:
 
     def __init__(self, native: _native.NativeLock) -> None:
         self._native = native
-        self._lost = LostSignal(native.lost)
+        self._lost: LostSignal | None = None
 
     @property
     def key(self) -> str:
@@ -180,11 +180,13 @@ class Lock:
     @property
     def lost(self) -> LostSignal:
         """Set when the validity runs out or an extension fails."""
+        if self._lost is None:
+            self._lost = LostSignal(self._native.lost)
         return self._lost
 
     def raise_if_lost(self) -> None:
         """Raises `LockLostError` when the lock was lost."""
-        if self._lost.is_set():
+        if self.lost.is_set():
             raise _lost_error(self.key, self.token)
 
     def extend(self, ttl: Seconds) -> None:
