@@ -11,7 +11,7 @@ use redlock_client::{Member, NodeState, Redlock, RetryPolicy};
 
 use crate::errors;
 use crate::lock::{NativeGuard, NativeLock, DAY, MIN_TTL};
-use crate::runtime::{dispatch, OnCancel};
+use crate::runtime::{dispatch, Bridge, OnCancel};
 
 /// One member's view of a key: `(node, state, held, ttl, token, error,
 /// shard)`, `state` one of `"missing"`, `"present"`, `"error"`.
@@ -110,7 +110,7 @@ impl Client {
     #[allow(clippy::too_many_arguments)]
     fn connect_impl(
         py: Python<'_>,
-        asyncio: bool,
+        asyncio: Option<(&Bridge, u64)>,
         members: &Bound<'_, PyList>,
         node_timeout: f64,
         connect_timeout: f64,
@@ -147,7 +147,7 @@ impl Client {
     fn acquire_impl(
         &self,
         py: Python<'_>,
-        asyncio: bool,
+        asyncio: Option<(&Bridge, u64)>,
         key: String,
         ttl_s: f64,
         wait_s: Option<f64>,
@@ -173,7 +173,7 @@ impl Client {
     fn try_acquire_impl(
         &self,
         py: Python<'_>,
-        asyncio: bool,
+        asyncio: Option<(&Bridge, u64)>,
         key: String,
         ttl_s: f64,
     ) -> PyResult<Py<PyAny>> {
@@ -189,7 +189,7 @@ impl Client {
     fn hold_impl(
         &self,
         py: Python<'_>,
-        asyncio: bool,
+        asyncio: Option<(&Bridge, u64)>,
         key: String,
         ttl_s: f64,
         wait_s: Option<f64>,
@@ -213,7 +213,7 @@ impl Client {
     fn release_owner_impl(
         &self,
         py: Python<'_>,
-        asyncio: bool,
+        asyncio: Option<(&Bridge, u64)>,
         key: String,
         owner: String,
     ) -> PyResult<Py<PyAny>> {
@@ -226,7 +226,12 @@ impl Client {
         })
     }
 
-    fn inspect_impl(&self, py: Python<'_>, asyncio: bool, key: String) -> PyResult<Py<PyAny>> {
+    fn inspect_impl(
+        &self,
+        py: Python<'_>,
+        asyncio: Option<(&Bridge, u64)>,
+        key: String,
+    ) -> PyResult<Py<PyAny>> {
         let redlock = self.get()?;
         dispatch(py, asyncio, OnCancel::Drop, async move {
             let views = redlock.inspect(&key).await;
@@ -275,7 +280,7 @@ impl Client {
     ) -> PyResult<Py<PyAny>> {
         Self::connect_impl(
             py,
-            false,
+            None,
             members,
             node_timeout,
             connect_timeout,
@@ -292,9 +297,11 @@ impl Client {
     /// Connects (asyncio future).
     #[staticmethod]
     #[allow(clippy::too_many_arguments)]
-    #[pyo3(signature = (members, node_timeout, connect_timeout, attempts, base_delay, jitter, drift_factor, clock_floor, tls_ca_file=None, tls_client_cert=None))]
+    #[pyo3(signature = (bridge, id, members, node_timeout, connect_timeout, attempts, base_delay, jitter, drift_factor, clock_floor, tls_ca_file=None, tls_client_cert=None))]
     fn connect_async(
         py: Python<'_>,
+        bridge: PyRef<'_, Bridge>,
+        id: u64,
         members: &Bound<'_, PyList>,
         node_timeout: f64,
         connect_timeout: f64,
@@ -308,7 +315,7 @@ impl Client {
     ) -> PyResult<Py<PyAny>> {
         Self::connect_impl(
             py,
-            true,
+            Some((&bridge, id)),
             members,
             node_timeout,
             connect_timeout,
@@ -331,29 +338,38 @@ impl Client {
         ttl: f64,
         wait: Option<f64>,
     ) -> PyResult<Py<PyAny>> {
-        self.acquire_impl(py, false, key, ttl, wait)
+        self.acquire_impl(py, None, key, ttl, wait)
     }
 
     /// Takes the lock (asyncio future).
-    #[pyo3(signature = (key, ttl, wait=None))]
+    #[pyo3(signature = (bridge, id, key, ttl, wait=None))]
     fn acquire_async(
         &self,
         py: Python<'_>,
+        bridge: PyRef<'_, Bridge>,
+        id: u64,
         key: String,
         ttl: f64,
         wait: Option<f64>,
     ) -> PyResult<Py<PyAny>> {
-        self.acquire_impl(py, true, key, ttl, wait)
+        self.acquire_impl(py, Some((&bridge, id)), key, ttl, wait)
     }
 
     /// One attempt (blocking); None when busy.
     fn try_acquire(&self, py: Python<'_>, key: String, ttl: f64) -> PyResult<Py<PyAny>> {
-        self.try_acquire_impl(py, false, key, ttl)
+        self.try_acquire_impl(py, None, key, ttl)
     }
 
     /// One attempt (asyncio future).
-    fn try_acquire_async(&self, py: Python<'_>, key: String, ttl: f64) -> PyResult<Py<PyAny>> {
-        self.try_acquire_impl(py, true, key, ttl)
+    fn try_acquire_async(
+        &self,
+        py: Python<'_>,
+        bridge: PyRef<'_, Bridge>,
+        id: u64,
+        key: String,
+        ttl: f64,
+    ) -> PyResult<Py<PyAny>> {
+        self.try_acquire_impl(py, Some((&bridge, id)), key, ttl)
     }
 
     /// Acquires and keeps the lock alive in the background (blocking).
@@ -365,44 +381,54 @@ impl Client {
         ttl: f64,
         wait: Option<f64>,
     ) -> PyResult<Py<PyAny>> {
-        self.hold_impl(py, false, key, ttl, wait)
+        self.hold_impl(py, None, key, ttl, wait)
     }
 
     /// Acquires and keeps the lock alive in the background (asyncio future).
-    #[pyo3(signature = (key, ttl, wait=None))]
+    #[pyo3(signature = (bridge, id, key, ttl, wait=None))]
     fn hold_async(
         &self,
         py: Python<'_>,
+        bridge: PyRef<'_, Bridge>,
+        id: u64,
         key: String,
         ttl: f64,
         wait: Option<f64>,
     ) -> PyResult<Py<PyAny>> {
-        self.hold_impl(py, true, key, ttl, wait)
+        self.hold_impl(py, Some((&bridge, id)), key, ttl, wait)
     }
 
     /// Releases `key` for an owner id (blocking).
     fn release_owner(&self, py: Python<'_>, key: String, owner: String) -> PyResult<Py<PyAny>> {
-        self.release_owner_impl(py, false, key, owner)
+        self.release_owner_impl(py, None, key, owner)
     }
 
     /// Releases `key` for an owner id (asyncio future).
     fn release_owner_async(
         &self,
         py: Python<'_>,
+        bridge: PyRef<'_, Bridge>,
+        id: u64,
         key: String,
         owner: String,
     ) -> PyResult<Py<PyAny>> {
-        self.release_owner_impl(py, true, key, owner)
+        self.release_owner_impl(py, Some((&bridge, id)), key, owner)
     }
 
     /// Every member's view of `key` (blocking).
     fn inspect(&self, py: Python<'_>, key: String) -> PyResult<Py<PyAny>> {
-        self.inspect_impl(py, false, key)
+        self.inspect_impl(py, None, key)
     }
 
     /// Every member's view of `key` (asyncio future).
-    fn inspect_async(&self, py: Python<'_>, key: String) -> PyResult<Py<PyAny>> {
-        self.inspect_impl(py, true, key)
+    fn inspect_async(
+        &self,
+        py: Python<'_>,
+        bridge: PyRef<'_, Bridge>,
+        id: u64,
+        key: String,
+    ) -> PyResult<Py<PyAny>> {
+        self.inspect_impl(py, Some((&bridge, id)), key)
     }
 
     /// Drops the connections; later calls raise `LockStateError`. Locks

@@ -17,12 +17,13 @@ use pyo3::prelude::*;
 /// The extension module.
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    runtime::configure();
     log::install();
     m.add_class::<client::Client>()?;
     m.add_class::<lock::NativeLock>()?;
     m.add_class::<lock::NativeGuard>()?;
     m.add_class::<lock::Signal>()?;
+    m.add_class::<runtime::Bridge>()?;
+    m.add_class::<runtime::Pending>()?;
     m.add_function(wrap_pyfunction!(runtime::flush_background, m)?)?;
     m.add_function(wrap_pyfunction!(log::set_log_level, m)?)?;
     Ok(())

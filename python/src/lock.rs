@@ -12,7 +12,7 @@ use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
 
 use crate::errors;
-use crate::runtime::{self, dispatch, OnCancel};
+use crate::runtime::{self, dispatch, Bridge, OnCancel};
 
 /// One day: the longest ttl or wait a call accepts (the module's own ceiling
 /// for `redlock.max-ttl-ms`).
@@ -246,27 +246,38 @@ impl NativeLock {
     /// Extends the lease to `ttl` seconds from now (blocking).
     fn extend(&self, py: Python<'_>, ttl: f64) -> PyResult<Py<PyAny>> {
         let fut = self.extend_future(ttl)?;
-        dispatch(py, false, OnCancel::Finish, fut)
+        dispatch(py, None, OnCancel::Finish, fut)
     }
 
     /// Extends the lease (asyncio future). On cancellation the nodes'
     /// extends finish in the background and the old deadline stays.
-    fn extend_async(&self, py: Python<'_>, ttl: f64) -> PyResult<Py<PyAny>> {
+    fn extend_async(
+        &self,
+        py: Python<'_>,
+        bridge: PyRef<'_, Bridge>,
+        id: u64,
+        ttl: f64,
+    ) -> PyResult<Py<PyAny>> {
         let fut = self.extend_future(ttl)?;
-        dispatch(py, true, OnCancel::Drop, fut)
+        dispatch(py, Some((&bridge, id)), OnCancel::Drop, fut)
     }
 
     /// Releases (blocking): True when it was still held.
     fn release(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
         let fut = self.release_future()?;
-        dispatch(py, false, OnCancel::Finish, fut)
+        dispatch(py, None, OnCancel::Finish, fut)
     }
 
     /// Releases (asyncio future); a cancelled caller stops waiting, the
     /// release goes on.
-    fn release_async(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+    fn release_async(
+        &self,
+        py: Python<'_>,
+        bridge: PyRef<'_, Bridge>,
+        id: u64,
+    ) -> PyResult<Py<PyAny>> {
         let fut = self.release_future()?;
-        dispatch(py, true, OnCancel::Finish, fut)
+        dispatch(py, Some((&bridge, id)), OnCancel::Finish, fut)
     }
 
     /// Starts a release in the background (for a lock nobody released);
@@ -383,9 +394,14 @@ impl Signal {
     }
 
     /// An asyncio future that completes when the event is set.
-    fn wait_async(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+    fn wait_async(
+        &self,
+        py: Python<'_>,
+        bridge: PyRef<'_, Bridge>,
+        id: u64,
+    ) -> PyResult<Py<PyAny>> {
         let token = self.token()?;
-        dispatch(py, true, OnCancel::Drop, async move {
+        dispatch(py, Some((&bridge, id)), OnCancel::Drop, async move {
             token.cancelled_owned().await;
             Ok(())
         })
@@ -513,11 +529,21 @@ impl NativeGuard {
     /// Ends the block (blocking): stops the keeper, which releases the lock,
     /// and waits for that release.
     fn exit(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
-        dispatch(py, false, OnCancel::Finish, self.exit_future())
+        dispatch(py, None, OnCancel::Finish, self.exit_future())
     }
 
     /// Ends the block (asyncio future).
-    fn exit_async(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
-        dispatch(py, true, OnCancel::Finish, self.exit_future())
+    fn exit_async(
+        &self,
+        py: Python<'_>,
+        bridge: PyRef<'_, Bridge>,
+        id: u64,
+    ) -> PyResult<Py<PyAny>> {
+        dispatch(
+            py,
+            Some((&bridge, id)),
+            OnCancel::Finish,
+            self.exit_future(),
+        )
     }
 }

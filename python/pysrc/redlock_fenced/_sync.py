@@ -68,7 +68,9 @@ class LostSignal:
         return self._native.wait(limit)
 
     def __await__(self) -> Generator[Any, None, None]:
-        yield from self._native.wait_async().__await__()
+        from ._bridge import call
+
+        yield from call(self._native.wait_async).__await__()
 
     def __repr__(self) -> str:
         return f"<LostSignal is_set={self.is_set()}>"

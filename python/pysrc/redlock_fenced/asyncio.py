@@ -16,6 +16,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 from . import _native
+from ._bridge import call
 from ._sync import (
     LockGuard,
     LostSignal,
@@ -87,12 +88,14 @@ class AsyncLock:
         """Extends the lease to `ttl` seconds from now. When cancelled, the
         nodes' extensions finish in the background and the old (shorter)
         validity stays."""
-        await self._native.extend_async(ttl_seconds(ttl))
+        t = ttl_seconds(ttl)
+        await call(lambda b, i: self._native.extend_async(b, i, t))
 
     async def release(self) -> bool:
         """Releases the lock: True when it was still held. When cancelled, the
         release still goes on."""
-        return await self._native.release_async()
+        held: bool = await call(self._native.release_async)
+        return held
 
     def detach(self) -> str:
         """Stops tracking the lock without releasing it; returns the owner id."""
@@ -110,7 +113,7 @@ class AsyncLock:
         if self._native.state() in ("released", "detached"):
             return
         try:
-            held = await self._native.release_async()
+            held = await call(self._native.release_async)
         except Exception as problem:
             if exc is None:
                 raise
@@ -187,7 +190,8 @@ class AsyncRedlock:
             members, node_timeout, connect_timeout, retry, drift_factor, clock_floor,
             tls_ca_file, tls_client_cert,
         )
-        return cls(await _native.Client.connect_async(*args))
+        client: _native.Client = await call(lambda b, i: _native.Client.connect_async(b, i, *args))
+        return cls(client)
 
     @property
     def nodes(self) -> list[str]:
@@ -206,13 +210,19 @@ class AsyncRedlock:
         k, t, w = check_key(key), ttl_seconds(ttl), wait_seconds(wait)
 
         async def start() -> AsyncLock:
-            return AsyncLock(await self._client.acquire_async(k, t, w))
+            native: _native.NativeLock = await call(
+                lambda b, i: self._client.acquire_async(b, i, k, t, w)
+            )
+            return AsyncLock(native)
 
         return AcquireContext(start)
 
     async def try_acquire(self, key: str, ttl: Seconds) -> AsyncLock | None:
         """One attempt: the lock, or None when another owner holds it."""
-        native = await self._client.try_acquire_async(check_key(key), ttl_seconds(ttl))
+        k, t = check_key(key), ttl_seconds(ttl)
+        native: _native.NativeLock | None = await call(
+            lambda b, i: self._client.try_acquire_async(b, i, k, t)
+        )
         return None if native is None else AsyncLock(native)
 
     def hold(
@@ -242,7 +252,9 @@ class AsyncRedlock:
         raise_on_lost: bool,
         cancel_on_lost: bool,
     ) -> AsyncIterator[LockGuard]:
-        native = await self._client.hold_async(key, ttl, wait)
+        native: _native.NativeGuard = await call(
+            lambda b, i: self._client.hold_async(b, i, key, ttl, wait)
+        )
         guard = LockGuard(native)
         task = asyncio.current_task()
         cancelled_by_us = False
@@ -267,7 +279,7 @@ class AsyncRedlock:
             if watcher is not None:
                 watcher.cancel()
                 await asyncio.gather(watcher, return_exceptions=True)
-            await native.exit_async()
+            await call(native.exit_async)
         if raise_on_lost and guard.lost.is_set():
             if cancelled_by_us and task is not None:
                 task.uncancel()
@@ -305,11 +317,15 @@ class AsyncRedlock:
         """Releases `key` for the owner id `owner`; True when that owner held it."""
         if not isinstance(owner, str):
             raise TypeError(f"owner must be a str, got {type(owner).__name__}")
-        return await self._client.release_owner_async(check_key(key), owner)
+        k = check_key(key)
+        freed: bool = await call(lambda b, i: self._client.release_owner_async(b, i, k, owner))
+        return freed
 
     async def inspect(self, key: str) -> list[NodeView]:
         """Every member's view of `key` (read-only)."""
-        return _views(await self._client.inspect_async(check_key(key)))
+        k = check_key(key)
+        rows: list[Any] = await call(lambda b, i: self._client.inspect_async(b, i, k))
+        return _views(rows)
 
     def as_sync(self) -> Redlock:
         """A `Redlock` on the same connections (for threads, not coroutines)."""
