@@ -6,8 +6,8 @@ use std::future::Future;
 use std::io::{Read, Write};
 use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixStream;
-use std::sync::{Arc, Mutex, OnceLock};
-use std::time::Duration;
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
+use std::time::{Duration, Instant};
 
 use pyo3::prelude::*;
 use pyo3::IntoPyObjectExt;
@@ -74,41 +74,80 @@ pub(crate) enum OnCancel {
     Drop,
 }
 
-/// Runs `fut` and waits for it with the GIL released, checking for signals
-/// (Ctrl-C) every 50 ms.
-///
-/// The future is polled on the calling thread (`block_on`: no hop to a
-/// worker and back per call). When a signal handler raises, the future is
-/// either moved to a runtime task to finish there ([`OnCancel::Finish`]) or
-/// dropped ([`OnCancel::Drop`]).
+/// How long a blocking call keeps checking for its result before it sleeps:
+/// most calls are one or two round trips to the nodes, and a thread that
+/// slept must be woken by a runtime thread, which costs more than a round
+/// trip on a loaded machine.
+const SPIN: Duration = Duration::from_micros(300);
+
+/// Where a task leaves its result for a blocked caller.
+struct Handoff<T> {
+    value: Mutex<Option<T>>,
+    ready: Condvar,
+}
+
+/// Runs `fut` on the runtime and waits for it with the GIL released,
+/// checking for signals (Ctrl-C) every 50 ms. When a signal handler raises,
+/// the work either finishes as a task ([`OnCancel::Finish`]; a result
+/// nobody takes is dropped inside the runtime) or is aborted
+/// ([`OnCancel::Drop`]).
 pub(crate) fn block<F, T>(py: Python<'_>, on_cancel: OnCancel, fut: F) -> PyResult<T>
 where
     F: Future<Output = T> + Send + 'static,
     T: Send + 'static,
 {
     let rt = runtime()?;
-    // A `Lock` dropped on this thread (a dropped result or future) must
+    // A `Lock` dropped on this thread (a result left in the hand-off) must
     // find the runtime to release itself.
     let _enter = rt.enter();
-    let mut fut = Box::pin(fut);
-    let outcome = py.detach(|| {
-        rt.block_on(async {
-            loop {
-                // The timer is made inside the runtime (tokio timers need one).
-                tokio::select! {
-                    biased;
-                    value = &mut fut => return Ok(value),
-                    () = tokio::time::sleep(SIGNAL_POLL) => {
-                        Python::attach(|py| py.check_signals())?;
-                    }
-                }
-            }
-        })
+    let handoff = Arc::new(Handoff {
+        value: Mutex::new(None),
+        ready: Condvar::new(),
     });
-    if outcome.is_err() && on_cancel == OnCancel::Finish {
-        rt.spawn(async move {
-            drop(fut.await);
-        });
+    let sender = Arc::clone(&handoff);
+    let task = rt.spawn(async move {
+        let value = fut.await;
+        *sender.value.lock().unwrap_or_else(|p| p.into_inner()) = Some(value);
+        sender.ready.notify_one();
+    });
+    let take = || {
+        handoff
+            .value
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
+    };
+    let outcome = py.detach(|| {
+        let spin_until = Instant::now() + SPIN;
+        while Instant::now() < spin_until {
+            if let Some(value) = take() {
+                return Ok(value);
+            }
+            std::thread::yield_now();
+        }
+        let mut slot = handoff.value.lock().unwrap_or_else(|p| p.into_inner());
+        loop {
+            if let Some(value) = slot.take() {
+                return Ok(value);
+            }
+            if task.is_finished() {
+                // The task ended without a value: it panicked.
+                return Err(errors::internal("the call ended without a result"));
+            }
+            let (next, waited) = handoff
+                .ready
+                .wait_timeout(slot, SIGNAL_POLL)
+                .unwrap_or_else(|p| p.into_inner());
+            slot = next;
+            if waited.timed_out() && slot.is_none() {
+                drop(slot);
+                Python::attach(|py| py.check_signals())?;
+                slot = handoff.value.lock().unwrap_or_else(|p| p.into_inner());
+            }
+        }
+    });
+    if outcome.is_err() && on_cancel == OnCancel::Drop {
+        task.abort();
     }
     outcome
 }
