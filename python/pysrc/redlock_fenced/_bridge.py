@@ -22,19 +22,22 @@ class _LoopBridge:
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.native = _native.Bridge()
-        self.futures: dict[int, asyncio.Future[Any]] = {}
+        self.futures: dict[int, tuple[asyncio.Future[Any], Callable[[Any], Any] | None]] = {}
         self.next_id = 0
         loop.add_reader(self.native.fileno(), self.drain)
 
     def drain(self) -> None:
         for ident, ok, value in self.native.drain():
-            future = self.futures.pop(ident, None)
+            entry = self.futures.pop(ident, None)
+            if entry is None:
+                continue
+            future, wrap = entry
             # A cancelled caller: the value is dropped here (a lock in it
             # releases itself in the background).
-            if future is None or future.done():
+            if future.done():
                 continue
             if ok:
-                future.set_result(value)
+                future.set_result(value if wrap is None else wrap(value))
             elif isinstance(value, BaseException):
                 future.set_exception(value)
 
@@ -49,10 +52,16 @@ def _cancel_if_cancelled(pending: _native.Pending, future: asyncio.Future[Any]) 
         pending.cancel()
 
 
-def call(start: Callable[[_native.Bridge, int], _native.Pending]) -> asyncio.Future[Any]:
+def call(
+    start: Callable[[_native.Bridge, int], _native.Pending],
+    *,
+    wrap: Callable[[Any], Any] | None = None,
+    cancellable: bool = True,
+) -> asyncio.Future[Any]:
     """Starts a native asyncio call on the running loop and returns its
-    future. Cancelling the future cancels the call where that is safe (the
-    native side decides)."""
+    future, whose result is `wrap(value)` when `wrap` is given. Cancelling
+    the future cancels the call when `cancellable` (and the native side
+    agrees: an acquisition round is never cut)."""
     loop = asyncio.get_running_loop()
     bridge = _bridges.get(loop)
     if bridge is None:
@@ -60,11 +69,12 @@ def call(start: Callable[[_native.Bridge, int], _native.Pending]) -> asyncio.Fut
     bridge.next_id += 1
     ident = bridge.next_id
     future: asyncio.Future[Any] = loop.create_future()
-    bridge.futures[ident] = future
+    bridge.futures[ident] = (future, wrap)
     try:
         pending = start(bridge.native, ident)
     except BaseException:
         del bridge.futures[ident]
         raise
-    future.add_done_callback(lambda f: _cancel_if_cancelled(pending, f))
+    if cancellable:
+        future.add_done_callback(lambda f: _cancel_if_cancelled(pending, f))
     return future

@@ -94,7 +94,7 @@ class AsyncLock:
     async def release(self) -> bool:
         """Releases the lock: True when it was still held. When cancelled, the
         release still goes on."""
-        held: bool = await call(self._native.release_async)
+        held: bool = await call(self._native.release_async, cancellable=False)
         return held
 
     def detach(self) -> str:
@@ -113,7 +113,7 @@ class AsyncLock:
         if self._native.state() in ("released", "detached"):
             return
         try:
-            held = await call(self._native.release_async)
+            held = await call(self._native.release_async, cancellable=False)
         except Exception as problem:
             if exc is None:
                 raise
@@ -136,11 +136,12 @@ class AsyncLock:
 
 class AcquireContext(Awaitable[AsyncLock], AbstractAsyncContextManager[AsyncLock]):
     """What `AsyncRedlock.acquire` returns: `await` it for an `AsyncLock`, or
-    use it with `async with` (released on exit)."""
+    use it with `async with` (released on exit). Nothing starts until it is
+    awaited or entered."""
 
     __slots__ = ("_lock", "_start")
 
-    def __init__(self, start: Callable[[], Coroutine[Any, Any, AsyncLock]]) -> None:
+    def __init__(self, start: Callable[[], asyncio.Future[AsyncLock]]) -> None:
         self._start = start
         self._lock: AsyncLock | None = None
 
@@ -208,12 +209,15 @@ class AsyncRedlock:
         `async with redlock.acquire(...) as lock:`. `wait` as in
         `Redlock.acquire`."""
         k, t, w = check_key(key), ttl_seconds(ttl), wait_seconds(wait)
+        client = self._client
 
-        async def start() -> AsyncLock:
-            native: _native.NativeLock = await call(
-                lambda b, i: self._client.acquire_async(b, i, k, t, w)
+        def start() -> asyncio.Future[AsyncLock]:
+            # Without a wait the round is never cut (see the module docs).
+            return call(
+                lambda b, i: client.acquire_async(b, i, k, t, w),
+                wrap=AsyncLock,
+                cancellable=w is not None,
             )
-            return AsyncLock(native)
 
         return AcquireContext(start)
 
@@ -221,7 +225,7 @@ class AsyncRedlock:
         """One attempt: the lock, or None when another owner holds it."""
         k, t = check_key(key), ttl_seconds(ttl)
         native: _native.NativeLock | None = await call(
-            lambda b, i: self._client.try_acquire_async(b, i, k, t)
+            lambda b, i: self._client.try_acquire_async(b, i, k, t), cancellable=False
         )
         return None if native is None else AsyncLock(native)
 
@@ -253,7 +257,8 @@ class AsyncRedlock:
         cancel_on_lost: bool,
     ) -> AsyncIterator[LockGuard]:
         native: _native.NativeGuard = await call(
-            lambda b, i: self._client.hold_async(b, i, key, ttl, wait)
+            lambda b, i: self._client.hold_async(b, i, key, ttl, wait),
+            cancellable=wait is not None,
         )
         guard = LockGuard(native)
         task = asyncio.current_task()
@@ -279,7 +284,7 @@ class AsyncRedlock:
             if watcher is not None:
                 watcher.cancel()
                 await asyncio.gather(watcher, return_exceptions=True)
-            await call(native.exit_async)
+            await call(native.exit_async, cancellable=False)
         if raise_on_lost and guard.lost.is_set():
             if cancelled_by_us and task is not None:
                 task.uncancel()
@@ -318,7 +323,9 @@ class AsyncRedlock:
         if not isinstance(owner, str):
             raise TypeError(f"owner must be a str, got {type(owner).__name__}")
         k = check_key(key)
-        freed: bool = await call(lambda b, i: self._client.release_owner_async(b, i, k, owner))
+        freed: bool = await call(
+            lambda b, i: self._client.release_owner_async(b, i, k, owner), cancellable=False
+        )
         return freed
 
     async def inspect(self, key: str) -> list[NodeView]:
