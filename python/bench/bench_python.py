@@ -145,11 +145,14 @@ def waiting(urls: list[str], secs: float, workers: int = 8) -> tuple[float, floa
             while time.monotonic() < until:
                 try:
                     lock = redlock.acquire(key, 5, wait=5)
-                except rf.LockBusyError:
-                    continue
+                except rf.LockError:
+                    continue  # busy after the wait, or an overloaded machine
                 order.append(i)  # under the lock: the list is the lock order
                 time.sleep(0.001)
-                lock.release()
+                try:
+                    lock.release()
+                except rf.LockError:
+                    pass
 
         threads = [threading.Thread(target=worker, args=(i,)) for i in range(workers)]
         for t in threads:
