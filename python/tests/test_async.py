@@ -160,3 +160,24 @@ async def test_async_connect_errors(nodes: list[Node]) -> None:
         await rf.AsyncRedlock.connect(["not a url"])
     with pytest.raises(TypeError):
         await rf.AsyncRedlock.connect("redis://127.0.0.1:1")
+
+
+async def test_a_garbage_collected_async_lock_is_released_with_a_warning(
+    aredlock: rf.AsyncRedlock, key: str
+) -> None:
+    import gc
+    import warnings
+
+    lock = await aredlock.acquire(key, 30)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        del lock
+        # The step that received the lock still holds the finished future
+        # (the loop's wake-up handle): the next step runs without it.
+        await asyncio.sleep(0)
+        gc.collect()
+    assert any(issubclass(w.category, ResourceWarning) for w in caught), caught
+    deadline = time.monotonic() + 1.0
+    while await held_by_any(aredlock, key):
+        assert time.monotonic() < deadline, "the lock was not released within 1 s"
+        await asyncio.sleep(0.02)

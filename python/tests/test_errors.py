@@ -107,3 +107,27 @@ def test_exception_hierarchy() -> None:
     for cls in (rf.LockBusyError, rf.NoQuorumError, rf.RestartGuardError):
         assert issubclass(cls, rf.TransientError) and cls.transient
     assert not rf.LockLostError.transient
+
+
+def test_tls_files_are_checked(urls: list[str], tmp_path: object) -> None:
+    tls_urls = [u.replace("redis://", "rediss://") for u in urls]
+    missing = f"{tmp_path}/no-such-ca.pem"
+    with pytest.raises(rf.InvalidArgumentError) as caught:
+        rf.Redlock.connect(tls_urls, tls_ca_file=missing)
+    assert "no-such-ca.pem" in str(caught.value)
+    with pytest.raises(TypeError):
+        rf.Redlock.connect(tls_urls, tls_client_cert="cert.pem")  # type: ignore[arg-type]
+
+
+def test_cluster_members_are_checked() -> None:
+    assert rf.Cluster("redis://a:7000", "redis://b:7000").seeds == (
+        "redis://a:7000",
+        "redis://b:7000",
+    )
+    with pytest.raises(rf.InvalidArgumentError):
+        rf.Cluster()
+    with pytest.raises(TypeError):
+        rf.Cluster(7000)  # type: ignore[arg-type]
+    # A cluster member whose seeds mix plain and TLS URLs is refused by the client.
+    with pytest.raises(rf.InvalidArgumentError):
+        rf.Redlock.connect([rf.Cluster("redis://127.0.0.1:1", "rediss://127.0.0.1:2")])
