@@ -1,0 +1,75 @@
+"""redlock_fenced: Redlock with fencing tokens, over the redlock Redis module.
+
+One quorum implementation: this package binds the Rust client
+(`redlock_client`) and adds the Python surface only. See the README for
+examples; every token must be passed to the protected resource, which
+refuses tokens lower than the highest it has seen.
+"""
+
+from __future__ import annotations
+
+import atexit
+from importlib.metadata import PackageNotFoundError, version
+
+from . import _native
+from ._sync import Lock, LockGuard, LostSignal, Redlock, current_guard
+from ._types import Cluster, NodeView, RetryPolicy, Seconds
+from .asyncio import AcquireContext, AsyncLock, AsyncRedlock
+from .errors import (
+    ExpiredBeforeUseError,
+    InvalidArgumentError,
+    LockBusyError,
+    LockError,
+    LockLostError,
+    LockStateError,
+    ModuleNotLoadedError,
+    NoQuorumError,
+    PermissionDeniedError,
+    RestartGuardError,
+    TransientError,
+)
+
+try:
+    __version__: str = version("redlock-fenced")
+    """The project's version (the workspace's, as `MODULE LIST` and `redlock --version`)."""
+except PackageNotFoundError:  # pragma: no cover - only without an installed distribution
+    __version__ = "0+unknown"
+
+__all__ = [
+    "AcquireContext",
+    "AsyncLock",
+    "AsyncRedlock",
+    "Cluster",
+    "ExpiredBeforeUseError",
+    "InvalidArgumentError",
+    "Lock",
+    "LockBusyError",
+    "LockError",
+    "LockGuard",
+    "LockLostError",
+    "LockStateError",
+    "LostSignal",
+    "ModuleNotLoadedError",
+    "NoQuorumError",
+    "NodeView",
+    "PermissionDeniedError",
+    "Redlock",
+    "RestartGuardError",
+    "RetryPolicy",
+    "Seconds",
+    "TransientError",
+    "current_guard",
+    "set_log_level",
+]
+
+
+def set_log_level(level: str) -> None:
+    """Sets the most verbose level of the Rust client's records forwarded to
+    the `redlock_client.*` loggers: "error", "warning" (the default),
+    "info", "debug" or "trace" (or set `REDLOCK_FENCED_LOG` before import).
+    Owner ids never appear in them."""
+    _native.set_log_level(level)
+
+
+# Background releases of garbage-collected locks get up to 1 s at exit.
+atexit.register(_native.flush_background, 1.0)

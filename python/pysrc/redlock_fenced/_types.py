@@ -1,0 +1,111 @@
+"""Option types, node views and the checks of durations."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Literal, TypeAlias
+
+from .errors import InvalidArgumentError
+
+__all__ = ["Cluster", "NodeView", "RetryPolicy", "Seconds"]
+
+Seconds: TypeAlias = float | int | timedelta
+"""A duration in seconds: finite and above zero. The nodes get whole
+milliseconds (rounded down)."""
+
+DAY = 86_400.0
+"""The longest ttl or wait accepted (the module's ceiling for
+`redlock.max-ttl-ms`)."""
+
+
+def seconds(name: str, value: object, *, minimum: float, maximum: float = DAY,
+            allow_minimum: bool = True) -> float:
+    """`value` as float seconds, checked: a `TypeError` for anything but
+    int, float or timedelta, an `InvalidArgumentError` outside the range."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, timedelta)):
+        raise TypeError(
+            f"{name} must be seconds as an int, float or timedelta, got {type(value).__name__}"
+        )
+    if isinstance(value, int) and not minimum <= value <= maximum:
+        raise InvalidArgumentError(
+            f"invalid argument: {name} must be from {minimum} to {maximum} seconds, got {value}"
+        )
+    s = value.total_seconds() if isinstance(value, timedelta) else float(value)
+    too_low = s < minimum or (s == minimum and not allow_minimum)
+    if not math.isfinite(s) or too_low or s > maximum:
+        bound = "from" if allow_minimum else "above"
+        raise InvalidArgumentError(
+            f"invalid argument: {name} must be a finite number of seconds {bound} {minimum} "
+            f"up to {maximum}, got {value!r}"
+        )
+    return s
+
+
+def ttl_seconds(value: object) -> float:
+    """A lease: at least 1 ms, at most one day."""
+    return seconds("ttl", value, minimum=0.001)
+
+
+def wait_seconds(value: object) -> float | None:
+    """How long to wait for a busy lock: None (do not wait), or 0 up to one day."""
+    if value is None:
+        return None
+    return seconds("wait", value, minimum=0.0)
+
+
+def check_key(key: object) -> str:
+    """A lock key must be a str."""
+    if not isinstance(key, str):
+        raise TypeError(f"key must be a str, got {type(key).__name__}")
+    return key
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    """How `acquire` (without `wait`) retries a busy lock, a missing quorum or
+    nodes in their restart window: `attempts` in all, `base_delay` plus a
+    random `0..jitter` apart (seconds)."""
+
+    attempts: int = 3
+    base_delay: Seconds = 0.1
+    jitter: Seconds = 0.1
+
+    @classmethod
+    def no_retry(cls) -> RetryPolicy:
+        """One attempt, no retry."""
+        return cls(attempts=1)
+
+
+@dataclass(frozen=True, slots=True, init=False)
+class Cluster:
+    """A quorum member that is a Redis Cluster, given by the URLs of some of
+    its nodes: `Cluster("redis://10.0.1.1:7000", "redis://10.0.1.2:7000")`.
+    It has one vote, like a single node."""
+
+    seeds: tuple[str, ...]
+
+    def __init__(self, *seeds: str) -> None:
+        if not seeds:
+            raise InvalidArgumentError("invalid argument: a Cluster needs at least one seed URL")
+        for seed in seeds:
+            if not isinstance(seed, str):
+                raise TypeError(f"cluster seeds must be str URLs, got {type(seed).__name__}")
+        object.__setattr__(self, "seeds", tuple(seeds))
+
+
+@dataclass(frozen=True, slots=True)
+class NodeView:
+    """One member's view of a lock (see `Redlock.inspect`): `state` is
+    "missing" (never locked there), "present" (`held`, `ttl` seconds left when
+    held, the node's `token` counter) or "error" (`error` says why). For a
+    cluster member, `shard` is the `(address, node id)` that holds the key."""
+
+    node: str
+    state: Literal["missing", "present", "error"]
+    held: bool = False
+    ttl: float | None = None
+    token: int | None = None
+    error: str | None = None
+    shard: tuple[str, str] | None = None

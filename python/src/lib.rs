@@ -1,0 +1,30 @@
+//! `redlock_fenced._native`: the PyO3 extension under the `redlock-fenced`
+//! Python package. It binds [`redlock_client`] (the one quorum
+//! implementation) and adds only what Python needs around it: one shared
+//! tokio runtime, blocking calls that release the GIL and react to Ctrl-C,
+//! asyncio futures, and the mapping of errors onto the package's exceptions.
+//! The Python layer (`pysrc/redlock_fenced`) checks arguments and gives the
+//! public API its shape.
+
+mod client;
+mod errors;
+mod lock;
+mod log;
+mod runtime;
+
+use pyo3::prelude::*;
+
+/// The extension module.
+#[pymodule]
+fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    log::install();
+    m.add_class::<client::Client>()?;
+    m.add_class::<lock::NativeLock>()?;
+    m.add_class::<lock::NativeGuard>()?;
+    m.add_class::<lock::Signal>()?;
+    m.add_class::<runtime::Bridge>()?;
+    m.add_class::<runtime::Pending>()?;
+    m.add_function(wrap_pyfunction!(runtime::flush_background, m)?)?;
+    m.add_function(wrap_pyfunction!(log::set_log_level, m)?)?;
+    Ok(())
+}

@@ -1,0 +1,149 @@
+"""Local redis-server nodes loading the redlock module, for the tests.
+
+Started like the Rust test kit's: a free loopback port picked at run time,
+`--bind 127.0.0.1`, no snapshots, the restart guard off, debug commands on;
+stopped by their own pid.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+START_DEADLINE = 15.0
+
+
+def module_path() -> Path:
+    """`REDLOCK_MODULE`, or the test build in target/debug."""
+    env = os.environ.get("REDLOCK_MODULE")
+    path = Path(env).resolve() if env else ROOT / "target" / "debug" / "libredlock.so"
+    if not path.exists():
+        raise RuntimeError(
+            f"{path} is missing: build it with `cargo build -p redlock-module --features test-hooks`"
+        )
+    return path
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def command(port: int, *args: str, timeout: float = 2.0) -> bytes:
+    """Sends one command (RESP) and returns the raw reply."""
+    parts = [f"*{len(args)}\r\n".encode()]
+    for a in args:
+        b = a.encode()
+        parts.append(b"$%d\r\n%s\r\n" % (len(b), b))
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
+        s.sendall(b"".join(parts))
+        data = b""
+        while not data.endswith(b"\r\n"):
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            data += chunk
+        return data
+
+
+class Node:
+    """One redis-server process in its own temporary folder."""
+
+    def __init__(self, *, module: bool = True, extra: tuple[str, ...] = ()) -> None:
+        self.module = module
+        self.extra = extra
+        self.dir = tempfile.TemporaryDirectory(prefix="redlock-py-node-")
+        self.port = free_port()
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.paused = False
+        self.start()
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}"
+
+    @property
+    def addr(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def start(self) -> None:
+        args = [
+            "redis-server", "--port", str(self.port), "--bind", "127.0.0.1",
+            "--dir", self.dir.name, "--logfile", str(Path(self.dir.name) / "redis.log"),
+            "--daemonize", "no", "--save", "", "--enable-debug-command", "yes",
+        ]
+        if self.module:
+            args += ["--loadmodule", str(module_path()), "--redlock.restart-grace-ms", "0"]
+        args += list(self.extra)
+        self.proc = subprocess.Popen(
+            args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
+        deadline = time.monotonic() + START_DEADLINE
+        while True:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"redis-server on {self.port} exited: {self.log_tail()}")
+            try:
+                if command(self.port, "PING", timeout=0.2).startswith(b"+PONG"):
+                    return
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"redis-server on {self.port}: no PING reply")
+            time.sleep(0.02)
+
+    def log_tail(self) -> str:
+        try:
+            return "\n".join((Path(self.dir.name) / "redis.log").read_text().splitlines()[-10:])
+        except OSError:
+            return ""
+
+    def pause(self) -> None:
+        if self.proc is not None:
+            os.kill(self.proc.pid, signal.SIGSTOP)
+            self.paused = True
+
+    def resume(self) -> None:
+        if self.proc is not None:
+            os.kill(self.proc.pid, signal.SIGCONT)
+            self.paused = False
+
+    def kill(self) -> None:
+        """SIGKILL: no shutdown, no save."""
+        if self.proc is not None:
+            if self.paused:
+                self.resume()
+            self.proc.kill()
+            self.proc.wait()
+            self.proc = None
+
+    def restart(self) -> None:
+        self.kill()
+        self.start()
+
+    def stop(self) -> None:
+        if self.proc is None:
+            return
+        if self.paused:
+            self.resume()
+        try:
+            command(self.port, "SHUTDOWN", "NOSAVE", timeout=0.5)
+        except OSError:
+            pass
+        try:
+            self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self.proc = None
+
+    def close(self) -> None:
+        self.stop()
+        self.dir.cleanup()

@@ -1,0 +1,183 @@
+"""The asyncio API, cancellation, and a loop that never blocks."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+import redlock_fenced as rf
+from nodes import Node
+
+
+async def held_by_any(redlock: rf.AsyncRedlock, key: str) -> bool:
+    return any(v.held for v in await redlock.inspect(key))
+
+
+async def test_acquire_await_and_async_with(aredlock: rf.AsyncRedlock, key: str) -> None:
+    lock = await aredlock.acquire(key, 5)
+    assert isinstance(lock, rf.AsyncLock)
+    assert await held_by_any(aredlock, key)
+    assert await lock.release() is True
+    async with aredlock.acquire(key, 5) as second:
+        assert second.token > lock.token
+        assert await held_by_any(aredlock, key)
+    assert not await held_by_any(aredlock, key)
+    assert aredlock.quorum == 3 and len(aredlock.nodes) == 5
+
+
+async def test_try_acquire_extend_release_owner(aredlock: rf.AsyncRedlock, key: str) -> None:
+    lock = await aredlock.try_acquire(key, 0.5)
+    assert lock is not None
+    assert await aredlock.try_acquire(key, 5) is None
+    await lock.extend(5)
+    assert lock.validity > 1
+    owner = lock.detach()
+    assert await aredlock.release_owner(key, owner) is True
+    assert not await held_by_any(aredlock, key)
+
+
+async def test_lost_is_awaitable(aredlock: rf.AsyncRedlock, key: str) -> None:
+    lock = await aredlock.acquire(key, 0.3)
+    await asyncio.wait_for(lock.lost, 2.0)
+    assert lock.lost.is_set() and lock.validity == 0.0
+    with pytest.raises(rf.LockLostError):
+        lock.raise_if_lost()
+    await asyncio.sleep(0.1)  # the nodes' lease ends a drift margin later
+    assert await lock.release() is False
+
+
+async def test_the_loop_keeps_running_while_a_call_waits(
+    aredlock: rf.AsyncRedlock, key: str
+) -> None:
+    holder = await aredlock.acquire(key, 10)
+    ticks = 0
+
+    async def ticker() -> None:
+        nonlocal ticks
+        while True:
+            await asyncio.sleep(0.01)
+            ticks += 1
+
+    task = asyncio.create_task(ticker())
+    started = time.monotonic()
+    with pytest.raises(rf.LockBusyError):
+        await aredlock.acquire(key, 5, wait=0.5)
+    elapsed = time.monotonic() - started
+    task.cancel()
+    # A blocked loop would not have ticked at all during the wait.
+    assert ticks >= 10, (ticks, elapsed)
+    await holder.release()
+
+
+async def test_cancelled_waiting_acquire_leaves_no_grant(
+    aredlock: rf.AsyncRedlock, key: str
+) -> None:
+    holder = await aredlock.acquire(key, 10)
+    with pytest.raises(TimeoutError):
+        await asyncio.wait_for(aredlock.acquire(key, 5, wait=5), 0.05)
+    assert await holder.release() is True
+    await asyncio.sleep(0.3)
+    assert not await held_by_any(aredlock, key)
+
+
+async def test_cancelled_plain_acquire_finishes_and_releases(
+    aredlock: rf.AsyncRedlock, key: str
+) -> None:
+    # Cancel at many points of the round: whatever got granted is released.
+    for delay in (0.0, 0.0005, 0.001, 0.002, 0.004):
+        task = asyncio.ensure_future(aredlock.acquire(key, 10))
+        await asyncio.sleep(delay)
+        task.cancel()
+        try:
+            lock = await task
+        except asyncio.CancelledError:
+            pass
+        else:
+            await lock.release()
+    deadline = time.monotonic() + 2
+    while await held_by_any(aredlock, key):
+        assert time.monotonic() < deadline, await aredlock.inspect(key)
+        await asyncio.sleep(0.05)
+
+
+async def test_hold_and_synchronized(aredlock: rf.AsyncRedlock, key: str) -> None:
+    async with aredlock.hold(key, 0.6) as guard:
+        assert rf.current_guard() is guard
+        await asyncio.sleep(1.5)
+        assert not guard.lost.is_set()
+        assert await aredlock.try_acquire(key, 1) is None
+    assert not await held_by_any(aredlock, key)
+
+    @aredlock.synchronized(key, 2)
+    async def work(x: int) -> int:
+        assert await aredlock.try_acquire(key, 1) is None
+        return x + 1
+
+    assert await work(1) == 2
+    assert not await held_by_any(aredlock, key)
+
+    def plain() -> None:
+        pass
+
+    with pytest.raises(TypeError):
+        aredlock.synchronized(key, 1)(plain)  # type: ignore[arg-type]
+
+
+async def test_cancel_on_lost_turns_into_lock_lost(
+    aredlock: rf.AsyncRedlock, nodes: list[Node], key: str
+) -> None:
+    reached_end = False
+    with pytest.raises(rf.LockLostError):
+        async with aredlock.hold(key, 0.3):
+            for n in nodes[:3]:
+                n.pause()
+            await asyncio.sleep(5)
+            reached_end = True
+    assert not reached_end
+    current = asyncio.current_task()
+    assert current is not None and current.cancelling() == 0
+
+
+async def test_outside_cancellation_stays_a_cancellation(
+    aredlock: rf.AsyncRedlock, key: str
+) -> None:
+    async def body() -> None:
+        async with aredlock.hold(key, 5):
+            await asyncio.sleep(10)
+
+    task = asyncio.create_task(body())
+    await asyncio.sleep(0.3)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert not await held_by_any(aredlock, key)
+
+
+async def test_async_connect_errors(nodes: list[Node]) -> None:
+    with pytest.raises(rf.InvalidArgumentError):
+        await rf.AsyncRedlock.connect(["not a url"])
+    with pytest.raises(TypeError):
+        await rf.AsyncRedlock.connect("redis://127.0.0.1:1")
+
+
+async def test_a_garbage_collected_async_lock_is_released_with_a_warning(
+    aredlock: rf.AsyncRedlock, key: str
+) -> None:
+    import gc
+    import warnings
+
+    lock = await aredlock.acquire(key, 30)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        del lock
+        # The step that received the lock still holds the finished future
+        # (the loop's wake-up handle): the next step runs without it.
+        await asyncio.sleep(0)
+        gc.collect()
+    assert any(issubclass(w.category, ResourceWarning) for w in caught), caught
+    deadline = time.monotonic() + 1.0
+    while await held_by_any(aredlock, key):
+        assert time.monotonic() < deadline, "the lock was not released within 1 s"
+        await asyncio.sleep(0.02)
