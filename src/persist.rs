@@ -387,6 +387,24 @@ pub unsafe fn replicate_reclaimed(
     }
 }
 
+/// Emits `REDLOCK.APPLY key node reclaimed longest-lease-ms` through
+/// `emit` (`RedisModule_Replicate` or `RedisModule_EmitAOF`, as
+/// [`emit_apply`]).
+macro_rules! emit_node {
+    ($emit:expr, $target:expr, $key:expr, $n:expr) => {{
+        let n: &NodeRecord = $n;
+        $emit(
+            $target,
+            APPLY.as_ptr(),
+            c"scll".as_ptr(),
+            $key,
+            c"node".as_ptr(),
+            n.reclaimed as c_longlong,
+            n.longest_lease_ms as c_longlong,
+        );
+    }};
+}
+
 /// Sends `REDLOCK.APPLY key node reclaimed longest-lease-ms` to replicas
 /// and the AOF.
 ///
@@ -398,15 +416,7 @@ pub unsafe fn replicate_node(
     n: &NodeRecord,
 ) {
     if let Some(replicate) = raw::RedisModule_Replicate {
-        replicate(
-            ctx,
-            APPLY.as_ptr(),
-            c"scll".as_ptr(),
-            key,
-            c"node".as_ptr(),
-            n.reclaimed as c_longlong,
-            n.longest_lease_ms as c_longlong,
-        );
+        emit_node!(replicate, ctx, key, n);
     }
 }
 
@@ -421,15 +431,7 @@ pub unsafe fn rewrite_node(
     n: &NodeRecord,
 ) {
     if let Some(emit) = raw::RedisModule_EmitAOF {
-        emit(
-            aof,
-            APPLY.as_ptr(),
-            c"scll".as_ptr(),
-            key,
-            c"node".as_ptr(),
-            n.reclaimed as c_longlong,
-            n.longest_lease_ms as c_longlong,
-        );
+        emit_node!(emit, aof, key, n);
     }
 }
 
