@@ -1,11 +1,17 @@
 #!/usr/bin/env bash
 # Installs the system packages the build and the tests need, when missing:
-# redis-server (Redis 7.0+) and libclang (for redis-module's bindgen).
+# redis-server (Redis 7.0+), libclang (for redis-module's bindgen), and
+# Python's venv (the Python package's tests run in a venv).
 set -euo pipefail
 
 missing=()
 command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
 command -v redis-benchmark >/dev/null 2>&1 || missing+=(redis-tools)
+if ! command -v python3 >/dev/null 2>&1; then
+  missing+=(python3 python3-venv)
+elif ! python3 -c 'import venv, ensurepip' >/dev/null 2>&1; then
+  missing+=(python3-venv)
+fi
 if ! ldconfig -p 2>/dev/null | grep -q 'libclang\(-[0-9.]*\)\?\.so'; then
   missing+=(libclang-dev)
 fi
