@@ -61,13 +61,15 @@ bench-python: deps
 demo: build
 	$(CARGO) run --release -q -p redlock-client --example demo
 
-## safety: the full fault-injection matrix (about 14 minutes); SEED=… DURATION=… (seconds) to vary it
+## safety: the full fault-injection matrix (about 14 minutes), then the mutation checks kept out of make test (about 2 minutes); SEED=… DURATION=… (seconds) to vary it
 SEED ?= 7
 DURATION ?= 600
 safety: deps
 	$(CARGO) build -p redlock-module --features test-hooks
 	REDLOCK_MODULE=$(TEST_MODULE) \
 		$(CARGO) run -q -p redlock-safety --bin safety -- --seed $(SEED) --duration $(DURATION) --out target/safety
+	REDLOCK_MODULE=$(TEST_MODULE) \
+		$(CARGO) test -p redlock-safety --test mutants -- --ignored
 
 ## fuzz-restore: the RESTORE fuzz run of tests/restore.rs with many more payloads (about four minutes); FUZZ_SEED=… FUZZ_CASES=… to vary it
 FUZZ_SEED ?= 1
