@@ -200,12 +200,19 @@ pub fn screen_inner(inner: &[&[u8]]) -> Result<(), FenceError> {
     if name.contains(&0) {
         return Err(inner_error(name, "the command name contains a NUL byte"));
     }
-    let lower = name.to_ascii_lowercase();
     let refuse = |reason| Err(inner_error(name, reason));
-    if lower.starts_with(b"redlock.") {
+    if name.len() >= 8 && name[..8].eq_ignore_ascii_case(b"redlock.") {
         return refuse("redlock commands are not allowed inside it");
     }
-    match &lower[..] {
+    // Every refused name is shorter than 16 bytes: longer ones pass on to
+    // Redis's own checks, and the rest are lowered on the stack.
+    let mut buf = [0u8; 16];
+    let Some(lower) = buf.get_mut(..name.len()) else {
+        return Ok(());
+    };
+    lower.copy_from_slice(name);
+    lower.make_ascii_lowercase();
+    match &*lower {
         b"multi" | b"exec" | b"discard" | b"watch" | b"unwatch" => refuse(
             "transactions are not allowed inside it (put REDLOCK.FENCED inside MULTI instead)",
         ),
@@ -404,6 +411,20 @@ mod tests {
             &[b"EVAL", b"return 1", b"1", b"k"],
             &[b"FCALL", b"f", b"1", b"k"],
             &[b"MIGRATE", b"h", b"1", b"k", b"0", b"10"],
+            // The longest refused names, in mixed case.
+            &[b"BrPopLPush", b"a", b"b", b"0"],
+            &[b"EvalSha_RO", b"abc", b"1", b"k"],
+            &[
+                b"XReadGroup",
+                b"GROUP",
+                b"g",
+                b"c",
+                b"BLOCK",
+                b"0",
+                b"STREAMS",
+                b"s",
+                b">",
+            ],
             &[b"S\0ET", b"k", b"v"],
             &[],
         ];

@@ -86,12 +86,27 @@ fn raise_on() -> bool {
 pub const GUARD_KEY_FLAGS: u32 =
     raw::REDISMODULE_CMD_KEY_RW | raw::REDISMODULE_CMD_KEY_ACCESS | raw::REDISMODULE_CMD_KEY_UPDATE;
 
-/// `RedisModule_Call` flags; `M` exists from Redis 7.0.1 on.
-fn call_format() -> &'static std::ffi::CStr {
-    if respects_deny_oom() {
-        c"v!CSM0"
+/// `RedisModule_Call` formats: `SPREAD` times `s` (one per argument)
+/// before the flags, so the format for `n` arguments starts `SPREAD - n`
+/// bytes in. `M` exists from Redis 7.0.1 on.
+const SPREAD: usize = 16;
+static FORMAT_DENY_OOM: &[u8] = b"ssssssssssssssss!CSM0\0";
+static FORMAT_PLAIN: &[u8] = b"ssssssssssssssss!CS0\0";
+const _: () = assert!(FORMAT_DENY_OOM.len() == SPREAD + 6 && FORMAT_PLAIN.len() == SPREAD + 5);
+
+/// The format for `n` (1..=`SPREAD`) arguments passed one by one, or for a
+/// vector (`v`) when `n` is larger. One `s` per argument saves Redis a
+/// reallocation of its argument vector on every call.
+fn call_format(n: usize) -> *const std::os::raw::c_char {
+    let all = if respects_deny_oom() {
+        FORMAT_DENY_OOM
     } else {
-        c"v!CS0"
+        FORMAT_PLAIN
+    };
+    match n {
+        1..=SPREAD => all[SPREAD - n..].as_ptr().cast(),
+        _ if respects_deny_oom() => c"v!CSM0".as_ptr(),
+        _ => c"v!CS0".as_ptr(),
     }
 }
 
@@ -292,18 +307,43 @@ fn run_inner(call: &Call, cmd: &CStr) -> Result<*mut raw::RedisModuleCallReply, 
     let Some(rm_call) = (unsafe { raw::RedisModule_Call }) else {
         return Err(libc::ENOSYS);
     };
-    let argc = call.args.len();
-    // SAFETY: argv has argc >= 5 entries; the format's `v` takes a vector
-    // of strings and its length (size_t), which Redis copies.
+    let n = call.args.len() - 5;
+    let mut a = [std::ptr::null_mut::<raw::RedisModuleString>(); SPREAD];
+    if n <= SPREAD {
+        for (i, slot) in a.iter_mut().take(n).enumerate() {
+            // SAFETY: argv has args.len() = n + 5 entries.
+            *slot = unsafe { *call.argv().add(5 + i) };
+        }
+    }
+    let (ctx, name, fmt) = (call.raw(), cmd.as_ptr(), call_format(n));
+    /// One variadic call with the arguments `a[0..n]` spread out.
+    macro_rules! spread {
+        ($($i:literal)*) => { rm_call(ctx, name, fmt, $(a[$i]),*) };
+    }
+    // SAFETY: the format has one `s` per argument passed (a live string of
+    // this call), or `v` with the vector and its length (size_t), which
+    // Redis copies; the flags after `!` take no arguments.
     unsafe {
         *libc::__errno_location() = 0;
-        let reply = rm_call(
-            call.raw(),
-            cmd.as_ptr(),
-            call_format().as_ptr(),
-            call.argv().add(5),
-            (argc - 5) as libc::size_t,
-        );
+        let reply = match n {
+            1 => spread!(0),
+            2 => spread!(0 1),
+            3 => spread!(0 1 2),
+            4 => spread!(0 1 2 3),
+            5 => spread!(0 1 2 3 4),
+            6 => spread!(0 1 2 3 4 5),
+            7 => spread!(0 1 2 3 4 5 6),
+            8 => spread!(0 1 2 3 4 5 6 7),
+            9 => spread!(0 1 2 3 4 5 6 7 8),
+            10 => spread!(0 1 2 3 4 5 6 7 8 9),
+            11 => spread!(0 1 2 3 4 5 6 7 8 9 10),
+            12 => spread!(0 1 2 3 4 5 6 7 8 9 10 11),
+            13 => spread!(0 1 2 3 4 5 6 7 8 9 10 11 12),
+            14 => spread!(0 1 2 3 4 5 6 7 8 9 10 11 12 13),
+            15 => spread!(0 1 2 3 4 5 6 7 8 9 10 11 12 13 14),
+            16 => spread!(0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15),
+            _ => rm_call(ctx, name, fmt, call.argv().add(5), n as libc::size_t),
+        };
         if reply.is_null() {
             return Err(*libc::__errno_location());
         }

@@ -169,6 +169,30 @@ fn inner_replies_pass_through_unchanged() {
     assert_eq!(t, -1, "REDLOCK.* inner commands are refused");
 }
 
+/// Every count of inner arguments reaches the inner command intact: up to
+/// 16 they are passed to `RedisModule_Call` one by one, beyond as a vector.
+#[test]
+fn every_argument_count_reaches_the_inner_command() {
+    let node = Node::start();
+    let mut con = node.connection();
+    // DEL with one key: a single inner argument.
+    let v = fenced(&mut con, "g", "L", 1, &["DEL", "nothing"]).unwrap();
+    assert_eq!(v, Value::Int(0));
+    for members in 1..=40usize {
+        let key = format!("set{members}");
+        let names: Vec<String> = (0..members).map(|i| format!("m{i}-{members}")).collect();
+        let mut inner: Vec<&str> = vec!["SADD", &key];
+        inner.extend(names.iter().map(String::as_str));
+        let v = fenced(&mut con, "g", "L", 1, &inner).unwrap();
+        assert_eq!(v, Value::Int(members as i64), "{members} members");
+        let mut stored: Vec<String> = redis::cmd("SMEMBERS").arg(&key).query(&mut con).unwrap();
+        stored.sort();
+        let mut expected = names.clone();
+        expected.sort();
+        assert_eq!(stored, expected, "{members} members");
+    }
+}
+
 #[test]
 fn hgetall_is_a_map_under_resp3_and_flat_under_resp2() {
     let node = Node::start();
