@@ -613,6 +613,233 @@ fn acl_rights_of_the_caller_apply_to_the_inner_command() {
     assert_eq!(guard_info(&mut admin, "job:g"), Some(("L".into(), 1)));
 }
 
+/// `ACL SETUSER user rules...` on an admin connection.
+fn set_user(admin: &mut redis::Connection, user: &str, rules: &[&str]) {
+    let mut cmd = redis::cmd("ACL");
+    cmd.arg("SETUSER").arg(user);
+    for r in rules {
+        cmd.arg(*r);
+    }
+    let _: () = cmd
+        .query(admin)
+        .unwrap_or_else(|e| panic!("ACL SETUSER {user} {rules:?}: {e}"));
+}
+
+/// On `con`: MULTI, then `queued` (each must answer QUEUED), then `rules`
+/// applied to `user` from `admin`, then EXEC; EXEC's reply as sent.
+fn exec_after_acl_change(
+    con: &mut redis::Connection,
+    admin: &mut redis::Connection,
+    queued: &[redis::Cmd],
+    user: &str,
+    rules: &[&str],
+) -> redis::RedisResult<Value> {
+    let _: () = redis::cmd("MULTI").query(con).unwrap();
+    for cmd in queued {
+        let q: String = cmd.query(con).unwrap();
+        assert_eq!(q, "QUEUED");
+    }
+    set_user(admin, user, rules);
+    // The raw reply: `query` would turn an error inside the array into the
+    // whole call's error.
+    redis::ConnectionLike::req_command(con, &redis::cmd("EXEC"))
+}
+
+/// The only entry of an EXEC reply, which must be an error: `CODE detail`.
+fn sole_error(exec: redis::RedisResult<Value>) -> String {
+    match exec {
+        Ok(Value::Array(items)) => match items.as_slice() {
+            [Value::ServerError(e)] => format!("{} {}", e.code(), e.details().unwrap_or("")),
+            other => panic!("EXEC replied {other:?}"),
+        },
+        other => panic!("EXEC replied {other:?}"),
+    }
+}
+
+/// The newest `ACL LOG` entry's `reason`, `context` and `object`.
+fn newest_acl_log(admin: &mut redis::Connection) -> (String, String, String) {
+    let log: Vec<Vec<Value>> = redis::cmd("ACL").arg("LOG").arg(1).query(admin).unwrap();
+    assert_eq!(log.len(), 1, "ACL LOG is empty");
+    let field = |name: &str| -> String {
+        let i = log[0]
+            .iter()
+            .position(|v| redis::from_redis_value_ref::<String>(v).ok().as_deref() == Some(name))
+            .unwrap_or_else(|| panic!("no {name} in {:?}", log[0]));
+        redis::from_redis_value_ref(&log[0][i + 1]).unwrap()
+    };
+    (field("reason"), field("context"), field("object"))
+}
+
+/// Rights changed between MULTI and EXEC (Redis 7.0 re-checks the ACL of
+/// every queued command at EXEC, per command, without EXECABORT): a right
+/// taken away refuses the fenced write with NOPERM, and neither the inner
+/// write nor the guard happen, nothing reaches the replica; a right granted
+/// in between lets the queued FENCED run once at EXEC. REDLOCK.GUARD too.
+#[test]
+fn acl_changed_between_multi_and_exec() {
+    // No pings to move the offset; the replica syncs at once.
+    let master = Node::builder()
+        .config("repl-ping-replica-period", "3600")
+        .config("repl-diskless-sync-delay", "0")
+        .start();
+    let replica = start_replica(
+        &master,
+        Node::builder().config("repl-ping-replica-period", "3600"),
+    );
+    let mut admin = master.connection();
+    let offset = |admin: &mut redis::Connection| {
+        info_field(admin, "replication", "master_repl_offset").unwrap()
+    };
+    set_user(
+        &mut admin,
+        "u",
+        &[
+            "on",
+            ">pw",
+            "~{r}*",
+            "-@all",
+            "+multi",
+            "+exec",
+            "+redlock.fenced",
+            "+redlock.guard",
+            "+set",
+        ],
+    );
+    let mut u = redis::Client::open(master.url_as("u", "pw"))
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let set_k = fenced_cmd("{r}g", "lk", 5, &["SET", "{r}k", "v"]);
+
+    // SET taken away: FENCED still passes EXEC's own check (its command
+    // and keys), the inner check refuses SET: NOPERM from FENCED, logged
+    // as a module denial; no write, no guard created.
+    let before = offset(&mut admin);
+    let e = sole_error(exec_after_acl_change(
+        &mut u,
+        &mut admin,
+        std::slice::from_ref(&set_k),
+        "u",
+        &["-set"],
+    ));
+    assert!(
+        e.starts_with("NOPERM")
+            && e.to_lowercase().contains("'set'")
+            && e.contains("REDLOCK.FENCED"),
+        "{e}"
+    );
+    assert_eq!(
+        newest_acl_log(&mut admin),
+        ("command".into(), "module".into(), "set".into())
+    );
+    assert_eq!(get(&mut admin, "{r}k"), None);
+    assert_eq!(guard_info(&mut admin, "{r}g"), None);
+    let exists: i64 = redis::cmd("EXISTS").arg("{r}g").query(&mut admin).unwrap();
+    assert_eq!(exists, 0);
+    assert_eq!(offset(&mut admin), before);
+
+    // Key pattern narrowed: EXEC's re-check refuses FENCED itself; an
+    // existing guard is not raised and the resource keeps its value.
+    set_user(&mut admin, "u", &["+set"]);
+    fenced(&mut admin, "{r}g", "lk", 3, &["SET", "{r}k", "v0"]).unwrap();
+    let before = offset(&mut admin);
+    let e = sole_error(exec_after_acl_change(
+        &mut u,
+        &mut admin,
+        std::slice::from_ref(&set_k),
+        "u",
+        &["resetkeys", "~other*"],
+    ));
+    assert!(
+        e.starts_with("NOPERM") && e.contains("changed between") && e.contains("keys"),
+        "{e}"
+    );
+    assert_eq!(
+        newest_acl_log(&mut admin),
+        ("key".into(), "multi".into(), "{r}g".into())
+    );
+    assert_eq!(get(&mut admin, "{r}k").as_deref(), Some("v0"));
+    assert_eq!(guard_info(&mut admin, "{r}g"), Some(("lk".into(), 3)));
+    assert_eq!(offset(&mut admin), before);
+
+    // The reverse: INCR granted between MULTI and EXEC runs once at EXEC,
+    // raises the guard, and reaches the replica.
+    set_user(&mut admin, "u", &["resetkeys", "~{r}*", "-incr"]);
+    let incr = fenced_cmd("{r}g", "lk", 5, &["INCR", "{r}n"]);
+    let before = offset(&mut admin);
+    let exec = exec_after_acl_change(
+        &mut u,
+        &mut admin,
+        std::slice::from_ref(&incr),
+        "u",
+        &["+incr"],
+    )
+    .unwrap();
+    assert_eq!(exec, Value::Array(vec![Value::Int(1)]));
+    assert_eq!(get(&mut admin, "{r}n").as_deref(), Some("1"));
+    assert_eq!(guard_info(&mut admin, "{r}g"), Some(("lk".into(), 5)));
+    assert_ne!(offset(&mut admin), before);
+    wait_replicated(&mut admin);
+    let mut r = replica.connection();
+    assert_eq!(get(&mut r, "{r}n").as_deref(), Some("1"));
+    assert_eq!(guard_info(&mut r, "{r}g"), Some(("lk".into(), 5)));
+
+    // A key right granted too late: FENCED was refused while queueing, so
+    // EXEC aborts the whole transaction whatever the rights are by then.
+    set_user(&mut admin, "u", &["resetkeys", "~other*"]);
+    let before = offset(&mut admin);
+    let _: () = redis::cmd("MULTI").query(&mut u).unwrap();
+    let e = fenced_cmd("{r}g", "lk", 6, &["INCR", "{r}n"])
+        .query::<Value>(&mut u)
+        .unwrap_err();
+    assert_eq!(e.code(), Some("NOPERM"), "{e}");
+    set_user(&mut admin, "u", &["resetkeys", "~{r}*"]);
+    let e = redis::cmd("EXEC").query::<Value>(&mut u).unwrap_err();
+    assert_eq!(e.code(), Some("EXECABORT"), "{e}");
+    assert_eq!(get(&mut admin, "{r}n").as_deref(), Some("1"));
+    assert_eq!(guard_info(&mut admin, "{r}g"), Some(("lk".into(), 5)));
+    assert_eq!(offset(&mut admin), before);
+
+    // REDLOCK.GUARD: the command taken away, then the keys; no guard is
+    // created, none raised.
+    let guard_cmd = |guard: &str, token: i64| {
+        let mut cmd = redis::cmd("REDLOCK.GUARD");
+        cmd.arg(guard).arg("lk").arg(token);
+        cmd
+    };
+    let before = offset(&mut admin);
+    let e = sole_error(exec_after_acl_change(
+        &mut u,
+        &mut admin,
+        &[guard_cmd("{r}h", 5)],
+        "u",
+        &["-redlock.guard"],
+    ));
+    assert!(
+        e.starts_with("NOPERM") && e.contains("changed between") && e.contains("command"),
+        "{e}"
+    );
+    assert_eq!(
+        newest_acl_log(&mut admin),
+        ("command".into(), "multi".into(), "REDLOCK.GUARD".into())
+    );
+    assert_eq!(guard_info(&mut admin, "{r}h"), None);
+    set_user(&mut admin, "u", &["+redlock.guard"]);
+    let e = sole_error(exec_after_acl_change(
+        &mut u,
+        &mut admin,
+        &[guard_cmd("{r}g", 9)],
+        "u",
+        &["resetkeys", "~other*"],
+    ));
+    assert!(
+        e.starts_with("NOPERM") && e.contains("changed between") && e.contains("keys"),
+        "{e}"
+    );
+    assert_eq!(guard_info(&mut admin, "{r}g"), Some(("lk".into(), 5)));
+    assert_eq!(offset(&mut admin), before);
+}
+
 #[test]
 fn out_of_memory_follows_the_inner_command() {
     let node = Node::start();
