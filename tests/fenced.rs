@@ -234,6 +234,7 @@ fn hgetall_is_a_map_under_resp3_and_flat_under_resp2() {
 fn refusals_change_nothing() {
     let master = Node::builder()
         .config("repl-ping-replica-period", "3600")
+        .config("repl-diskless-sync-delay", "0")
         .start();
     let replica = start_replica(
         &master,
@@ -869,6 +870,7 @@ fn replica_and_aof_follow_fenced_writes() {
         .config("appendonly", "yes")
         .config("appendfsync", "always")
         .config("aof-use-rdb-preamble", "no")
+        .config("repl-diskless-sync-delay", "0")
         .start();
     let replica = start_replica(&master, Node::builder());
     let mut m = master.connection();
