@@ -18,7 +18,7 @@ const MAX_VS_SET: f64 = 2.0;
 /// Target: FENCED's server CPU per command at most this share of EVALSHA's.
 const MAX_VS_EVALSHA: f64 = 0.8;
 
-/// Runs the three loads in turn, `rounds` times at two pipeline depths,
+/// Runs the three loads in turn, `rounds` times at four pipeline depths,
 /// and prints their medians.
 pub(crate) async fn run(module: &Path, smoke: bool, figures: &mut Figures) -> Result<(), String> {
     let node = Node::builder().module(module.to_path_buf()).start();
@@ -36,8 +36,8 @@ pub(crate) async fn run(module: &Path, smoke: bool, figures: &mut Figures) -> Re
     let (rounds, secs) = if smoke { (1, 0.2) } else { (5, 1.0) };
     // Pipeline 1: every command its own round trip (what most clients
     // do; the server's socket work is part of each command's cost).
-    // Pipeline 32: the server busy with commands alone.
-    for pipeline in [1usize, 32] {
+    // Pipeline 32: the server busy with commands alone. 4 and 8: between.
+    for pipeline in [1usize, 4, 8, 32] {
         let spec = FencedSpec {
             connections: 4,
             pipeline,
