@@ -207,8 +207,10 @@ impl Lock {
         }
     }
 
-    /// The shared part, for a [`LockGuard`](crate::LockGuard).
-    pub(crate) fn info(&self) -> &Arc<LockInfo> {
+    /// The shared part (what [`LockGuard`](crate::LockGuard) holds): key,
+    /// owner, token and validity, for code that uses the lock from another
+    /// task than the one that owns it (e.g. fenced writes).
+    pub fn info(&self) -> &Arc<LockInfo> {
         &self.info
     }
 

@@ -2,7 +2,7 @@
 //! and `AsyncRedlock` wrap it; both share its connections).
 
 use std::path::PathBuf;
-use std::sync::RwLock;
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use pyo3::prelude::*;
@@ -10,6 +10,7 @@ use pyo3::types::{PyList, PyString};
 use redlock_client::{Member, NodeState, Redlock, RetryPolicy};
 
 use crate::errors;
+use crate::fenced::Resources;
 use crate::lock::{NativeGuard, NativeLock, DAY, MIN_TTL};
 use crate::runtime::{dispatch, Bridge, OnCancel};
 
@@ -35,6 +36,8 @@ pub(crate) struct Client {
     /// How many members must agree.
     #[pyo3(get)]
     quorum: usize,
+    /// Connections to the servers of fenced resources, shared by the locks.
+    resources: Arc<Resources>,
 }
 
 /// The builder for the options `connect` got (durations in seconds).
@@ -50,7 +53,7 @@ fn builder(
     clock_floor: bool,
     tls_ca_file: Option<PathBuf>,
     tls_client_cert: Option<(PathBuf, PathBuf)>,
-) -> PyResult<redlock_client::RedlockBuilder> {
+) -> PyResult<(redlock_client::RedlockBuilder, Duration)> {
     let mut list = Vec::with_capacity(members.len());
     for member in members.iter() {
         if member.is_instance_of::<PyString>() {
@@ -64,14 +67,10 @@ fn builder(
             "drift_factor must be in 0..1, got {drift_factor}"
         )));
     }
+    let connect_timeout = errors::duration("connect_timeout", connect_timeout, 0.0, DAY)?;
     let mut b = Redlock::builder(list)
         .node_timeout(errors::duration("node_timeout", node_timeout, 0.0, DAY)?)
-        .connect_timeout(errors::duration(
-            "connect_timeout",
-            connect_timeout,
-            0.0,
-            DAY,
-        )?)
+        .connect_timeout(connect_timeout)
         .retry(RetryPolicy {
             attempts,
             base_delay: errors::duration("retry.base_delay", base_delay, 0.0, DAY)?,
@@ -85,7 +84,7 @@ fn builder(
     if let Some((cert, key)) = tls_client_cert {
         b = b.tls_client_cert(cert, key);
     }
-    Ok(b)
+    Ok((b, connect_timeout))
 }
 
 fn ttl(seconds: f64) -> PyResult<Duration> {
@@ -122,7 +121,7 @@ impl Client {
         tls_ca_file: Option<PathBuf>,
         tls_client_cert: Option<(PathBuf, PathBuf)>,
     ) -> PyResult<Py<PyAny>> {
-        let b = builder(
+        let (b, connect_timeout) = builder(
             members,
             node_timeout,
             connect_timeout,
@@ -140,6 +139,7 @@ impl Client {
                 nodes: redlock.nodes(),
                 quorum: redlock.quorum(),
                 redlock: RwLock::new(Some(redlock)),
+                resources: Resources::new(connect_timeout),
             })
         })
     }
@@ -153,18 +153,19 @@ impl Client {
         wait_s: Option<f64>,
     ) -> PyResult<Py<PyAny>> {
         let redlock = self.get()?;
+        let resources = Arc::clone(&self.resources);
         let ttl = ttl(ttl_s)?;
         match wait(wait_s)? {
             // A round is never cut mid-way (it could leave grants behind).
             None => dispatch(py, asyncio, OnCancel::Finish, async move {
                 let lock = redlock.acquire(&key, ttl).await;
-                lock.map(NativeLock::new)
+                lock.map(|l| NativeLock::new(l, resources))
                     .map_err(|e| errors::lock_error(e, None))
             }),
             // Dropping acquire_wait leaves no grant behind (crate docs).
             Some(w) => dispatch(py, asyncio, OnCancel::Drop, async move {
                 let lock = redlock.acquire_wait(&key, ttl, w).await;
-                lock.map(NativeLock::new)
+                lock.map(|l| NativeLock::new(l, resources))
                     .map_err(|e| errors::lock_error(e, None))
             }),
         }
@@ -178,10 +179,11 @@ impl Client {
         ttl_s: f64,
     ) -> PyResult<Py<PyAny>> {
         let redlock = self.get()?;
+        let resources = Arc::clone(&self.resources);
         let ttl = ttl(ttl_s)?;
         dispatch(py, asyncio, OnCancel::Finish, async move {
             let lock = redlock.try_acquire(&key, ttl).await;
-            lock.map(|l| l.map(NativeLock::new))
+            lock.map(|l| l.map(|l| NativeLock::new(l, resources)))
                 .map_err(|e| errors::lock_error(e, None))
         })
     }
@@ -206,7 +208,7 @@ impl Client {
             py,
             asyncio,
             on_cancel,
-            NativeGuard::start(redlock, key, ttl, wait),
+            NativeGuard::start(redlock, Arc::clone(&self.resources), key, ttl, wait),
         )
     }
 

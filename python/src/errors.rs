@@ -18,6 +18,8 @@ mod py {
     pyo3::import_exception!(redlock_fenced.errors, PermissionDeniedError);
     pyo3::import_exception!(redlock_fenced.errors, InvalidArgumentError);
     pyo3::import_exception!(redlock_fenced.errors, LockStateError);
+    pyo3::import_exception!(redlock_fenced.errors, StaleTokenError);
+    pyo3::import_exception!(redlock_fenced.errors, ResourceError);
 }
 
 fn secs(d: Duration) -> f64 {
@@ -48,8 +50,28 @@ pub(crate) fn lock_error(e: Error, token: Option<u64>) -> PyErr {
             py::PermissionDeniedError::new_err((message, nodes, detail))
         }
         Error::InvalidArgument(_) => py::InvalidArgumentError::new_err((message,)),
+        Error::Stale {
+            guard,
+            token,
+            highest,
+        } => py::StaleTokenError::new_err((message, String::new(), token, guard, highest)),
+        Error::Resource(detail) => py::ResourceError::new_err((message, detail)),
         // `Error` is non-exhaustive: a future variant is still a LockError.
         _ => py::LockError::new_err((message,)),
+    }
+}
+
+/// Maps an error of a fenced command run with the lock on `key`
+/// (`StaleTokenError.key` names it).
+pub(crate) fn fenced_error(e: Error, key: &str) -> PyErr {
+    let message = e.to_string();
+    match e {
+        Error::Stale {
+            guard,
+            token,
+            highest,
+        } => py::StaleTokenError::new_err((message, key.to_string(), token, guard, highest)),
+        other => lock_error(other, None),
     }
 }
 

@@ -8,6 +8,7 @@
 
 mod client;
 mod errors;
+mod fenced;
 mod lock;
 mod log;
 mod runtime;

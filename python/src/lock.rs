@@ -2,16 +2,19 @@
 //! `Signal` (the "lost" event both carry).
 
 use std::future::Future;
+use std::ops::Deref;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use pyo3::prelude::*;
-use redlock_client::{CancellationToken, Error, Lock, LockGuard};
+use pyo3::types::{PyBytes, PyList};
+use redlock_client::{CancellationToken, Error, Lock, LockGuard, LockInfo};
 use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
 
 use crate::errors;
+use crate::fenced::{Reply, Resources};
 use crate::runtime::{self, dispatch, Bridge, OnCancel};
 
 /// One day: the longest ttl or wait a call accepts (the module's own ceiling
@@ -150,11 +153,15 @@ pub(crate) struct NativeLock {
     token: u64,
     owner: String,
     shared: Arc<Shared>,
+    /// Key and token for fenced commands, usable while an extend runs.
+    info: Arc<LockInfo>,
+    /// The client's connections to resource servers.
+    resources: Arc<Resources>,
 }
 
 impl NativeLock {
-    /// Wraps a fresh lock.
-    pub(crate) fn new(lock: Lock) -> Self {
+    /// Wraps a fresh lock of a client with these resource connections.
+    pub(crate) fn new(lock: Lock, resources: Arc<Resources>) -> Self {
         let deadline = Instant::now() + lock.validity();
         let (tx, _) = watch::channel(Some(deadline));
         let lost = CancellationToken::new();
@@ -162,6 +169,8 @@ impl NativeLock {
             key: lock.key().to_string(),
             token: lock.token(),
             owner: lock.owner().to_string(),
+            info: Arc::clone(lock.info()),
+            resources,
             shared: Arc::new(Shared {
                 slot: Mutex::new(Slot::Held(lock)),
                 deadline: tx,
@@ -192,6 +201,47 @@ impl NativeLock {
                 }
             }
         })
+    }
+
+    /// Refuses a fenced command on a released or detached lock (a held or
+    /// busy one may run it: the resource's guard decides).
+    fn check_fenceable(&self) -> PyResult<()> {
+        match self.shared.slot().describe() {
+            state @ ("released" | "detached") => Err(errors::state(&format!(
+                "cannot run a fenced command with the lock: it was already {state}"
+            ))),
+            _ => Ok(()),
+        }
+    }
+
+    fn fenced_future(
+        &self,
+        resource: String,
+        guard: String,
+        args: &Bound<'_, PyList>,
+    ) -> PyResult<impl Future<Output = PyResult<Reply>> + use<>> {
+        self.check_fenceable()?;
+        fenced_future(
+            Arc::clone(&self.info),
+            &self.resources,
+            resource,
+            guard,
+            args,
+        )
+    }
+
+    fn announce_future(
+        &self,
+        resource: String,
+        guard: String,
+    ) -> PyResult<impl Future<Output = PyResult<u64>> + use<>> {
+        self.check_fenceable()?;
+        Ok(announce_future(
+            Arc::clone(&self.info),
+            &self.resources,
+            resource,
+            guard,
+        ))
     }
 
     fn release_future(&self) -> PyResult<impl Future<Output = PyResult<bool>> + use<>> {
@@ -280,6 +330,53 @@ impl NativeLock {
         dispatch(py, Some((&bridge, id)), OnCancel::Finish, fut)
     }
 
+    /// Runs `args` on the resource server `resource` (a URL), fenced by this
+    /// lock's token on `guard` (blocking): the command's reply.
+    fn fenced(
+        &self,
+        py: Python<'_>,
+        resource: String,
+        guard: String,
+        args: &Bound<'_, PyList>,
+    ) -> PyResult<Py<PyAny>> {
+        let fut = self.fenced_future(resource, guard, args)?;
+        dispatch(py, None, OnCancel::Drop, fut)
+    }
+
+    /// Runs a fenced command (asyncio future).
+    fn fenced_async(
+        &self,
+        py: Python<'_>,
+        bridge: PyRef<'_, Bridge>,
+        id: u64,
+        resource: String,
+        guard: String,
+        args: &Bound<'_, PyList>,
+    ) -> PyResult<Py<PyAny>> {
+        let fut = self.fenced_future(resource, guard, args)?;
+        dispatch(py, Some((&bridge, id)), OnCancel::Drop, fut)
+    }
+
+    /// Shows this lock's token to `guard` on `resource` (blocking): the
+    /// guard's highest token.
+    fn announce(&self, py: Python<'_>, resource: String, guard: String) -> PyResult<Py<PyAny>> {
+        let fut = self.announce_future(resource, guard)?;
+        dispatch(py, None, OnCancel::Drop, fut)
+    }
+
+    /// Shows this lock's token to `guard` (asyncio future).
+    fn announce_async(
+        &self,
+        py: Python<'_>,
+        bridge: PyRef<'_, Bridge>,
+        id: u64,
+        resource: String,
+        guard: String,
+    ) -> PyResult<Py<PyAny>> {
+        let fut = self.announce_future(resource, guard)?;
+        dispatch(py, Some((&bridge, id)), OnCancel::Drop, fut)
+    }
+
     /// Starts a release in the background (for a lock nobody released);
     /// True when there was a held lock to release.
     fn release_background(&self) -> PyResult<bool> {
@@ -329,6 +426,45 @@ impl Drop for NativeLock {
                 let _ = lock.release().await;
             });
         }
+    }
+}
+
+/// The fenced command `args` (a list of `bytes`) on `resource` with the
+/// lock `info` (an `Arc<LockInfo>` or a `LockGuard`), as a future that owns
+/// what it needs.
+fn fenced_future<I: Deref<Target = LockInfo> + Send + 'static>(
+    info: I,
+    resources: &Arc<Resources>,
+    resource: String,
+    guard: String,
+    args: &Bound<'_, PyList>,
+) -> PyResult<impl Future<Output = PyResult<Reply>> + use<I>> {
+    let args = args
+        .iter()
+        .map(|a| Ok(a.cast::<PyBytes>()?.as_bytes().to_vec()))
+        .collect::<PyResult<Vec<Vec<u8>>>>()?;
+    let resources = Arc::clone(resources);
+    Ok(async move {
+        resources
+            .fenced(&info, &resource, &guard, &args)
+            .await
+            .map_err(|e| errors::fenced_error(e, info.key()))
+    })
+}
+
+/// `REDLOCK.GUARD` on `resource`, as a future that owns what it needs.
+fn announce_future<I: Deref<Target = LockInfo> + Send + 'static>(
+    info: I,
+    resources: &Arc<Resources>,
+    resource: String,
+    guard: String,
+) -> impl Future<Output = PyResult<u64>> + use<I> {
+    let resources = Arc::clone(resources);
+    async move {
+        resources
+            .announce(&info, &resource, &guard)
+            .await
+            .map_err(|e| errors::fenced_error(e, info.key()))
     }
 }
 
@@ -419,6 +555,8 @@ pub(crate) struct NativeGuard {
     token: u64,
     owner: String,
     guard: LockGuard,
+    /// The client's connections to resource servers.
+    resources: Arc<Resources>,
     /// Fired (or dropped) when the block ends: the keeper then releases.
     done: Mutex<Option<oneshot::Sender<()>>>,
     /// The `with_lock` task; it ends once the release is done.
@@ -442,6 +580,7 @@ impl NativeGuard {
     /// Runs inside the runtime.
     pub(crate) async fn start(
         redlock: redlock_client::Redlock,
+        resources: Arc<Resources>,
         key: String,
         ttl: Duration,
         wait: Option<Duration>,
@@ -470,6 +609,7 @@ impl NativeGuard {
                 token: guard.token(),
                 owner: guard.owner().to_string(),
                 guard,
+                resources,
                 done: Mutex::new(Some(done_tx)),
                 task: Mutex::new(task.0.take()),
             }),
@@ -484,6 +624,22 @@ impl NativeGuard {
                 }
             }
         }
+    }
+
+    /// Refuses a fenced command once the block has ended (the lock was
+    /// released then).
+    fn check_fenceable(&self) -> PyResult<()> {
+        if self
+            .done
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_none()
+        {
+            return Err(errors::state(
+                "cannot run a fenced command with the guard: its hold() block has ended",
+            ));
+        }
+        Ok(())
     }
 
     fn exit_future(&self) -> impl Future<Output = PyResult<()>> + use<> {
@@ -524,6 +680,57 @@ impl NativeGuard {
         Signal {
             source: Source::Token(self.guard.lost_token()),
         }
+    }
+
+    /// Runs `args` on the resource server `resource`, fenced by this lock's
+    /// token on `guard` (blocking): the command's reply.
+    fn fenced(
+        &self,
+        py: Python<'_>,
+        resource: String,
+        guard: String,
+        args: &Bound<'_, PyList>,
+    ) -> PyResult<Py<PyAny>> {
+        self.check_fenceable()?;
+        let fut = fenced_future(self.guard.clone(), &self.resources, resource, guard, args)?;
+        dispatch(py, None, OnCancel::Drop, fut)
+    }
+
+    /// Runs a fenced command (asyncio future).
+    fn fenced_async(
+        &self,
+        py: Python<'_>,
+        bridge: PyRef<'_, Bridge>,
+        id: u64,
+        resource: String,
+        guard: String,
+        args: &Bound<'_, PyList>,
+    ) -> PyResult<Py<PyAny>> {
+        self.check_fenceable()?;
+        let fut = fenced_future(self.guard.clone(), &self.resources, resource, guard, args)?;
+        dispatch(py, Some((&bridge, id)), OnCancel::Drop, fut)
+    }
+
+    /// Shows this lock's token to `guard` on `resource` (blocking): the
+    /// guard's highest token.
+    fn announce(&self, py: Python<'_>, resource: String, guard: String) -> PyResult<Py<PyAny>> {
+        self.check_fenceable()?;
+        let fut = announce_future(self.guard.clone(), &self.resources, resource, guard);
+        dispatch(py, None, OnCancel::Drop, fut)
+    }
+
+    /// Shows this lock's token to `guard` (asyncio future).
+    fn announce_async(
+        &self,
+        py: Python<'_>,
+        bridge: PyRef<'_, Bridge>,
+        id: u64,
+        resource: String,
+        guard: String,
+    ) -> PyResult<Py<PyAny>> {
+        self.check_fenceable()?;
+        let fut = announce_future(self.guard.clone(), &self.resources, resource, guard);
+        dispatch(py, Some((&bridge, id)), OnCancel::Drop, fut)
     }
 
     /// Ends the block (blocking): stops the keeper, which releases the lock,

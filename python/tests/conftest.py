@@ -23,6 +23,24 @@ def nodes() -> Iterator[list[Node]]:
             node.close()
 
 
+@pytest.fixture(scope="session")
+def resource_node() -> Iterator[Node]:
+    """One more module node, not a lock member: the server of fenced resources."""
+    node = Node()
+    try:
+        yield node
+    finally:
+        node.close()
+
+
+@pytest.fixture
+def resource(resource_node: Node) -> str:
+    """The resource server's URL."""
+    if resource_node.proc is None:
+        resource_node.start()
+    return resource_node.url
+
+
 @pytest.fixture(autouse=True)
 def _healthy(nodes: list[Node]) -> Iterator[None]:
     """Every test starts and ends with all five nodes running."""

@@ -13,7 +13,7 @@ from importlib.metadata import PackageNotFoundError, version
 
 from . import _native
 from ._sync import Lock, LockGuard, LostSignal, Redlock, current_guard
-from ._types import Cluster, NodeView, RetryPolicy, Seconds
+from ._types import Arg, Cluster, NodeView, RetryPolicy, Seconds
 from .asyncio import AcquireContext, AsyncLock, AsyncRedlock
 from .errors import (
     ExpiredBeforeUseError,
@@ -25,7 +25,9 @@ from .errors import (
     ModuleNotLoadedError,
     NoQuorumError,
     PermissionDeniedError,
+    ResourceError,
     RestartGuardError,
+    StaleTokenError,
     TransientError,
 )
 
@@ -37,6 +39,7 @@ except PackageNotFoundError:  # pragma: no cover - only without an installed dis
 
 __all__ = [
     "AcquireContext",
+    "Arg",
     "AsyncLock",
     "AsyncRedlock",
     "Cluster",
@@ -54,9 +57,11 @@ __all__ = [
     "NodeView",
     "PermissionDeniedError",
     "Redlock",
+    "ResourceError",
     "RestartGuardError",
     "RetryPolicy",
     "Seconds",
+    "StaleTokenError",
     "TransientError",
     "current_guard",
     "set_log_level",

@@ -14,11 +14,14 @@ from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 from . import _native
 from ._types import (
+    Arg,
     Cluster,
     NodeView,
     RetryPolicy,
     Seconds,
+    check_fenced,
     check_key,
+    command_args,
     seconds,
     ttl_seconds,
     wait_seconds,
@@ -206,6 +209,38 @@ class Lock:
         for `Redlock.release_owner`."""
         return self._native.detach()
 
+    def fenced(self, resource: str, guard: str, *command: Arg) -> Any:
+        """Runs `command` (its name and arguments, e.g. `"SET", "{job}:state",
+        "done"`) on the resource server, fenced by this lock's token on the
+        key `guard`.
+
+        The command runs on the resource server at the URL `resource`
+        (`redis://host:port/`; it loads the redlock module and is usually not
+        one of the lock's nodes) as `REDLOCK.FENCED guard key token command…`:
+        only when this lock's token is at least the highest `guard` has seen,
+        which it then becomes. In a Redis Cluster, give the guard and the
+        command's keys one hash tag (`{job}:fence`, `{job}:state`).
+
+        Returns the command's own reply: nil `None`, integer `int`, bulk
+        string `bytes`, status `str` ("OK"), array `list` (RESP3 adds `dict`,
+        `set`, `float`, `bool`). Raises `StaleTokenError` (`.highest`) when a
+        newer holder has written: nothing ran; stop using this lock.
+        `ResourceError` for any other refusal (the command's own error, a
+        command the module does not fence, a guard of another lock, a
+        connection failure). Never retried: after a lost reply the outcome is
+        unknown. The client keeps one connection per resource URL."""
+        r, g = check_fenced(resource, guard)
+        return self._native.fenced(r, g, command_args(command))
+
+    def announce(self, resource: str, guard: str) -> int:
+        """Shows this lock's token to `guard` on the resource server
+        (`REDLOCK.GUARD`) without running anything, so that older holders are
+        refused from now on; returns the guard's highest token (this one).
+        Do it first after acquiring. Raises `StaleTokenError` when a newer
+        token was seen."""
+        r, g = check_fenced(resource, guard)
+        return self._native.announce(r, g)
+
     def __enter__(self) -> Self:
         return self
 
@@ -300,6 +335,35 @@ class LockGuard:
         """Raises `LockLostError` when the lock was lost."""
         if self._lost.is_set():
             raise _lost_error(self.key, self.token)
+
+    def fenced(self, resource: str, guard: str, *command: Arg) -> Any:
+        """Runs `command` on the resource server, fenced by this lock's token
+        on `guard` (blocking; in `AsyncRedlock.hold` use `afenced`). As
+        `Lock.fenced`."""
+        r, g = check_fenced(resource, guard)
+        return self._native.fenced(r, g, command_args(command))
+
+    async def afenced(self, resource: str, guard: str, *command: Arg) -> Any:
+        """`fenced` as a coroutine (for `AsyncRedlock.hold`)."""
+        from ._bridge import call
+
+        r, g = check_fenced(resource, guard)
+        args = command_args(command)
+        return await call(lambda b, i: self._native.fenced_async(b, i, r, g, args))
+
+    def announce(self, resource: str, guard: str) -> int:
+        """Shows this lock's token to `guard` (blocking); returns the guard's
+        highest token. As `Lock.announce`."""
+        r, g = check_fenced(resource, guard)
+        return self._native.announce(r, g)
+
+    async def aannounce(self, resource: str, guard: str) -> int:
+        """`announce` as a coroutine (for `AsyncRedlock.hold`)."""
+        from ._bridge import call
+
+        r, g = check_fenced(resource, guard)
+        highest: int = await call(lambda b, i: self._native.announce_async(b, i, r, g))
+        return highest
 
     def __repr__(self) -> str:
         return (

@@ -9,11 +9,15 @@ from typing import Literal, TypeAlias
 
 from .errors import InvalidArgumentError
 
-__all__ = ["Cluster", "NodeView", "RetryPolicy", "Seconds"]
+__all__ = ["Arg", "Cluster", "NodeView", "RetryPolicy", "Seconds"]
 
 Seconds: TypeAlias = float | int | timedelta
 """A duration in seconds: finite and above zero. The nodes get whole
 milliseconds (rounded down)."""
+
+Arg: TypeAlias = str | bytes | bytearray | memoryview | int | float
+"""An argument of a fenced command: `str` is sent as UTF-8, `int` and
+`float` as their decimal text (`bool` is refused, as in redis-py)."""
 
 DAY = 86_400.0
 """The longest ttl or wait accepted (the module's ceiling for
@@ -60,6 +64,43 @@ def check_key(key: object) -> str:
     if not isinstance(key, str):
         raise TypeError(f"key must be a str, got {type(key).__name__}")
     return key
+
+
+def check_fenced(resource: object, guard: object) -> tuple[str, str]:
+    """The resource server's URL and the guard key must be str."""
+    if not isinstance(resource, str):
+        raise TypeError(
+            f"resource must be the resource server's URL as a str, got {type(resource).__name__}"
+        )
+    if not isinstance(guard, str):
+        raise TypeError(f"guard must be a str, got {type(guard).__name__}")
+    return resource, guard
+
+
+def command_args(args: tuple[object, ...]) -> list[bytes]:
+    """A fenced command's name and arguments as the bytes sent."""
+    if not args:
+        raise InvalidArgumentError("invalid argument: a fenced command needs a command name")
+    out: list[bytes] = []
+    for arg in args:
+        if isinstance(arg, bytes):
+            out.append(arg)
+        elif isinstance(arg, str):
+            out.append(arg.encode())
+        elif isinstance(arg, (bytearray, memoryview)):
+            out.append(bytes(arg))
+        elif isinstance(arg, bool):
+            raise TypeError("a command argument cannot be a bool: send 0/1 or a string")
+        elif isinstance(arg, int):
+            out.append(str(arg).encode())
+        elif isinstance(arg, float):
+            out.append(repr(arg).encode())
+        else:
+            raise TypeError(
+                "a command argument must be str, bytes, int or float, got "
+                f"{type(arg).__name__}"
+            )
+    return out
 
 
 @dataclass(frozen=True, slots=True)

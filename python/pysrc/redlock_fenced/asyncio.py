@@ -27,7 +27,18 @@ from ._sync import (
     _release_forgotten,
     _views,
 )
-from ._types import Cluster, NodeView, RetryPolicy, Seconds, check_key, ttl_seconds, wait_seconds
+from ._types import (
+    Arg,
+    Cluster,
+    NodeView,
+    RetryPolicy,
+    Seconds,
+    check_fenced,
+    check_key,
+    command_args,
+    ttl_seconds,
+    wait_seconds,
+)
 
 if TYPE_CHECKING:
     from typing import Self
@@ -100,6 +111,21 @@ class AsyncLock:
     def detach(self) -> str:
         """Stops tracking the lock without releasing it; returns the owner id."""
         return self._native.detach()
+
+    async def fenced(self, resource: str, guard: str, *command: Arg) -> Any:
+        """Runs `command` on the resource server, fenced by this lock's token
+        on `guard`; as `Lock.fenced`. Cancelling stops waiting for the reply
+        (the outcome is then unknown)."""
+        r, g = check_fenced(resource, guard)
+        args = command_args(command)
+        return await call(lambda b, i: self._native.fenced_async(b, i, r, g, args))
+
+    async def announce(self, resource: str, guard: str) -> int:
+        """Shows this lock's token to `guard`; returns the guard's highest
+        token. As `Lock.announce`."""
+        r, g = check_fenced(resource, guard)
+        highest: int = await call(lambda b, i: self._native.announce_async(b, i, r, g))
+        return highest
 
     async def __aenter__(self) -> Self:
         return self

@@ -9,6 +9,8 @@ error's detail as attributes. The owner id never appears in a message.
     │   ├── NoQuorumError         too few nodes answered
     │   └── RestartGuardError     nodes in their restart grace window
     ├── LockLostError             the lock is no longer held: stop using its token
+    │   └── StaleTokenError       a fenced command was refused: a newer holder wrote first
+    ├── ResourceError             the resource server refused a fenced command otherwise
     ├── ExpiredBeforeUseError     the acquisition ate the whole lease
     ├── ModuleNotLoadedError      a node runs without the redlock module
     ├── PermissionDeniedError     the nodes' ACL refused the command
@@ -31,7 +33,9 @@ __all__ = [
     "ModuleNotLoadedError",
     "NoQuorumError",
     "PermissionDeniedError",
+    "ResourceError",
     "RestartGuardError",
+    "StaleTokenError",
     "TransientError",
 ]
 
@@ -107,6 +111,38 @@ class LockLostError(LockError):
         super().__init__(message)
         self.key = key
         self.token = token
+
+
+class StaleTokenError(LockLostError):
+    """A fenced command was refused: the resource's `guard` has seen
+    `highest`, a newer token of the lock on `key` than this lock's `token`,
+    so another holder took over. Nothing ran and nothing changed. Stop using
+    this lock; never retry with the same token."""
+
+    def __init__(
+        self,
+        message: str,
+        key: str = "",
+        token: int | None = None,
+        guard: str = "",
+        highest: int = 0,
+    ) -> None:
+        super().__init__(message, key, token)
+        self.guard = guard
+        self.highest = highest
+
+
+class ResourceError(LockError):
+    """The resource server refused a fenced command for another reason than a
+    stale token: the inner command's own error (e.g. WRONGTYPE), a command
+    the module does not fence (no key, MULTI, admin), a guard that serves
+    another lock, an ACL refusal, or a connection failure. `detail` is the
+    server's reply or the failure. When the reply was lost the outcome is
+    unknown."""
+
+    def __init__(self, message: str, detail: str = "") -> None:
+        super().__init__(message)
+        self.detail = detail
 
 
 class ExpiredBeforeUseError(LockError):

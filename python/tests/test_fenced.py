@@ -1,0 +1,207 @@
+"""Fenced writes from held locks to a resource server (REDLOCK.FENCED and
+REDLOCK.GUARD on a module node that is not a lock member)."""
+
+from __future__ import annotations
+
+import contextlib
+
+import pytest
+
+import redlock_fenced as rf
+from nodes import Node, command, free_port
+
+
+def value(node: Node, key: str) -> bytes:
+    """`GET key` on a plain connection, as the raw RESP reply."""
+    return command(node.port, "GET", key)
+
+
+def connections_received(node: Node) -> int:
+    """`total_connections_received` (the INFO call's own connection included)."""
+    for line in command(node.port, "INFO", "stats").decode().splitlines():
+        if line.startswith("total_connections_received:"):
+            return int(line.split(":")[1])
+    raise AssertionError("no total_connections_received in INFO stats")
+
+
+def names(key: str) -> tuple[str, str]:
+    """A guard and a resource key sharing a hash tag."""
+    return f"{{{key}}}:fence", f"{{{key}}}:state"
+
+
+def take_over(redlock: rf.Redlock, old: rf.Lock) -> rf.Lock:
+    """Frees `old` on the nodes (it still believes it holds the lock) and
+    acquires again: the new holder's token is higher."""
+    assert redlock.release_owner(old.key, old.owner)
+    new = redlock.acquire(old.key, 5)
+    assert new.token > old.token
+    return new
+
+
+def test_fresh_write_returns_the_inner_reply(
+    redlock: rf.Redlock, resource: str, resource_node: Node, key: str
+) -> None:
+    guard, state = names(key)
+    with redlock.acquire(key, 5) as lock:
+        assert lock.fenced(resource, guard, "SET", state, "v1") == "OK"
+        assert lock.fenced(resource, guard, "GET", state) == b"v1"
+        assert lock.fenced(resource, guard, "GET", f"{{{key}}}:missing") is None
+        assert lock.fenced(resource, guard, "INCRBY", f"{{{key}}}:n", 41) == 41
+        assert lock.fenced(resource, guard, "RPUSH", f"{{{key}}}:l", b"a", 2, 2.5) == 3
+        assert lock.fenced(resource, guard, "LRANGE", f"{{{key}}}:l", 0, -1) == [
+            b"a", b"2", b"2.5",
+        ]
+        # The guard has seen exactly this token: equal tokens pass.
+        assert lock.announce(resource, guard) == lock.token
+        assert lock.fenced(resource, guard, "SET", state, "v2") == "OK"
+    assert value(resource_node, state) == b"$2\r\nv2\r\n"
+
+
+def test_stale_holder_is_refused_and_changes_nothing(
+    redlock: rf.Redlock, resource: str, resource_node: Node, key: str
+) -> None:
+    guard, state = names(key)
+    old = redlock.acquire(key, 5)
+    assert old.fenced(resource, guard, "SET", state, "old") == "OK"
+    new = take_over(redlock, old)
+    assert new.announce(resource, guard) == new.token
+    with pytest.raises(rf.StaleTokenError) as caught:
+        old.fenced(resource, guard, "SET", state, "stale")
+    err = caught.value
+    assert isinstance(err, rf.LockLostError) and not err.transient
+    assert (err.key, err.guard, err.token, err.highest) == (key, guard, old.token, new.token)
+    assert str(new.token) in str(err)
+    with pytest.raises(rf.StaleTokenError) as again:
+        old.announce(resource, guard)
+    assert again.value.highest == new.token
+    assert value(resource_node, state) == b"$3\r\nold\r\n"
+    assert new.fenced(resource, guard, "SET", state, "new") == "OK"
+    assert value(resource_node, state) == b"$3\r\nnew\r\n"
+    new.release()
+    old.release()
+
+
+def test_guard_of_another_lock_is_refused(
+    redlock: rf.Redlock, resource: str, resource_node: Node, key: str
+) -> None:
+    guard, state = names(key)
+    with redlock.acquire(key, 5) as lock, redlock.acquire(f"{key}-other", 5) as other:
+        lock.fenced(resource, guard, "SET", state, "mine")
+        with pytest.raises(rf.ResourceError) as caught:
+            other.fenced(resource, guard, "SET", state, "theirs")
+        assert "serves lock" in caught.value.detail
+        assert not isinstance(caught.value, rf.StaleTokenError)
+    assert value(resource_node, state) == b"$4\r\nmine\r\n"
+
+
+def test_refused_inner_commands_raise(
+    redlock: rf.Redlock, resource: str, resource_node: Node, key: str
+) -> None:
+    guard, state = names(key)
+    with redlock.acquire(key, 5) as lock:
+        lock.fenced(resource, guard, "SET", state, "text")
+        with pytest.raises(rf.ResourceError) as keyless:
+            lock.fenced(resource, guard, "FLUSHALL")
+        assert "FLUSHALL" in keyless.value.detail
+        with pytest.raises(rf.ResourceError) as own_error:
+            lock.fenced(resource, guard, "INCR", state)
+        assert "not an integer" in own_error.value.detail
+    assert value(resource_node, state) == b"$4\r\ntext\r\n"
+
+
+def test_bad_arguments_are_refused_before_sending(redlock: rf.Redlock, key: str) -> None:
+    with redlock.acquire(key, 5) as lock:
+        with pytest.raises(rf.InvalidArgumentError):
+            lock.fenced("redis://127.0.0.1:1/", "g")
+        with pytest.raises(TypeError):
+            lock.fenced("redis://127.0.0.1:1/", "g", "SET", "k", True)
+        with pytest.raises(TypeError):
+            lock.fenced(b"redis://127.0.0.1:1/", "g", "GET", "k")  # type: ignore[arg-type]
+        with pytest.raises(rf.InvalidArgumentError):
+            lock.fenced("not-a-url", "g", "GET", "k")
+        with pytest.raises(rf.ResourceError) as refused:
+            lock.fenced(f"redis://127.0.0.1:{free_port()}/", "g", "GET", "k")
+        assert "cannot connect" in refused.value.detail
+    with pytest.raises(rf.LockStateError):
+        lock.fenced("redis://127.0.0.1:1/", "g", "GET", "k")
+
+
+def test_one_connection_per_resource_and_reconnect_after_a_restart(
+    urls: list[str], key: str
+) -> None:
+    node = Node()
+    try:
+        guard, state = names(key)
+        with rf.Redlock.connect(urls) as redlock, redlock.acquire(key, 5) as lock:
+            before = connections_received(node)
+            for i in range(5):
+                assert lock.fenced(node.url, guard, "SET", state, i) == "OK"
+            with redlock.acquire(f"{key}-2", 5) as second:
+                second.fenced(node.url, f"{{{key}-2}}:fence", "GET", f"{{{key}-2}}:x")
+            # One connection for all six calls, plus the second INFO's own.
+            assert connections_received(node) - before == 2
+            node.restart()
+            # The cached connection is dead: at most one call fails, then the
+            # client connects again.
+            with contextlib.suppress(rf.ResourceError):
+                lock.fenced(node.url, guard, "SET", state, "x")
+            assert lock.fenced(node.url, guard, "SET", state, "after") == "OK"
+            assert value(node, state) == b"$5\r\nafter\r\n"
+    finally:
+        node.close()
+
+
+def test_hold_guard_fences_and_resp3_gives_a_map(
+    redlock: rf.Redlock, resource: str, key: str
+) -> None:
+    guard, state = names(key)
+    with redlock.hold(key, 5) as held:
+        assert held.announce(resource, guard) == held.token
+        assert held.fenced(resource, guard, "HSET", state, "f", "1") == 1
+        resp3 = f"{resource}/?protocol=resp3"
+        assert held.fenced(resp3, guard, "HGETALL", state) == {b"f": b"1"}
+    with pytest.raises(rf.LockStateError):
+        held.fenced(resource, guard, "GET", state)
+
+
+async def test_async_lock_fenced(
+    aredlock: rf.AsyncRedlock, resource: str, resource_node: Node, key: str
+) -> None:
+    guard, state = names(key)
+    old = await aredlock.acquire(key, 5)
+    assert await old.fenced(resource, guard, "SET", state, "old") == "OK"
+    assert await old.fenced(resource, guard, "GET", state) == b"old"
+    assert await old.fenced(resource, guard, "GET", f"{{{key}}}:missing") is None
+    assert await old.fenced(resource, guard, "SADD", f"{{{key}}}:s", "a") == 1
+    assert await old.fenced(resource, guard, "SMEMBERS", f"{{{key}}}:s") == [b"a"]
+    assert await old.announce(resource, guard) == old.token
+    with pytest.raises(rf.ResourceError):
+        await old.fenced(resource, guard, "FLUSHALL")
+    assert await aredlock.release_owner(key, old.owner)
+    async with aredlock.acquire(key, 5) as new:
+        assert await new.announce(resource, guard) == new.token
+        with pytest.raises(rf.StaleTokenError) as caught:
+            await old.fenced(resource, guard, "SET", state, "stale")
+        assert (caught.value.token, caught.value.highest) == (old.token, new.token)
+        async with aredlock.acquire(f"{key}-other", 5) as other:
+            with pytest.raises(rf.ResourceError) as wrong:
+                await other.fenced(resource, guard, "SET", state, "theirs")
+            assert "serves lock" in wrong.value.detail
+    assert value(resource_node, state) == b"$3\r\nold\r\n"
+    await old.release()
+
+
+async def test_async_hold_guard_fenced(
+    aredlock: rf.AsyncRedlock, resource: str, resource_node: Node, key: str
+) -> None:
+    guard, state = names(key)
+    async with aredlock.hold(key, 5) as held:
+        assert await held.aannounce(resource, guard) == held.token
+        assert await held.afenced(resource, guard, "INCR", state) == 1
+        assert await held.afenced(resource, guard, "INCR", state) == 2
+        with pytest.raises(rf.ResourceError):
+            await held.afenced(resource, guard, "PUBLISH", "chan", "m")
+    old_token = held.token
+    async with aredlock.hold(key, 5) as newer:
+        assert await newer.aannounce(resource, guard) == newer.token > old_token
+    assert value(resource_node, state) == b"$1\r\n2\r\n"
