@@ -89,9 +89,32 @@ pub enum FenceError {
     /// Called on a replica, or from the replication stream.
     #[error("READONLY {0} is refused on a replica: fenced writes run on the master")]
     OnReplica(&'static str),
+    /// The server's `RedisModule_Call` cannot run a command as the caller.
+    #[error("ERR REDLOCK.FENCED needs Redis 7.0.6 or later: this server ({0}) checks the inner command's ACL rights but then runs it as the superuser, so rights checked inside a command (SORT's BY and GET patterns) would not hold; use REDLOCK.GUARD from a script instead")]
+    ServerTooOld(String),
     /// A new guard cannot be created while the server is out of memory.
     #[error("OOM command not allowed when used memory > 'maxmemory': cannot create guard '{0}'")]
     OutOfMemory(String),
+}
+
+/// The first server version (`0x00MMmmpp`) whose `RedisModule_Call` runs a
+/// `C` call as the caller's user: 7.0.0–7.0.5 check the rights, then run the
+/// command as the superuser.
+pub const RUNS_AS_CALLER_FROM: u32 = 0x0007_0006;
+
+/// Whether FENCED may run on a server of `version` (`0x00MMmmpp`).
+pub fn runs_as_caller(version: u32) -> bool {
+    version >= RUNS_AS_CALLER_FROM
+}
+
+/// A server version (`0x00MMmmpp`) as `M.m.p`.
+pub fn version_text(version: u32) -> String {
+    format!(
+        "{}.{}.{}",
+        (version >> 16) & 0xff,
+        (version >> 8) & 0xff,
+        version & 0xff
+    )
 }
 
 /// Shows user bytes in an error reply: lossy UTF-8, at most 200 characters.
@@ -222,6 +245,8 @@ pub fn screen_inner(inner: &[&[u8]]) -> Result<(), FenceError> {
             refuse("blocking commands are not allowed inside it")
         }
         b"migrate" => refuse("it moves keys to another server (an admin command)"),
+        // The one admin command with keys (Redis 7.0–7.4, Valkey 7.2–8).
+        b"pfdebug" => refuse("admin commands are not allowed inside it"),
         b"eval" | b"evalsha" | b"eval_ro" | b"evalsha_ro" | b"fcall" | b"fcall_ro" | b"script"
         | b"function" => {
             refuse("scripts are not allowed inside it (call REDLOCK.GUARD from the script instead)")
@@ -294,6 +319,18 @@ pub fn refusal(name: &[u8], errno: i32) -> FenceError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn fenced_runs_from_7_0_6_on() {
+        assert!(!runs_as_caller(0x0007_0000));
+        assert!(!runs_as_caller(0x0007_0005));
+        assert!(runs_as_caller(0x0007_0006));
+        assert!(runs_as_caller(0x0007_0200));
+        assert!(runs_as_caller(0x0008_0000));
+        assert!(!runs_as_caller(0));
+        assert_eq!(version_text(0x0007_0005), "7.0.5");
+        assert_eq!(version_text(0x0008_0100), "8.1.0");
+    }
     use proptest::prelude::*;
 
     const NOW_US: u64 = 1_796_000_000_000_000;
@@ -411,6 +448,7 @@ mod tests {
             &[b"EVAL", b"return 1", b"1", b"k"],
             &[b"FCALL", b"f", b"1", b"k"],
             &[b"MIGRATE", b"h", b"1", b"k", b"0", b"10"],
+            &[b"PFDEBUG", b"GETREG", b"hll"],
             // The longest refused names, in mixed case.
             &[b"BrPopLPush", b"a", b"b", b"0"],
             &[b"EvalSha_RO", b"abc", b"1", b"k"],

@@ -113,11 +113,28 @@ fn call_format(n: usize) -> *const std::os::raw::c_char {
 /// Whether the server knows RedisModule_Call's `M` flag (7.0.1+). Without
 /// it FENCED is registered `deny-oom` (see [`fenced_flags`]).
 pub fn respects_deny_oom() -> bool {
+    server_version() >= 0x0007_0001
+}
+
+/// Test builds: a server version FENCED acts on instead of the real one
+/// (0: the real one), set by `REDLOCK.TESTHOOK SERVER-VERSION n`.
+#[cfg(feature = "test-hooks")]
+static VERSION_SEEN: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+
+/// The server's version as `0x00MMmmpp` (0 when Redis cannot say).
+fn server_version() -> u32 {
+    #[cfg(feature = "test-hooks")]
+    {
+        let seen = VERSION_SEEN.load(Relaxed);
+        if seen != 0 {
+            return seen;
+        }
+    }
     // SAFETY: reading a function pointer Redis filled in at load.
     unsafe { raw::RedisModule_GetServerVersion }
         // SAFETY: a plain getter.
-        .map(|f| unsafe { f() } >= 0x0007_0001)
-        .unwrap_or(false)
+        .map(|f| unsafe { f() } as u32)
+        .unwrap_or(0)
 }
 
 /// FENCED's command flags.
@@ -252,6 +269,10 @@ pub fn fenced(call: &Call) -> Result<Reply, CommandError> {
 fn run_fenced(call: &Call) -> Result<Reply, CommandError> {
     if call.args.len() < 5 {
         return Err(CommandError::WrongArity("redlock.fenced"));
+    }
+    let version = server_version();
+    if !fence_rule::runs_as_caller(version) {
+        return Err(FenceError::ServerTooOld(fence_rule::version_text(version)).into());
     }
     let flags = call.ctx.get_flags();
     refuse_on_replica(&flags, "REDLOCK.FENCED")?;
@@ -540,6 +561,18 @@ pub fn apply(call: &Call) -> Result<Reply, CommandError> {
 /// suite's mutants); every other hook goes to [`crate::commands::test_hook`].
 #[cfg(feature = "test-hooks")]
 pub fn test_hook(call: &Call) -> Result<Reply, CommandError> {
+    if let [sub, version] = call.args.get(1..).unwrap_or_default() {
+        if sub.eq_ignore_ascii_case(b"SERVER-VERSION") {
+            let version = std::str::from_utf8(version)
+                .ok()
+                .and_then(|v| v.parse::<u32>().ok())
+                .ok_or(CommandError::NotAnInteger(
+                    "server version (0x00MMmmpp as an integer)",
+                ))?;
+            VERSION_SEEN.store(version, Relaxed);
+            return Ok(Reply::Ok);
+        }
+    }
     let switch = match call.args.get(1..).unwrap_or_default() {
         [sub, flag] if sub.eq_ignore_ascii_case(b"FENCED-CHECK") => Some((&CHECK_ON, *flag)),
         [sub, flag] if sub.eq_ignore_ascii_case(b"FENCED-RAISE") => Some((&RAISE_ON, *flag)),

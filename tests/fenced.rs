@@ -841,6 +841,45 @@ fn acl_changed_between_multi_and_exec() {
     assert_eq!(offset(&mut admin), before);
 }
 
+/// On Redis 7.0.0–7.0.5 `RedisModule_Call` runs a `C` call as the
+/// superuser after checking the caller's rights, so FENCED refuses to run
+/// there (the test build acts on the version `SERVER-VERSION` sets); GUARD,
+/// which runs nothing, still works.
+#[test]
+fn fenced_refuses_servers_before_7_0_6() {
+    let node = Node::start();
+    let mut con = node.connection();
+    fenced(&mut con, "g", "L", 1, &["SET", "k", "v1"]).unwrap();
+    let hook = |con: &mut redis::Connection, v: u32| {
+        let _: () = redis::cmd("REDLOCK.TESTHOOK")
+            .arg("SERVER-VERSION")
+            .arg(v)
+            .query(con)
+            .unwrap();
+    };
+    hook(&mut con, 0x0007_0005);
+    let e = err_text(fenced(&mut con, "g", "L", 2, &["SET", "k", "v2"]));
+    hook(&mut con, 0);
+    assert!(
+        e.starts_with("ERR REDLOCK.FENCED needs Redis 7.0.6 or later: this server (7.0.5)"),
+        "{e}"
+    );
+    assert_eq!(get(&mut con, "k").as_deref(), Some("v1"));
+    assert_eq!(guard_info(&mut con, "g"), Some(("L".into(), 1)));
+    hook(&mut con, 0x0007_0005);
+    let highest: redis::RedisResult<i64> = redis::cmd("REDLOCK.GUARD")
+        .arg("g")
+        .arg("L")
+        .arg(3)
+        .query(&mut con);
+    hook(&mut con, 0x0007_0006);
+    let v = fenced(&mut con, "g", "L", 3, &["SET", "k", "v3"]);
+    hook(&mut con, 0);
+    assert_eq!(highest.unwrap(), 3);
+    assert_eq!(v.unwrap(), Value::Okay);
+    assert_eq!(get(&mut con, "k").as_deref(), Some("v3"));
+}
+
 #[test]
 fn out_of_memory_follows_the_inner_command() {
     let node = Node::start();
