@@ -124,9 +124,12 @@ impl Resources {
             ensure_tls_provider();
         }
         // The URLs may carry a password: none is ever put in a message.
+        // The TLS files only go with TLS URLs: a plain `redis://` resource
+        // stays plain (the redis crate refuses certificates without TLS).
+        let tls = self.tls.as_ref().filter(|_| target.is_tls());
         let con = match target {
-            Target::Server(url) => Connection::Server(self.connect_server(url).await?),
-            Target::Cluster(seeds) => Connection::Cluster(self.connect_cluster(seeds).await?),
+            Target::Server(url) => Connection::Server(self.connect_server(url, tls).await?),
+            Target::Cluster(seeds) => Connection::Cluster(self.connect_cluster(seeds, tls).await?),
         };
         let mut map = self.connections.lock().unwrap_or_else(|p| p.into_inner());
         if map.len() >= MAX_RESOURCES && !map.contains_key(target) {
@@ -137,8 +140,12 @@ impl Resources {
         Ok(con)
     }
 
-    async fn connect_server(&self, url: &str) -> Result<MultiplexedConnection, Error> {
-        let client = match &self.tls {
+    async fn connect_server(
+        &self,
+        url: &str,
+        tls: Option<&TlsCertificates>,
+    ) -> Result<MultiplexedConnection, Error> {
+        let client = match tls {
             Some(certs) => redis::Client::build_with_tls(url, certs.clone()),
             None => redis::Client::open(url),
         }
@@ -154,7 +161,11 @@ impl Resources {
             .map_err(|e| Error::Resource(format!("cannot connect to the resource server: {e}")))
     }
 
-    async fn connect_cluster(&self, seeds: &[String]) -> Result<ClusterConnection, Error> {
+    async fn connect_cluster(
+        &self,
+        seeds: &[String],
+        tls: Option<&TlsCertificates>,
+    ) -> Result<ClusterConnection, Error> {
         // No retries: the cluster client would resend a command after a
         // dropped connection, which may apply it twice. A MOVED or ASK reply
         // (a slot being resharded) then comes back as an error, and the slot
@@ -162,7 +173,7 @@ impl Resources {
         let mut builder = ClusterClientBuilder::new(seeds.to_vec())
             .connection_timeout(self.connect_timeout)
             .retries(0);
-        if let Some(certs) = &self.tls {
+        if let Some(certs) = tls {
             builder = builder.certs(certs.clone());
         }
         let client = builder.build().map_err(|e| {

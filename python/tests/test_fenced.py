@@ -382,6 +382,8 @@ def test_tls_resource_uses_the_client_tls_files(tmp_path: Path, key: str) -> Non
                 assert lock.fenced_transaction(url, guard, [("GET", state)]) == [b"tls"]
                 with pytest.raises(rf.InvalidArgumentError):
                     lock.fenced(f"{url}/#insecure", guard, "GET", state)
+                # A plain resource of a client with TLS files stays plain.
+                assert lock.fenced(node.url, guard, "GET", state) == b"tls"
         assert value(node, state) == b"$3\r\ntls\r\n"
     finally:
         node.close()
