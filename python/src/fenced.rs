@@ -181,6 +181,8 @@ impl Resources {
                 "the cluster resource's seed URLs do not parse: {e}"
             ))
         })?;
+        // Connecting reads the slot map from a seed, then connects to every
+        // master: two connection steps, so twice the bound of one.
         let connect = client.get_async_connection();
         match tokio::time::timeout(self.connect_timeout * 2, connect).await {
             Ok(Ok(con)) => Ok(con),
