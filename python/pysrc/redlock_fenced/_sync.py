@@ -23,8 +23,8 @@ from ._types import (
     check_fenced,
     check_key,
     command_args,
-    transaction_args,
     seconds,
+    transaction_args,
     ttl_seconds,
     wait_seconds,
 )
