@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use pyo3::prelude::*;
 use pyo3::types::{PyList, PyString};
-use redlock_client::{Member, NodeState, Redlock, RetryPolicy};
+use redlock_client::{Error, Member, NodeState, Redlock, RetryPolicy};
 
 use crate::errors;
 use crate::fenced::Resources;
@@ -53,7 +53,7 @@ fn builder(
     clock_floor: bool,
     tls_ca_file: Option<PathBuf>,
     tls_client_cert: Option<(PathBuf, PathBuf)>,
-) -> PyResult<(redlock_client::RedlockBuilder, Duration)> {
+) -> PyResult<(redlock_client::RedlockBuilder, Duration, TlsFiles)> {
     let mut list = Vec::with_capacity(members.len());
     for member in members.iter() {
         if member.is_instance_of::<PyString>() {
@@ -78,13 +78,52 @@ fn builder(
         })
         .drift_factor(drift_factor)
         .clock_floor(clock_floor);
-    if let Some(ca) = tls_ca_file {
+    if let Some(ca) = &tls_ca_file {
         b = b.tls_ca_file(ca);
     }
-    if let Some((cert, key)) = tls_client_cert {
+    if let Some((cert, key)) = &tls_client_cert {
         b = b.tls_client_cert(cert, key);
     }
-    Ok((b, connect_timeout))
+    let files = TlsFiles {
+        ca: tls_ca_file,
+        client: tls_client_cert,
+    };
+    Ok((b, connect_timeout, files))
+}
+
+/// The TLS files `connect` got, for the connections to `rediss://`
+/// resources (the builder keeps its own copy for the nodes).
+struct TlsFiles {
+    ca: Option<PathBuf>,
+    client: Option<(PathBuf, PathBuf)>,
+}
+
+impl TlsFiles {
+    /// The certificates, read once the builder has checked the same files
+    /// (so a failure here is a file changed in between); `None` without
+    /// TLS files.
+    fn load(&self) -> Result<Option<redis::TlsCertificates>, Error> {
+        if self.ca.is_none() && self.client.is_none() {
+            return Ok(None);
+        }
+        let read = |path: &PathBuf| {
+            std::fs::read(path).map_err(|e| {
+                Error::InvalidArgument(format!("cannot read the TLS file {}: {e}", path.display()))
+            })
+        };
+        let root_cert = self.ca.as_ref().map(read).transpose()?;
+        let client_tls = match &self.client {
+            Some((cert, key)) => Some(redis::ClientTlsConfig {
+                client_cert: read(cert)?,
+                client_key: read(key)?,
+            }),
+            None => None,
+        };
+        Ok(Some(redis::TlsCertificates {
+            client_tls,
+            root_cert,
+        }))
+    }
 }
 
 fn ttl(seconds: f64) -> PyResult<Duration> {
@@ -121,7 +160,7 @@ impl Client {
         tls_ca_file: Option<PathBuf>,
         tls_client_cert: Option<(PathBuf, PathBuf)>,
     ) -> PyResult<Py<PyAny>> {
-        let (b, connect_timeout) = builder(
+        let (b, connect_timeout, tls) = builder(
             members,
             node_timeout,
             connect_timeout,
@@ -135,11 +174,12 @@ impl Client {
         )?;
         dispatch(py, asyncio, OnCancel::Drop, async move {
             let redlock = b.build().await.map_err(|e| errors::lock_error(e, None))?;
+            let tls = tls.load().map_err(|e| errors::lock_error(e, None))?;
             Ok(Client {
                 nodes: redlock.nodes(),
                 quorum: redlock.quorum(),
                 redlock: RwLock::new(Some(redlock)),
-                resources: Resources::new(connect_timeout),
+                resources: Resources::new(connect_timeout, tls),
             })
         })
     }

@@ -14,7 +14,7 @@ use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
 
 use crate::errors;
-use crate::fenced::{Reply, Resources};
+use crate::fenced::{Reply, Resources, Target};
 use crate::runtime::{self, dispatch, Bridge, OnCancel};
 
 /// One day: the longest ttl or wait a call accepts (the module's own ceiling
@@ -216,7 +216,7 @@ impl NativeLock {
 
     fn fenced_future(
         &self,
-        resource: String,
+        resource: &Bound<'_, PyAny>,
         guard: String,
         args: &Bound<'_, PyList>,
     ) -> PyResult<impl Future<Output = PyResult<Reply>> + use<>> {
@@ -230,18 +230,29 @@ impl NativeLock {
         )
     }
 
-    fn announce_future(
+    fn transaction_future(
         &self,
-        resource: String,
+        resource: &Bound<'_, PyAny>,
         guard: String,
-    ) -> PyResult<impl Future<Output = PyResult<u64>> + use<>> {
+        commands: &Bound<'_, PyList>,
+    ) -> PyResult<impl Future<Output = PyResult<Reply>> + use<>> {
         self.check_fenceable()?;
-        Ok(announce_future(
+        transaction_future(
             Arc::clone(&self.info),
             &self.resources,
             resource,
             guard,
-        ))
+            commands,
+        )
+    }
+
+    fn announce_future(
+        &self,
+        resource: &Bound<'_, PyAny>,
+        guard: String,
+    ) -> PyResult<impl Future<Output = PyResult<u64>> + use<>> {
+        self.check_fenceable()?;
+        announce_future(Arc::clone(&self.info), &self.resources, resource, guard)
     }
 
     fn release_future(&self) -> PyResult<impl Future<Output = PyResult<bool>> + use<>> {
@@ -335,7 +346,7 @@ impl NativeLock {
     fn fenced(
         &self,
         py: Python<'_>,
-        resource: String,
+        resource: &Bound<'_, PyAny>,
         guard: String,
         args: &Bound<'_, PyList>,
     ) -> PyResult<Py<PyAny>> {
@@ -349,7 +360,7 @@ impl NativeLock {
         py: Python<'_>,
         bridge: PyRef<'_, Bridge>,
         id: u64,
-        resource: String,
+        resource: &Bound<'_, PyAny>,
         guard: String,
         args: &Bound<'_, PyList>,
     ) -> PyResult<Py<PyAny>> {
@@ -359,7 +370,12 @@ impl NativeLock {
 
     /// Shows this lock's token to `guard` on `resource` (blocking): the
     /// guard's highest token.
-    fn announce(&self, py: Python<'_>, resource: String, guard: String) -> PyResult<Py<PyAny>> {
+    fn announce(
+        &self,
+        py: Python<'_>,
+        resource: &Bound<'_, PyAny>,
+        guard: String,
+    ) -> PyResult<Py<PyAny>> {
         let fut = self.announce_future(resource, guard)?;
         dispatch(py, None, OnCancel::Drop, fut)
     }
@@ -370,10 +386,38 @@ impl NativeLock {
         py: Python<'_>,
         bridge: PyRef<'_, Bridge>,
         id: u64,
-        resource: String,
+        resource: &Bound<'_, PyAny>,
         guard: String,
     ) -> PyResult<Py<PyAny>> {
         let fut = self.announce_future(resource, guard)?;
+        dispatch(py, Some((&bridge, id)), OnCancel::Drop, fut)
+    }
+
+    /// Runs `commands` (lists of `bytes`), each fenced by this lock's token
+    /// on `guard`, in one MULTI/EXEC on `resource` (blocking): the list of
+    /// their replies.
+    fn fenced_transaction(
+        &self,
+        py: Python<'_>,
+        resource: &Bound<'_, PyAny>,
+        guard: String,
+        commands: &Bound<'_, PyList>,
+    ) -> PyResult<Py<PyAny>> {
+        let fut = self.transaction_future(resource, guard, commands)?;
+        dispatch(py, None, OnCancel::Drop, fut)
+    }
+
+    /// Runs a fenced transaction (asyncio future).
+    fn fenced_transaction_async(
+        &self,
+        py: Python<'_>,
+        bridge: PyRef<'_, Bridge>,
+        id: u64,
+        resource: &Bound<'_, PyAny>,
+        guard: String,
+        commands: &Bound<'_, PyList>,
+    ) -> PyResult<Py<PyAny>> {
+        let fut = self.transaction_future(resource, guard, commands)?;
         dispatch(py, Some((&bridge, id)), OnCancel::Drop, fut)
     }
 
@@ -435,37 +479,66 @@ impl Drop for NativeLock {
 fn fenced_future<I: Deref<Target = LockInfo> + Send + 'static>(
     info: I,
     resources: &Arc<Resources>,
-    resource: String,
+    resource: &Bound<'_, PyAny>,
     guard: String,
     args: &Bound<'_, PyList>,
 ) -> PyResult<impl Future<Output = PyResult<Reply>> + use<I>> {
-    let args = args
-        .iter()
-        .map(|a| Ok(a.cast::<PyBytes>()?.as_bytes().to_vec()))
-        .collect::<PyResult<Vec<Vec<u8>>>>()?;
+    let target = Target::from_py(resource)?;
+    let args = byte_args(args)?;
     let resources = Arc::clone(resources);
     Ok(async move {
         resources
-            .fenced(&info, &resource, &guard, &args)
+            .fenced(&info, &target, &guard, &args)
             .await
             .map_err(|e| errors::fenced_error(e, info.key()))
     })
+}
+
+/// The fenced transaction `commands` (a list of lists of `bytes`) on
+/// `resource`, as a future that owns what it needs.
+fn transaction_future<I: Deref<Target = LockInfo> + Send + 'static>(
+    info: I,
+    resources: &Arc<Resources>,
+    resource: &Bound<'_, PyAny>,
+    guard: String,
+    commands: &Bound<'_, PyList>,
+) -> PyResult<impl Future<Output = PyResult<Reply>> + use<I>> {
+    let target = Target::from_py(resource)?;
+    let commands = commands
+        .iter()
+        .map(|c| byte_args(c.cast::<PyList>()?))
+        .collect::<PyResult<Vec<_>>>()?;
+    let resources = Arc::clone(resources);
+    Ok(async move {
+        resources
+            .fenced_transaction(&info, &target, &guard, &commands)
+            .await
+            .map_err(|e| errors::fenced_error(e, info.key()))
+    })
+}
+
+/// A command's arguments (a list of `bytes`), copied out of Python.
+fn byte_args(args: &Bound<'_, PyList>) -> PyResult<Vec<Vec<u8>>> {
+    args.iter()
+        .map(|a| Ok(a.cast::<PyBytes>()?.as_bytes().to_vec()))
+        .collect()
 }
 
 /// `REDLOCK.GUARD` on `resource`, as a future that owns what it needs.
 fn announce_future<I: Deref<Target = LockInfo> + Send + 'static>(
     info: I,
     resources: &Arc<Resources>,
-    resource: String,
+    resource: &Bound<'_, PyAny>,
     guard: String,
-) -> impl Future<Output = PyResult<u64>> + use<I> {
+) -> PyResult<impl Future<Output = PyResult<u64>> + use<I>> {
+    let target = Target::from_py(resource)?;
     let resources = Arc::clone(resources);
-    async move {
+    Ok(async move {
         resources
-            .announce(&info, &resource, &guard)
+            .announce(&info, &target, &guard)
             .await
             .map_err(|e| errors::fenced_error(e, info.key()))
-    }
+    })
 }
 
 /// What a [`Signal`] reports on.
@@ -687,7 +760,7 @@ impl NativeGuard {
     fn fenced(
         &self,
         py: Python<'_>,
-        resource: String,
+        resource: &Bound<'_, PyAny>,
         guard: String,
         args: &Bound<'_, PyList>,
     ) -> PyResult<Py<PyAny>> {
@@ -702,7 +775,7 @@ impl NativeGuard {
         py: Python<'_>,
         bridge: PyRef<'_, Bridge>,
         id: u64,
-        resource: String,
+        resource: &Bound<'_, PyAny>,
         guard: String,
         args: &Bound<'_, PyList>,
     ) -> PyResult<Py<PyAny>> {
@@ -713,9 +786,14 @@ impl NativeGuard {
 
     /// Shows this lock's token to `guard` on `resource` (blocking): the
     /// guard's highest token.
-    fn announce(&self, py: Python<'_>, resource: String, guard: String) -> PyResult<Py<PyAny>> {
+    fn announce(
+        &self,
+        py: Python<'_>,
+        resource: &Bound<'_, PyAny>,
+        guard: String,
+    ) -> PyResult<Py<PyAny>> {
         self.check_fenceable()?;
-        let fut = announce_future(self.guard.clone(), &self.resources, resource, guard);
+        let fut = announce_future(self.guard.clone(), &self.resources, resource, guard)?;
         dispatch(py, None, OnCancel::Drop, fut)
     }
 
@@ -725,11 +803,52 @@ impl NativeGuard {
         py: Python<'_>,
         bridge: PyRef<'_, Bridge>,
         id: u64,
-        resource: String,
+        resource: &Bound<'_, PyAny>,
         guard: String,
     ) -> PyResult<Py<PyAny>> {
         self.check_fenceable()?;
-        let fut = announce_future(self.guard.clone(), &self.resources, resource, guard);
+        let fut = announce_future(self.guard.clone(), &self.resources, resource, guard)?;
+        dispatch(py, Some((&bridge, id)), OnCancel::Drop, fut)
+    }
+
+    /// Runs `commands`, each fenced by this lock's token on `guard`, in one
+    /// MULTI/EXEC on `resource` (blocking): the list of their replies.
+    fn fenced_transaction(
+        &self,
+        py: Python<'_>,
+        resource: &Bound<'_, PyAny>,
+        guard: String,
+        commands: &Bound<'_, PyList>,
+    ) -> PyResult<Py<PyAny>> {
+        self.check_fenceable()?;
+        let fut = transaction_future(
+            self.guard.clone(),
+            &self.resources,
+            resource,
+            guard,
+            commands,
+        )?;
+        dispatch(py, None, OnCancel::Drop, fut)
+    }
+
+    /// Runs a fenced transaction (asyncio future).
+    fn fenced_transaction_async(
+        &self,
+        py: Python<'_>,
+        bridge: PyRef<'_, Bridge>,
+        id: u64,
+        resource: &Bound<'_, PyAny>,
+        guard: String,
+        commands: &Bound<'_, PyList>,
+    ) -> PyResult<Py<PyAny>> {
+        self.check_fenceable()?;
+        let fut = transaction_future(
+            self.guard.clone(),
+            &self.resources,
+            resource,
+            guard,
+            commands,
+        )?;
         dispatch(py, Some((&bridge, id)), OnCancel::Drop, fut)
     }
 

@@ -4,11 +4,14 @@ REDLOCK.GUARD on a module node that is not a lock member)."""
 from __future__ import annotations
 
 import contextlib
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 import redlock_fenced as rf
-from nodes import Node, command, free_port
+from nodes import Node, cluster_slot, command, free_port, start_cluster
 
 
 def value(node: Node, key: str) -> bytes:
@@ -205,3 +208,182 @@ async def test_async_hold_guard_fenced(
     async with aredlock.hold(key, 5) as newer:
         assert await newer.aannounce(resource, guard) == newer.token > old_token
     assert value(resource_node, state) == b"$1\r\n2\r\n"
+
+
+def test_transaction_applies_every_command(
+    redlock: rf.Redlock, resource: str, resource_node: Node, key: str
+) -> None:
+    guard, state = names(key)
+    count = f"{{{key}}}:n"
+    with redlock.acquire(key, 5) as lock:
+        replies = lock.fenced_transaction(
+            resource, guard, [("SET", state, "both"), ["INCRBY", count, 7], ("GET", state)]
+        )
+        assert replies == ["OK", 7, b"both"]
+        assert lock.announce(resource, guard) == lock.token
+    assert value(resource_node, state) == b"$4\r\nboth\r\n"
+    assert value(resource_node, count) == b"$1\r\n7\r\n"
+
+
+def test_stale_transaction_applies_nothing(
+    redlock: rf.Redlock, resource: str, resource_node: Node, key: str
+) -> None:
+    guard, state = names(key)
+    count = f"{{{key}}}:n"
+    old = redlock.acquire(key, 5)
+    assert old.fenced_transaction(resource, guard, [("SET", state, "old")]) == ["OK"]
+    new = take_over(redlock, old)
+    assert new.announce(resource, guard) == new.token
+    with pytest.raises(rf.StaleTokenError) as caught:
+        old.fenced_transaction(resource, guard, [("SET", state, "stale"), ("INCR", count)])
+    assert (caught.value.key, caught.value.guard) == (key, guard)
+    assert (caught.value.token, caught.value.highest) == (old.token, new.token)
+    assert value(resource_node, state) == b"$3\r\nold\r\n"
+    assert value(resource_node, count) == b"$-1\r\n"
+    new.release()
+    old.release()
+
+
+def test_transaction_with_a_failing_command_runs_the_others(
+    redlock: rf.Redlock, resource: str, resource_node: Node, key: str
+) -> None:
+    guard, state = names(key)
+    count = f"{{{key}}}:n"
+    with redlock.acquire(key, 5) as lock:
+        lock.fenced(resource, guard, "SET", state, "text")
+        with pytest.raises(rf.ResourceError) as caught:
+            lock.fenced_transaction(resource, guard, [("INCR", state), ("INCR", count)])
+        assert not isinstance(caught.value, rf.StaleTokenError)
+        assert "not an integer" in caught.value.detail
+        with pytest.raises(rf.InvalidArgumentError):
+            lock.fenced_transaction(resource, guard, [])
+        with pytest.raises(TypeError):
+            lock.fenced_transaction(resource, guard, ["SET", state, "x"])
+        with pytest.raises(rf.InvalidArgumentError):
+            lock.fenced_transaction(resource, guard, [("SET", state, "x"), ()])
+    # EXEC does not roll back: the second INCR took effect.
+    assert value(resource_node, count) == b"$1\r\n1\r\n"
+    assert value(resource_node, state) == b"$4\r\ntext\r\n"
+
+
+async def test_async_transactions(
+    aredlock: rf.AsyncRedlock, resource: str, resource_node: Node, key: str
+) -> None:
+    guard, state = names(key)
+    count = f"{{{key}}}:n"
+    old = await aredlock.acquire(key, 5)
+    assert await old.fenced_transaction(
+        resource, guard, [("SET", state, "a"), ("INCR", count)]
+    ) == ["OK", 1]
+    assert await aredlock.release_owner(key, old.owner)
+    async with aredlock.hold(key, 5) as held:
+        assert await held.afenced_transaction(
+            resource, guard, [("SET", state, "b"), ("INCR", count)]
+        ) == ["OK", 2]
+        with pytest.raises(rf.StaleTokenError):
+            await old.fenced_transaction(resource, guard, [("SET", state, "c"), ("INCR", count)])
+    assert value(resource_node, state) == b"$1\r\nb\r\n"
+    assert value(resource_node, count) == b"$1\r\n2\r\n"
+    await old.release()
+
+
+def test_hold_guard_transaction(redlock: rf.Redlock, resource: str, key: str) -> None:
+    guard, state = names(key)
+    with redlock.hold(key, 5) as held:
+        assert held.fenced_transaction(resource, guard, [("HSET", state, "f", 1)]) == [1]
+    with pytest.raises(rf.LockStateError):
+        held.fenced_transaction(resource, guard, [("GET", state)])
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[list[Node]]:
+    """A two-master Redis Cluster of module nodes (not lock members)."""
+    nodes = start_cluster(2)
+    try:
+        yield nodes
+    finally:
+        for node in nodes:
+            node.close()
+
+
+def test_cluster_resource_routes_to_the_slot_master(
+    redlock: rf.Redlock, cluster: list[Node], key: str
+) -> None:
+    seed, other = cluster
+    # A hash tag whose slot the second master serves: the one seed given
+    # must route the command there.
+    tag = next(
+        f"{key}-{i}" for i in range(1000) if cluster_slot(seed.port, f"{{{key}-{i}}}") >= 8192
+    )
+    guard, state = names(tag)
+    resource = rf.Cluster(seed.url)
+    old = redlock.acquire(tag, 5)
+    assert old.fenced(resource, guard, "SET", state, "old") == "OK"
+    assert old.fenced_transaction(
+        resource, guard, [("SET", state, "older"), ("GET", state)]
+    ) == ["OK", b"older"]
+    assert value(other, state) == b"$5\r\nolder\r\n"
+    assert value(seed, state).startswith(b"-MOVED")
+    new = take_over(redlock, old)
+    assert new.announce(resource, guard) == new.token
+    with pytest.raises(rf.StaleTokenError) as caught:
+        old.fenced(resource, guard, "SET", state, "stale")
+    assert (caught.value.token, caught.value.highest) == (old.token, new.token)
+    with pytest.raises(rf.StaleTokenError):
+        old.fenced_transaction(resource, guard, [("SET", state, "stale")])
+    # Keys of another slot than the guard's are refused by the cluster.
+    with pytest.raises(rf.ResourceError) as crossslot:
+        new.fenced(resource, guard, "SET", f"{key}-untagged", "x")
+    assert "crossslot" in str(crossslot.value).lower()
+    assert value(other, state) == b"$5\r\nolder\r\n"
+    new.release()
+    old.release()
+
+
+def openssl(*args: str) -> None:
+    subprocess.run(["openssl", *args], check=True, capture_output=True)
+
+
+def make_pki(folder: Path) -> None:
+    """A CA, a server certificate for 127.0.0.1 and a client certificate
+    (EC keys, a day long), as PEM files in `folder`."""
+    ec = ("-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes")
+    openssl("req", "-x509", *ec, "-keyout", str(folder / "ca.key"), "-out",
+            str(folder / "ca.crt"), "-days", "1", "-subj", "/CN=redlock-py-test-ca",
+            "-addext", "basicConstraints=critical,CA:TRUE",
+            "-addext", "keyUsage=critical,keyCertSign,cRLSign")
+    for name, usage in (("server", "serverAuth"), ("client", "clientAuth")):
+        ext = folder / f"{name}.ext"
+        ext.write_text(f"subjectAltName=IP:127.0.0.1\nextendedKeyUsage={usage}\n")
+        openssl("req", *ec, "-keyout", str(folder / f"{name}.key"), "-out",
+                str(folder / f"{name}.csr"), "-subj", f"/CN={name}")
+        openssl("x509", "-req", "-in", str(folder / f"{name}.csr"), "-CA",
+                str(folder / "ca.crt"), "-CAkey", str(folder / "ca.key"), "-CAcreateserial",
+                "-out", str(folder / f"{name}.crt"), "-days", "1", "-extfile", str(ext))
+
+
+def test_tls_resource_uses_the_client_tls_files(tmp_path: Path, key: str) -> None:
+    make_pki(tmp_path)
+    tls_port = free_port()
+    node = Node(extra=(
+        "--tls-port", str(tls_port), "--tls-cert-file", str(tmp_path / "server.crt"),
+        "--tls-key-file", str(tmp_path / "server.key"),
+        "--tls-ca-cert-file", str(tmp_path / "ca.crt"),
+    ))
+    try:
+        url = f"rediss://127.0.0.1:{tls_port}"
+        guard, state = names(key)
+        ca, cert = tmp_path / "ca.crt", (tmp_path / "client.crt", tmp_path / "client.key")
+        # The node is both the one lock member and the resource: with TLS
+        # files every member must be rediss://.
+        with rf.Redlock.connect([url], tls_ca_file=ca, tls_client_cert=cert) as redlock:
+            with redlock.acquire(key, 5) as lock:
+                assert lock.fenced(url, guard, "SET", state, "tls") == "OK"
+                assert lock.fenced_transaction(url, guard, [("GET", state)]) == [b"tls"]
+                with pytest.raises(rf.InvalidArgumentError):
+                    lock.fenced(f"{url}/#insecure", guard, "GET", state)
+                # A plain resource of a client with TLS files stays plain.
+                assert lock.fenced(node.url, guard, "GET", state) == b"tls"
+        assert value(node, state) == b"$3\r\ntls\r\n"
+    finally:
+        node.close()

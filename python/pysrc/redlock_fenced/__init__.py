@@ -13,7 +13,7 @@ from importlib.metadata import PackageNotFoundError, version
 
 from . import _native
 from ._sync import Lock, LockGuard, LostSignal, Redlock, current_guard
-from ._types import Arg, Cluster, NodeView, RetryPolicy, Seconds
+from ._types import Arg, Cluster, NodeView, Resource, RetryPolicy, Seconds
 from .asyncio import AcquireContext, AsyncLock, AsyncRedlock
 from .errors import (
     ExpiredBeforeUseError,
@@ -58,6 +58,7 @@ __all__ = [
     "PermissionDeniedError",
     "Redlock",
     "ResourceError",
+    "Resource",
     "RestartGuardError",
     "RetryPolicy",
     "Seconds",

@@ -17,12 +17,14 @@ from ._types import (
     Arg,
     Cluster,
     NodeView,
+    Resource,
     RetryPolicy,
     Seconds,
     check_fenced,
     check_key,
     command_args,
     seconds,
+    transaction_args,
     ttl_seconds,
     wait_seconds,
 )
@@ -209,7 +211,7 @@ class Lock:
         for `Redlock.release_owner`."""
         return self._native.detach()
 
-    def fenced(self, resource: str, guard: str, *command: Arg) -> Any:
+    def fenced(self, resource: Resource, guard: str, *command: Arg) -> Any:
         """Runs `command` (its name and arguments, e.g. `"SET", "{job}:state",
         "done"`) on the resource server, fenced by this lock's token on the
         key `guard`.
@@ -218,8 +220,11 @@ class Lock:
         (`redis://host:port/`; it loads the redlock module and is usually not
         one of the lock's nodes) as `REDLOCK.FENCED guard key token command…`:
         only when this lock's token is at least the highest `guard` has seen,
-        which it then becomes. In a Redis Cluster, give the guard and the
-        command's keys one hash tag (`{job}:fence`, `{job}:state`).
+        which it then becomes. `resource` may also be a Redis Cluster,
+        `Cluster("redis://host:7000", …)`: the command goes to the master of
+        the guard's slot, so give the guard and the command's keys one hash
+        tag (`{job}:fence`, `{job}:state`). A `rediss://` resource uses the
+        client's TLS files (`tls_ca_file`, `tls_client_cert`).
 
         Returns the command's own reply: nil `None`, integer `int`, bulk
         string `bytes`, status `str` ("OK"), array `list` (RESP3 adds `dict`,
@@ -228,11 +233,33 @@ class Lock:
         `ResourceError` for any other refusal (the command's own error, a
         command the module does not fence, a guard of another lock, a
         connection failure). Never retried: after a lost reply the outcome is
-        unknown. The client keeps one connection per resource URL."""
+        unknown (in a cluster, a MOVED or ASK redirect during resharding is
+        a `ResourceError` too: nothing ran). The client keeps one connection
+        per resource."""
         r, g = check_fenced(resource, guard)
         return self._native.fenced(r, g, command_args(command))
 
-    def announce(self, resource: str, guard: str) -> int:
+    def fenced_transaction(
+        self, resource: Resource, guard: str, commands: Sequence[Sequence[Arg]]
+    ) -> list[Any]:
+        """Runs `commands` (each a sequence of a command's name and
+        arguments, e.g. `[("SET", "{job}:a", 1), ("SET", "{job}:b", 2)]`) in
+        one `MULTI`/`EXEC` on `resource`, each fenced by this lock's token on
+        `guard`; returns the list of their replies (converted as in `fenced`).
+
+        Either every command runs, or (`StaleTokenError`: a newer holder has
+        written) none does: with one guard and one token, a stale first
+        command makes every later one stale. `ResourceError` when one
+        command fails on its own (a wrong type, a command the module does not
+        fence): the transaction has run, **the other commands took effect**
+        (EXEC does not roll back), and their replies are lost; the message
+        names the first error. In a cluster, every key must share the
+        guard's hash tag. Never retried."""
+        r, g = check_fenced(resource, guard)
+        replies: list[Any] = self._native.fenced_transaction(r, g, transaction_args(commands))
+        return replies
+
+    def announce(self, resource: Resource, guard: str) -> int:
         """Shows this lock's token to `guard` on the resource server
         (`REDLOCK.GUARD`) without running anything, so that older holders are
         refused from now on; returns the guard's highest token (this one).
@@ -336,14 +363,14 @@ class LockGuard:
         if self._lost.is_set():
             raise _lost_error(self.key, self.token)
 
-    def fenced(self, resource: str, guard: str, *command: Arg) -> Any:
+    def fenced(self, resource: Resource, guard: str, *command: Arg) -> Any:
         """Runs `command` on the resource server, fenced by this lock's token
         on `guard` (blocking; in `AsyncRedlock.hold` use `afenced`). As
         `Lock.fenced`."""
         r, g = check_fenced(resource, guard)
         return self._native.fenced(r, g, command_args(command))
 
-    async def afenced(self, resource: str, guard: str, *command: Arg) -> Any:
+    async def afenced(self, resource: Resource, guard: str, *command: Arg) -> Any:
         """`fenced` as a coroutine (for `AsyncRedlock.hold`)."""
         from ._bridge import call
 
@@ -351,13 +378,37 @@ class LockGuard:
         args = command_args(command)
         return await call(lambda b, i: self._native.fenced_async(b, i, r, g, args))
 
-    def announce(self, resource: str, guard: str) -> int:
+    def fenced_transaction(
+        self, resource: Resource, guard: str, commands: Sequence[Sequence[Arg]]
+    ) -> list[Any]:
+        """Runs `commands` in one MULTI/EXEC, each fenced by this lock's
+        token on `guard` (blocking; in `AsyncRedlock.hold` use
+        `afenced_transaction`): the list of their replies. As
+        `Lock.fenced_transaction`."""
+        r, g = check_fenced(resource, guard)
+        replies: list[Any] = self._native.fenced_transaction(r, g, transaction_args(commands))
+        return replies
+
+    async def afenced_transaction(
+        self, resource: Resource, guard: str, commands: Sequence[Sequence[Arg]]
+    ) -> list[Any]:
+        """`fenced_transaction` as a coroutine (for `AsyncRedlock.hold`)."""
+        from ._bridge import call
+
+        r, g = check_fenced(resource, guard)
+        cmds = transaction_args(commands)
+        replies: list[Any] = await call(
+            lambda b, i: self._native.fenced_transaction_async(b, i, r, g, cmds)
+        )
+        return replies
+
+    def announce(self, resource: Resource, guard: str) -> int:
         """Shows this lock's token to `guard` (blocking); returns the guard's
         highest token. As `Lock.announce`."""
         r, g = check_fenced(resource, guard)
         return self._native.announce(r, g)
 
-    async def aannounce(self, resource: str, guard: str) -> int:
+    async def aannounce(self, resource: Resource, guard: str) -> int:
         """`announce` as a coroutine (for `AsyncRedlock.hold`)."""
         from ._bridge import call
 

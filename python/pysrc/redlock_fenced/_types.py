@@ -5,11 +5,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from datetime import timedelta
+from collections.abc import Iterable, Sequence
 from typing import Literal, TypeAlias
 
 from .errors import InvalidArgumentError
 
-__all__ = ["Arg", "Cluster", "NodeView", "RetryPolicy", "Seconds"]
+__all__ = ["Arg", "Cluster", "NodeView", "Resource", "RetryPolicy", "Seconds"]
 
 Seconds: TypeAlias = float | int | timedelta
 """A duration in seconds: finite and above zero. The nodes get whole
@@ -66,15 +67,45 @@ def check_key(key: object) -> str:
     return key
 
 
-def check_fenced(resource: object, guard: object) -> tuple[str, str]:
-    """The resource server's URL and the guard key must be str."""
-    if not isinstance(resource, str):
+def check_fenced(resource: object, guard: object) -> tuple[str | list[str], str]:
+    """The resource (a server's URL, or a `Cluster` given to the native layer
+    as its seed list) and the guard key, checked."""
+    if isinstance(resource, Cluster):
+        target: str | list[str] = list(resource.seeds)
+    elif isinstance(resource, str):
+        target = resource
+    else:
         raise TypeError(
-            f"resource must be the resource server's URL as a str, got {type(resource).__name__}"
+            "resource must be the resource server's URL as a str or a Cluster, got "
+            f"{type(resource).__name__}"
         )
     if not isinstance(guard, str):
         raise TypeError(f"guard must be a str, got {type(guard).__name__}")
-    return resource, guard
+    return target, guard
+
+
+def transaction_args(commands: object) -> list[list[bytes]]:
+    """The commands of a fenced transaction (a sequence of sequences of
+    arguments) as the bytes sent."""
+    if isinstance(commands, (str, bytes, bytearray, memoryview)) or not isinstance(
+        commands, Iterable
+    ):
+        raise TypeError(
+            "commands must be a list of commands, each a list of its name and arguments"
+        )
+    out: list[list[bytes]] = []
+    for command in commands:
+        if isinstance(command, (str, bytes, bytearray, memoryview)) or not isinstance(
+            command, Sequence
+        ):
+            raise TypeError(
+                "each command of a fenced transaction must be a list or tuple of its name and "
+                f"arguments, got {type(command).__name__}"
+            )
+        out.append(command_args(tuple(command)))
+    if not out:
+        raise InvalidArgumentError("invalid argument: a fenced transaction needs a command")
+    return out
 
 
 def command_args(args: tuple[object, ...]) -> list[bytes]:
@@ -123,7 +154,8 @@ class RetryPolicy:
 class Cluster:
     """A quorum member that is a Redis Cluster, given by the URLs of some of
     its nodes: `Cluster("redis://10.0.1.1:7000", "redis://10.0.1.2:7000")`.
-    It has one vote, like a single node."""
+    It has one vote, like a single node. It can also be the resource of
+    fenced commands (`Lock.fenced`)."""
 
     seeds: tuple[str, ...]
 
@@ -134,6 +166,11 @@ class Cluster:
             if not isinstance(seed, str):
                 raise TypeError(f"cluster seeds must be str URLs, got {type(seed).__name__}")
         object.__setattr__(self, "seeds", tuple(seeds))
+
+
+Resource: TypeAlias = str | Cluster
+"""Where fenced commands run: a server's URL (`redis://host:port`,
+`rediss://…` with the client's TLS files), or a `Cluster` of seed URLs."""
 
 
 @dataclass(frozen=True, slots=True)

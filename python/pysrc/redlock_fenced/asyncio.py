@@ -31,11 +31,13 @@ from ._types import (
     Arg,
     Cluster,
     NodeView,
+    Resource,
     RetryPolicy,
     Seconds,
     check_fenced,
     check_key,
     command_args,
+    transaction_args,
     ttl_seconds,
     wait_seconds,
 )
@@ -112,7 +114,7 @@ class AsyncLock:
         """Stops tracking the lock without releasing it; returns the owner id."""
         return self._native.detach()
 
-    async def fenced(self, resource: str, guard: str, *command: Arg) -> Any:
+    async def fenced(self, resource: Resource, guard: str, *command: Arg) -> Any:
         """Runs `command` on the resource server, fenced by this lock's token
         on `guard`; as `Lock.fenced`. Cancelling stops waiting for the reply
         (the outcome is then unknown)."""
@@ -120,7 +122,22 @@ class AsyncLock:
         args = command_args(command)
         return await call(lambda b, i: self._native.fenced_async(b, i, r, g, args))
 
-    async def announce(self, resource: str, guard: str) -> int:
+    async def fenced_transaction(
+        self, resource: Resource, guard: str, commands: Sequence[Sequence[Arg]]
+    ) -> list[Any]:
+        """Runs `commands` in one MULTI/EXEC, each fenced by this lock's
+        token on `guard`: the list of their replies. As
+        `Lock.fenced_transaction` (all or, on `StaleTokenError`, none; on
+        `ResourceError` the other commands took effect). Cancelling stops
+        waiting for the reply (the outcome is then unknown)."""
+        r, g = check_fenced(resource, guard)
+        cmds = transaction_args(commands)
+        replies: list[Any] = await call(
+            lambda b, i: self._native.fenced_transaction_async(b, i, r, g, cmds)
+        )
+        return replies
+
+    async def announce(self, resource: Resource, guard: str) -> int:
         """Shows this lock's token to `guard`; returns the guard's highest
         token. As `Lock.announce`."""
         r, g = check_fenced(resource, guard)
