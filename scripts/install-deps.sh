@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # Installs the system packages the build and the tests need, when missing:
-# redis-server (Redis 7.0+), libclang (for redis-module's bindgen), and
-# Python's venv (the Python package's tests run in a venv).
+# redis-server (Redis 7.0+), libclang (for redis-module's bindgen),
+# Python's venv (the Python package's tests run in a venv) and the openssl
+# command (the Python TLS test makes its certificates with it).
 set -euo pipefail
 
 missing=()
 command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
 command -v redis-benchmark >/dev/null 2>&1 || missing+=(redis-tools)
+command -v openssl >/dev/null 2>&1 || missing+=(openssl)
 if ! command -v python3 >/dev/null 2>&1; then
   missing+=(python3 python3-venv)
 elif ! python3 -c 'import venv, ensurepip' >/dev/null 2>&1; then
