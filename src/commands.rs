@@ -25,14 +25,45 @@ use crate::config;
 use crate::error::CommandError;
 use crate::ffi::{self, Call, Reply};
 use crate::guard;
-use crate::info::stats;
 use crate::lock::{Acquired, LockError, LockState, MonoMillis};
 use crate::mutant::{self, Mutant};
+use crate::node::{self, learn_node_record, node_record};
 use crate::owner::hash_owner;
-use crate::persist::{self, Applied, NodeRecord, Source};
-use crate::reclaim;
+use crate::persist::{self, Applied, Source};
 use crate::store::LockKey;
 use crate::wait;
+
+/// Counters of the lock commands, shown by `INFO redlock` ([`crate::info`]
+/// reads them).
+pub mod stats {
+    use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+    /// ACQUIREs that issued a new token.
+    pub static GRANTED: AtomicU64 = AtomicU64::new(0);
+    /// ACQUIREs by the current holder (lease renewed, same token).
+    pub static RENEWED: AtomicU64 = AtomicU64::new(0);
+    /// ACQUIREs answered nil because another owner holds the lock.
+    pub static BUSY: AtomicU64 = AtomicU64::new(0);
+    /// RELEASEs that freed a lock.
+    pub static RELEASED: AtomicU64 = AtomicU64::new(0);
+    /// RELEASEs by a non-holder or after expiry.
+    pub static RELEASE_MISSED: AtomicU64 = AtomicU64::new(0);
+    /// EXTENDs that renewed a lease.
+    pub static EXTENDED: AtomicU64 = AtomicU64::new(0);
+    /// EXTENDs by a non-holder or after expiry.
+    pub static EXTEND_MISSED: AtomicU64 = AtomicU64::new(0);
+    /// FENCE calls answered for the holder.
+    pub static FENCED: AtomicU64 = AtomicU64::new(0);
+    /// FENCE calls refused (not the holder).
+    pub static FENCE_MISSED: AtomicU64 = AtomicU64::new(0);
+    /// Locks taken over after their lease ran out without a release.
+    pub static EXPIRED: AtomicU64 = AtomicU64::new(0);
+
+    /// Adds one to a counter.
+    pub fn bump(counter: &AtomicU64) {
+        counter.fetch_add(1, Relaxed);
+    }
+}
 
 /// Position of the owner argument in ACQUIRE, RELEASE, EXTEND and FENCE.
 const OWNER_ARG: usize = 2;
@@ -54,7 +85,7 @@ fn update<R>(
     // A missing record starts above every counter this node reclaimed.
     let mut state = key
         .get()?
-        .unwrap_or_else(|| LockState::missing(reclaim::reclaimed_counter()));
+        .unwrap_or_else(|| LockState::missing(node::reclaimed_counter()));
     let (result, changed) = op(&mut state, now)?;
     if changed {
         key.put(&state)?;
@@ -78,20 +109,6 @@ fn announce_node_record(call: &Call) {
     }
 }
 
-/// The node-wide values that travel with the data.
-pub fn node_record() -> NodeRecord {
-    NodeRecord {
-        reclaimed: reclaim::reclaimed_counter(),
-        longest_lease_ms: guard::longest_lease(),
-    }
-}
-
-/// Takes in node-wide values from the master or from a file.
-pub fn learn_node_record(ctx: &redis_module::Context, n: &NodeRecord) {
-    reclaim::raise_reclaimed(n.reclaimed);
-    guard::learn_lease(ctx, n.longest_lease_ms);
-}
-
 /// `REDLOCK.ACQUIRE key owner ttl-ms [FLOOR n]`
 pub fn acquire(call: &Call) -> Result<Reply, CommandError> {
     ffi::redact(call, OWNER_ARG);
@@ -105,14 +122,12 @@ pub fn acquire(call: &Call) -> Result<Reply, CommandError> {
         announce_node_record(call);
     }
     let owner = hash_owner(a.owner);
-    // A free lock reserved for the first queued waiter is busy for others.
-    if wait::bars(call, &owner, now) {
-        stats::bump(&stats::BUSY);
-        return Ok(Reply::Nil);
-    }
+    // A free lock reserved for the first queued waiter is busy for others:
+    // the reservation is an input of the decision.
+    let reservation = wait::reservation(call, &owner, now);
     let outcome = update(call, now, c"redlock.acquire", |state, now| {
         let outcome = state
-            .acquire(&owner, a.ttl, a.floor, now, wall_now_us())
+            .acquire_reserved(reservation, &owner, a.ttl, a.floor, now, wall_now_us())
             .map_err(|LockError::CounterExhausted| CommandError::CounterExhausted)?;
         Ok((outcome, outcome != Acquired::Busy))
     })?;
@@ -235,7 +250,7 @@ pub fn apply(call: &Call) -> Result<Reply, CommandError> {
             return Ok(Reply::Ok);
         }
         Applied::Reclaimed(counter) => {
-            reclaim::raise_reclaimed(counter);
+            node::raise_reclaimed(counter);
             let mut key = LockKey::write(call.raw(), key_of(call)?);
             if key.get()?.is_some() && key.delete() {
                 ffi::signal_modified(call, c"redlock.reclaim");

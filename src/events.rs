@@ -6,36 +6,14 @@
 //! [`crate::wait::on_generic_event`]).
 
 use std::os::raw::c_void;
-use std::sync::atomic::{AtomicU8, Ordering::Relaxed};
 
 use redis_module::{raw, Context};
 
 use crate::clock::mono_now;
 use crate::config;
+use crate::datatype::{self, Loading};
 use crate::guard;
 use crate::replication;
-
-/// What the server is loading now.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Loading {
-    /// Nothing: a record read now comes from `RESTORE` (read as a file).
-    Nothing,
-    /// A file written before this process started (RDB, AOF).
-    File,
-    /// A full sync from a master.
-    Replication,
-}
-
-static LOADING: AtomicU8 = AtomicU8::new(Loading::Nothing as u8);
-
-/// What the server is loading now, as told by the loading events.
-pub fn loading() -> Loading {
-    match LOADING.load(Relaxed) {
-        x if x == Loading::File as u8 => Loading::File,
-        x if x == Loading::Replication as u8 => Loading::Replication,
-        _ => Loading::Nothing,
-    }
-}
 
 extern "C" fn on_config_change(
     ctx: *mut raw::RedisModuleCtx,
@@ -65,7 +43,7 @@ extern "C" fn on_loading(
         raw::REDISMODULE_SUBEVENT_LOADING_REPL_START => Loading::Replication,
         _ => Loading::Nothing,
     };
-    LOADING.store(now as u8, Relaxed);
+    datatype::set_loading(now);
 }
 
 extern "C" fn on_role_change(

@@ -35,13 +35,20 @@ use redis_module::{Context, ContextFlags};
 
 use crate::config::{self, MAX_TTL_LIMIT};
 use crate::error::CommandError;
-use crate::info::stats;
 use crate::lock::MonoMillis;
 use crate::mutant::{self, Mutant};
 use crate::run_state::{self, RunState};
 
 /// File name of the longest-lease record, in the server's directory.
 pub const RECORD_FILE: &str = "redlock-longest-lease-ms";
+/// The guard's counter, shown by `INFO redlock` ([`crate::info`] reads it).
+pub mod stats {
+    use std::sync::atomic::AtomicU64;
+
+    /// ACQUIREs refused by the restart guard.
+    pub static GRACE_REFUSED: AtomicU64 = AtomicU64::new(0);
+}
+
 /// File name of the run record ([`crate::run_state`]), in the server's
 /// directory.
 pub const RUN_STATE_FILE: &str = "redlock-run-state";
@@ -290,7 +297,7 @@ pub fn check(ctx: &Context, now: MonoMillis) -> Result<(), CommandError> {
     if reason == Reason::Restart && exempt {
         return Ok(());
     }
-    stats::bump(&stats::GRACE_REFUSED);
+    stats::GRACE_REFUSED.fetch_add(1, Relaxed);
     Err(CommandError::Grace {
         reason: reason.describe(),
         elapsed_ms,

@@ -27,6 +27,7 @@ pub mod guard;
 pub mod info;
 pub mod lock;
 pub mod mutant;
+pub mod node;
 pub mod owner;
 pub mod persist;
 pub mod queue;

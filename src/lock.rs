@@ -91,6 +91,20 @@ pub enum Acquired {
     Busy,
 }
 
+/// The hand-off reservation an ACQUIRE meets on this node: the glue reads it
+/// from the lock's waiter queue ([`crate::queue::Queue::take`]) and passes it
+/// to [`LockState::acquire_reserved`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reservation {
+    /// No live reservation.
+    None,
+    /// The free lock is reserved for the caller (its ACQUIRE ends the
+    /// reservation).
+    ForCaller,
+    /// The free lock is reserved for another owner, a queued waiter.
+    ForOther,
+}
+
 /// A refused lock operation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum LockError {
@@ -263,6 +277,27 @@ impl LockState {
             token: self.counter,
             took_over_expired,
         })
+    }
+
+    /// ACQUIRE on a node with a waiter queue: [`LockState::acquire`], except
+    /// that a lock reserved for another owner is [`Acquired::Busy`] and the
+    /// state is left untouched. A reservation is made only when the lock
+    /// frees (and ends with its owner's ACQUIRE or its window), so it only
+    /// ever refuses an ACQUIRE that would otherwise be granted; it never
+    /// grants anything.
+    pub fn acquire_reserved(
+        &mut self,
+        reservation: Reservation,
+        owner: &OwnerHash,
+        ttl: u64,
+        floor: u64,
+        now: MonoMillis,
+        wall_us: u64,
+    ) -> Result<Acquired, LockError> {
+        if reservation == Reservation::ForOther {
+            return Ok(Acquired::Busy);
+        }
+        self.acquire(owner, ttl, floor, now, wall_us)
     }
 
     /// RELEASE: free the lock when `owner` holds the live lease. The counter stays.

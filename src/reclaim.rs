@@ -44,7 +44,7 @@
 //! starts sweeping at its next tick.
 //!
 //! Every delete raises the node's highest reclaimed counter
-//! ([`reclaimed_counter`]), which travels with the data (RDB auxiliary
+//! ([`crate::node::reclaimed_counter`]), which travels with the data (RDB auxiliary
 //! data, the replicated delete, an AOF rewrite: see [`crate::persist`]). A
 //! grant on a missing key issues a token above it, so reclamation never
 //! lets a token go back on this node, whatever FLOOR the next client sends
@@ -67,7 +67,7 @@ use crate::config;
 use crate::datatype::LOCK_TYPE;
 use crate::guard;
 use crate::lock::{MonoMillis, ReclaimRule};
-use crate::mutant::{self, Mutant};
+use crate::node::{self, raise_reclaimed};
 use crate::persist;
 use crate::record;
 use crate::store::LockKey;
@@ -125,24 +125,6 @@ pub mod stats {
 #[cfg(feature = "test-hooks")]
 pub const TIMERS_ENV: &str = "REDLOCK_TEST_SWEEP_ON_TIMERS";
 
-/// The highest counter of any record this node (or its master) reclaimed.
-static RECLAIMED_COUNTER: AtomicU64 = AtomicU64::new(0);
-
-/// The highest counter of any record this node (or its master) reclaimed:
-/// the counter a missing record starts from ([`crate::lock::LockState::missing`]).
-pub fn reclaimed_counter() -> u64 {
-    if mutant::on(Mutant::NoReclaimedFloor) {
-        return 0;
-    }
-    RECLAIMED_COUNTER.load(Relaxed)
-}
-
-/// Raises the highest reclaimed counter to `counter` (a delete here, one
-/// received from the master, or the value loaded with the data).
-pub fn raise_reclaimed(counter: u64) {
-    RECLAIMED_COUNTER.fetch_max(counter, Relaxed);
-}
-
 /// File of the highest reclaimed counter, in the server's directory.
 pub const COUNTER_FILE: &str = "redlock-reclaimed-counter";
 
@@ -176,7 +158,7 @@ fn load_counter_file(ctx: &Context) {
 /// left. So the counter goes to [`COUNTER_FILE`] (fsynced) first: Redis
 /// switches to the child's file only later, on the main thread.
 pub fn on_fork(ctx: &Context) {
-    let counter = RECLAIMED_COUNTER.load(Relaxed);
+    let counter = node::reclaimed_kept();
     if counter <= COUNTER_WRITTEN.load(Relaxed) {
         return;
     }
