@@ -7,12 +7,12 @@ use std::sync::atomic::Ordering::Relaxed;
 
 use redis_module::raw;
 
-use crate::clock::mono_now;
-use crate::commands::stats;
-use crate::config::{self, max_ttl};
-use crate::guard;
-use crate::replication;
-use crate::wait;
+use crate::host::clock::mono_now;
+use crate::host::commands::stats;
+use crate::host::config::{self, max_ttl};
+use crate::host::guard;
+use crate::host::replication;
+use crate::host::wait;
 
 /// [`crate::VERSION`] as a C string, for `redlock_version`.
 const VERSION_CSTR: &CStr =
@@ -110,7 +110,7 @@ fn write_info(ctx: *mut raw::RedisModuleInfoCtx) {
             add_cstr(ctx, c"grace_reason".as_ptr(), reason.as_ptr().cast_mut());
         }
         write_reclaim_info(ctx, add_u64);
-        crate::fenced::write_info(ctx, add_u64);
+        crate::host::fenced::write_info(ctx, add_u64);
     }
 }
 
@@ -126,12 +126,12 @@ unsafe fn write_reclaim_info(
         std::os::raw::c_ulonglong,
     ) -> c_int,
 ) {
-    use crate::reclaim::stats as sweep;
+    use crate::host::reclaim::stats as sweep;
     let fields: [(&CStr, u64); 13] = [
-        (c"records", crate::record::live()),
+        (c"records", crate::core::record::live()),
         (c"reclaim_after_ms", config::reclaim_after()),
         (c"reclaimed", sweep::RECLAIMED.load(Relaxed)),
-        (c"reclaimed_counter", crate::node::reclaimed_counter()),
+        (c"reclaimed_counter", crate::host::node::reclaimed_counter()),
         (c"sweep_passes", sweep::PASSES.load(Relaxed)),
         (c"sweep_keys_scanned", sweep::SCANNED.load(Relaxed)),
         (c"sweep_ticks", sweep::TICKS.load(Relaxed)),

@@ -10,7 +10,7 @@
 //! - at most one owner holds the lock at any instant;
 //! - a refused operation (error or no-op reply) leaves the state untouched.
 
-pub use crate::owner::OwnerHash;
+pub use crate::core::owner::OwnerHash;
 
 /// Largest token the counter may reach (tokens are RESP integers).
 pub const MAX_TOKEN: u64 = i64::MAX as u64;
@@ -49,7 +49,7 @@ pub type MonoMillis = u64;
 /// what reclaiming an idle record needs (see [`LockState::reclaimable`]).
 ///
 /// No heap: the owner is kept as its fixed-size hash. What Redis stores is
-/// the compact form of [`crate::record`].
+/// the compact form of [`crate::core::record`].
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct LockState {
     counter: u64,
@@ -92,7 +92,7 @@ pub enum Acquired {
 }
 
 /// The hand-off reservation an ACQUIRE meets on this node: the glue reads it
-/// from the lock's waiter queue ([`crate::queue::Queue::take`]) and passes it
+/// from the lock's waiter queue ([`crate::core::queue::Queue::take`]) and passes it
 /// to [`LockState::acquire_reserved`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Reservation {

@@ -1,22 +1,22 @@
 //! The node-wide values that travel with the data (RDB auxiliary data,
-//! `REDLOCK.APPLY key node …`, AOF rewrites; see [`crate::persist`]): the
-//! highest counter the sweep ([`crate::reclaim`]) deleted, kept here, and
-//! the longest lease the node may have granted, kept by [`crate::guard`].
+//! `REDLOCK.APPLY key node …`, AOF rewrites; see [`crate::host::persist`]): the
+//! highest counter the sweep ([`crate::host::reclaim`]) deleted, kept here, and
+//! the longest lease the node may have granted, kept by [`crate::host::guard`].
 //!
-//! The type callbacks ([`crate::datatype`]), the commands and the sweep all
+//! The type callbacks ([`crate::host::datatype`]), the commands and the sweep all
 //! read and raise them through this module, which depends on none of them.
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
-use crate::guard;
-use crate::mutant::{self, Mutant};
-use crate::persist::NodeRecord;
+use crate::host::guard;
+use crate::host::mutant::{self, Mutant};
+use crate::host::persist::NodeRecord;
 
 /// The highest counter of any record this node (or its master) reclaimed.
 static RECLAIMED_COUNTER: AtomicU64 = AtomicU64::new(0);
 
 /// The highest counter of any record this node (or its master) reclaimed:
-/// the counter a missing record starts from ([`crate::lock::LockState::missing`]).
+/// the counter a missing record starts from ([`crate::core::lock::LockState::missing`]).
 pub fn reclaimed_counter() -> u64 {
     if mutant::on(Mutant::NoReclaimedFloor) {
         return 0;

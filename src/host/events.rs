@@ -1,19 +1,19 @@
 //! Server events the module follows: configuration changes (the eviction
 //! warning), loading (where a loaded lease comes from), replication role
 //! changes (the promotion guard), and everything after which a replica may
-//! take this node's stream (see [`crate::replication`]); and generic
+//! take this node's stream (see [`crate::host::replication`]); and generic
 //! keyspace events, for waiters whose key leaves with its slot (see
-//! [`crate::wait::on_generic_event`]).
+//! [`crate::host::wait::on_generic_event`]).
 
 use std::os::raw::c_void;
 
 use redis_module::{raw, Context};
 
-use crate::clock::mono_now;
-use crate::config;
-use crate::datatype::{self, Loading};
-use crate::guard;
-use crate::replication;
+use crate::host::clock::mono_now;
+use crate::host::config;
+use crate::host::datatype::{self, Loading};
+use crate::host::guard;
+use crate::host::replication;
 
 extern "C" fn on_config_change(
     ctx: *mut raw::RedisModuleCtx,
@@ -82,7 +82,7 @@ extern "C" fn on_fork(
     // AOF rewrite): from the snapshot on, effects must be replicated.
     if subevent == raw::REDISMODULE_SUBEVENT_FORK_CHILD_BORN {
         replication::forked();
-        let _ = std::panic::catch_unwind(|| crate::reclaim::on_fork(&Context::new(ctx)));
+        let _ = std::panic::catch_unwind(|| crate::host::reclaim::on_fork(&Context::new(ctx)));
     }
 }
 
@@ -118,7 +118,7 @@ pub fn subscribe(ctx: &Context) {
             subscribe(
                 ctx.ctx,
                 raw::REDISMODULE_NOTIFY_GENERIC,
-                Some(crate::wait::on_generic_event),
+                Some(crate::host::wait::on_generic_event),
             );
         }
     }

@@ -13,7 +13,7 @@
 //! - at the end of a reservation (see below), by the same timer.
 //!
 //! With `QUEUE owner ticket`, a waiter that finds the lock busy also joins
-//! the lock's queue on this node ([`crate::queue`]): a lock freed under
+//! the lock's queue on this node ([`crate::core::queue`]): a lock freed under
 //! queued waiters is then reserved for the first waiter in ticket order for
 //! `redlock.handoff-ms`, only that waiter is answered, and ACQUIREs by
 //! other owners are answered as busy meanwhile ([`reservation`]). A WAIT that
@@ -56,17 +56,17 @@ use std::sync::Mutex;
 
 use redis_module::{raw, ContextFlags};
 
-use crate::args;
-use crate::clock::{mono_now, wall_now_us};
-use crate::config;
-use crate::error::CommandError;
-use crate::ffi::{Call, Reply};
-use crate::lock::{LockState, MonoMillis, OwnerHash, Reservation};
-use crate::owner::hash_owner;
-use crate::queue::{self, Place, Queue};
-use crate::store::LockKey;
+use crate::core::args;
+use crate::core::error::CommandError;
+use crate::core::lock::{LockState, MonoMillis, OwnerHash, Reservation};
+use crate::core::owner::hash_owner;
+use crate::core::queue::{self, Place, Queue};
+use crate::host::clock::{mono_now, wall_now_us};
+use crate::host::config;
+use crate::host::ffi::{Call, Reply};
+use crate::host::store::LockKey;
 
-/// Counters of WAIT, shown by `INFO redlock` ([`crate::info`] reads them).
+/// Counters of WAIT, shown by `INFO redlock` ([`crate::host::info`] reads them).
 pub mod stats {
     use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
@@ -177,7 +177,7 @@ fn selected_db(ctx: *mut raw::RedisModuleCtx) -> c_int {
 /// `REDLOCK.WAIT key timeout-ms [QUEUE owner ticket]`
 pub fn wait(call: &Call) -> Result<Reply, CommandError> {
     if call.args.len() > QUEUE_OWNER_ARG {
-        crate::ffi::redact(call, QUEUE_OWNER_ARG);
+        crate::host::ffi::redact(call, QUEUE_OWNER_ARG);
     }
     let a = args::wait(&call.args)?;
     let Some(key_name) = call.key() else {
@@ -297,8 +297,8 @@ fn free_at_once(waited: &WaitedKey, owner: Option<OwnerHash>, now: MonoMillis) -
 }
 
 /// The reservation an ACQUIRE by `owner` of the call's key meets (see
-/// [`crate::queue`]), the input of the acquire decision
-/// ([`crate::lock::LockState::acquire_reserved`]). The reserved owner's
+/// [`crate::core::queue`]), the input of the acquire decision
+/// ([`crate::core::lock::LockState::acquire_reserved`]). The reserved owner's
 /// ACQUIRE ends the reservation.
 pub fn reservation(call: &Call, owner: &OwnerHash, now: MonoMillis) -> Reservation {
     // No key with waiters or a reservation: no lock, no lookup, no

@@ -21,11 +21,11 @@
 //!
 //! Safety: a reservation only ever refuses an ACQUIRE that would otherwise
 //! succeed; it never grants anything. Leases, counters and tokens follow
-//! the lock's own rules ([`crate::lock`]).
+//! the lock's own rules ([`crate::core::lock`]).
 
 use std::collections::BTreeMap;
 
-use crate::lock::{MonoMillis, OwnerHash, Reservation};
+use crate::core::lock::{MonoMillis, OwnerHash, Reservation};
 
 /// A waiter's place: its rank ([`rank`] of its ticket), and the order it
 /// joined in (ties).
@@ -133,7 +133,7 @@ impl Queue {
     }
 
     /// The reservation an ACQUIRE by `owner` at `now` meets, the input of
-    /// the acquire decision ([`crate::lock::LockState::acquire_reserved`]).
+    /// the acquire decision ([`crate::core::lock::LockState::acquire_reserved`]).
     /// The reserved owner's own ACQUIRE ends the reservation.
     pub fn take(&mut self, owner: &OwnerHash, now: MonoMillis) -> Reservation {
         match self.reserved(now) {
@@ -161,7 +161,7 @@ impl Queue {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::lock::{Acquired, LockState};
+    use crate::core::lock::{Acquired, LockState};
     use proptest::prelude::*;
 
     fn o(c: u8) -> OwnerHash {

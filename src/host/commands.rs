@@ -7,7 +7,7 @@
 //! keyspace event and replicates the effect.
 //!
 //! The effect, never the command, goes to replicas and the AOF as
-//! `REDLOCK.APPLY` with the resulting state (see [`crate::persist`]):
+//! `REDLOCK.APPLY` with the resulting state (see [`crate::host::persist`]):
 //! replaying `ACQUIRE key owner ttl` later would run against another clock
 //! and could grant a lock that was never granted.
 //!
@@ -19,21 +19,21 @@ use std::ffi::CStr;
 
 use redis_module::ContextFlags;
 
-use crate::args;
-use crate::clock::{mono_now, wall_now, wall_now_us};
-use crate::config;
-use crate::error::CommandError;
-use crate::ffi::{self, Call, Reply};
-use crate::guard;
-use crate::lock::{Acquired, LockError, LockState, MonoMillis};
-use crate::mutant::{self, Mutant};
-use crate::node::{self, learn_node_record, node_record};
-use crate::owner::hash_owner;
-use crate::persist::{self, Applied, Source};
-use crate::store::LockKey;
-use crate::wait;
+use crate::core::args;
+use crate::core::error::CommandError;
+use crate::core::lock::{Acquired, LockError, LockState, MonoMillis};
+use crate::core::owner::hash_owner;
+use crate::host::clock::{mono_now, wall_now, wall_now_us};
+use crate::host::config;
+use crate::host::ffi::{self, Call, Reply};
+use crate::host::guard;
+use crate::host::mutant::{self, Mutant};
+use crate::host::node::{self, learn_node_record, node_record};
+use crate::host::persist::{self, Applied, Source};
+use crate::host::store::LockKey;
+use crate::host::wait;
 
-/// Counters of the lock commands, shown by `INFO redlock` ([`crate::info`]
+/// Counters of the lock commands, shown by `INFO redlock` ([`crate::host::info`]
 /// reads them).
 pub mod stats {
     use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -103,7 +103,7 @@ fn announce_node_record(call: &Call) {
     let Some(key) = call.key() else {
         return;
     };
-    if crate::replication::needed(&call.ctx) {
+    if crate::host::replication::needed(&call.ctx) {
         // SAFETY: ctx and key belong to the command invocation in progress.
         unsafe { persist::replicate_node(call.raw(), key, &node_record()) };
     }
@@ -294,7 +294,7 @@ pub fn test_hook(call: &Call) -> Result<Reply, CommandError> {
             let offset: i64 = text
                 .parse()
                 .map_err(|_| CommandError::NotAnInteger("offset"))?;
-            crate::clock::set_wall_offset(offset);
+            crate::host::clock::set_wall_offset(offset);
             Ok(Reply::Ok)
         }
         [sub, flag] if sub.eq_ignore_ascii_case(b"SKIP-REPLICATION") => {
@@ -307,7 +307,7 @@ pub fn test_hook(call: &Call) -> Result<Reply, CommandError> {
             Ok(Reply::Ok)
         }
         [sub, rule] if sub.eq_ignore_ascii_case(b"REPLICATION-RULE") => {
-            use crate::replication::Rule;
+            use crate::host::replication::Rule;
             let rule = match &rule[..] {
                 r if r.eq_ignore_ascii_case(b"NAIVE") => Rule::Naive,
                 r if r.eq_ignore_ascii_case(b"NO-FORKS") => Rule::NoForks,
@@ -318,7 +318,7 @@ pub fn test_hook(call: &Call) -> Result<Reply, CommandError> {
                     ))
                 }
             };
-            crate::replication::set_rule(rule);
+            crate::host::replication::set_rule(rule);
             Ok(Reply::Ok)
         }
         [sub, flag] if sub.eq_ignore_ascii_case(b"PROMOTION-GUARD") => {

@@ -1,5 +1,5 @@
 //! The `redlockfn` module data type: its callbacks. The encoding they read
-//! and write is in [`crate::persist`].
+//! and write is in [`crate::host::persist`].
 
 use std::os::raw::{c_int, c_void};
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -8,13 +8,13 @@ use std::sync::atomic::{AtomicU8, Ordering::Relaxed};
 use redis_module::native_types::RedisType;
 use redis_module::raw;
 
-use crate::clock::{mono_now, wall_now};
-use crate::guard;
-use crate::lock::LockState;
-use crate::mutant::{self, Mutant};
-use crate::node::{learn_node_record, node_record};
-use crate::persist::{self, NodeRecord, Source, ENCODING_V1, ENCODING_VERSION};
-use crate::record;
+use crate::core::lock::LockState;
+use crate::core::record;
+use crate::host::clock::{mono_now, wall_now};
+use crate::host::guard;
+use crate::host::mutant::{self, Mutant};
+use crate::host::node::{learn_node_record, node_record};
+use crate::host::persist::{self, NodeRecord, Source, ENCODING_V1, ENCODING_VERSION};
 
 /// The registered data type.
 pub static LOCK_TYPE: RedisType = RedisType::new(
@@ -59,7 +59,7 @@ pub enum Loading {
 static LOADING: AtomicU8 = AtomicU8::new(Loading::Nothing as u8);
 
 /// What the server is loading now, as told by the loading events
-/// ([`crate::events`] calls [`set_loading`]).
+/// ([`crate::host::events`] calls [`set_loading`]).
 pub fn loading() -> Loading {
     match LOADING.load(Relaxed) {
         x if x == Loading::File as u8 => Loading::File,
@@ -186,7 +186,7 @@ unsafe extern "C" fn aux_save2(rdb: *mut raw::RedisModuleIO, when: c_int) {
     let n = node_record();
     let fresh = NodeRecord {
         reclaimed: 0,
-        longest_lease_ms: crate::config::max_ttl().max(0) as u64,
+        longest_lease_ms: crate::host::config::max_ttl().max(0) as u64,
     };
     if n != fresh {
         aux_save(rdb, when);
