@@ -110,6 +110,12 @@ fn announce_node_record(call: &Call) {
 }
 
 /// `REDLOCK.ACQUIRE key owner ttl-ms [FLOOR n]`
+///
+/// Read top-down: parse ([`args::acquire`]), the restart guard
+/// ([`guard::check`]), the hand-off reservation this node's waiter queue
+/// holds ([`wait::reservation`]), the pure decision
+/// ([`LockState::acquire_reserved`]), then, in [`update`], the store and the
+/// effects (replication, waiters, keyspace event).
 pub fn acquire(call: &Call) -> Result<Reply, CommandError> {
     ffi::redact(call, OWNER_ARG);
     let a = args::acquire(&call.args, config::max_ttl())?;
