@@ -24,6 +24,7 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_CRATES = ["src", "client/src"]
 PURE = "core"
+RAW = re.compile(r'b?r(#*)"')
 
 
 def strip(text):
@@ -45,8 +46,13 @@ def strip(text):
                 else:
                     i += 1
             out.append(" ")
-        elif c == "r" and re.match(r'r#*"', text[i:]) and (i == 0 or not (text[i - 1].isalnum() or text[i - 1] == "_")):
-            m = re.match(r'r(#*)"', text[i:])
+        elif (
+            c in "br"
+            and RAW.match(text, i)
+            and (i == 0 or not (text[i - 1].isalnum() or text[i - 1] == "_"))
+        ):
+            # A raw string (r"…", r#"…"#, br"…"): no escapes inside.
+            m = RAW.match(text, i)
             close = '"' + m.group(1)
             j = text.find(close, i + len(m.group(0)))
             i = n if j < 0 else j + len(close)
