@@ -25,6 +25,7 @@ test: deps lint
 	$(MAKE) python-test
 
 lint:
+	python3 scripts/import-cycles.py
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 	$(CARGO) clippy -p redlock-module --all-targets --features test-hooks -- -D warnings

@@ -1,46 +1,25 @@
 //! redlock: a Redis module with atomic lock commands and per-key fencing
 //! tokens. See the README for the protocol.
 //!
-//! Layout: [`lock`] is the pure state machine (time passed in), [`args`]
-//! parses arguments, [`commands`] runs the handlers, [`owner`] hashes owner
-//! ids, [`persist`] is the persisted form (RDB, AOF, replication),
-//! [`datatype`] holds the `redlockfn` type callbacks, [`config`] the
-//! configuration, [`guard`] the restart guard, [`info`] the statistics and
-//! `INFO`, [`events`] the server events, [`replication`] when effects must be
-//! replicated, [`wait`] the blocking WAIT and [`queue`] its hand-off rule, [`record`] the compact in-memory
-//! record, [`reclaim`] the sweep that deletes idle records, [`ffi`] the
-//! boundary with Redis. Fenced writes: [`fence_rule`] the guard rule,
-//! [`fence_type`] the `redlockgd` guard records, [`fenced`] the commands.
+//! Layout (docs/development.md has the map): [`core`] holds the pure rules
+//! (the lock state machine, the hand-off queue, the compact record, owner
+//! hashing, argument parsing, the fence rule; time passed in, no Redis
+//! calls), [`host`] the Redis glue around them (commands, type callbacks,
+//! persistence, replication, blocking, the sweep, INFO, configuration,
+//! events, FFI). `core` imports nothing from `host`, and no file imports
+//! one that imports it back (`scripts/import-cycles.py`, run by
+//! `make lint`). This file registers the commands and the types.
 
-pub mod args;
-pub mod clock;
-pub mod commands;
-pub mod config;
-pub mod datatype;
-pub mod error;
-pub mod events;
-pub mod fence_rule;
-pub mod fence_type;
-pub mod fenced;
-pub mod ffi;
-pub mod guard;
-pub mod info;
-pub mod lock;
-pub mod mutant;
-pub mod owner;
-pub mod persist;
-pub mod queue;
-pub mod reclaim;
-pub mod record;
-pub mod replication;
-pub mod run_state;
-pub mod store;
-pub mod wait;
+pub mod core;
+pub mod host;
 
 use redis_module::{redis_module, Context, ModuleOptions, RedisString, Status};
 
-use crate::datatype::LOCK_TYPE;
-use crate::fence_type::GUARD_TYPE;
+use crate::host::datatype::LOCK_TYPE;
+use crate::host::fence_type::GUARD_TYPE;
+use crate::host::{
+    clock, commands, config, events, fenced, ffi, guard, info, reclaim, replication, wait,
+};
 
 /// The release, the workspace's version (`[workspace.package]` in
 /// Cargo.toml): `INFO redlock` shows it as `redlock_version`.
@@ -188,7 +167,7 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
     #[cfg(feature = "test-hooks")]
     clock::load_wall_offset_from_env();
     #[cfg(feature = "test-hooks")]
-    mutant::load_from_env();
+    host::mutant::load_from_env();
     guard::on_load(ctx, clock::mono_now());
     redis_module::raw::register_info_function(ctx.ctx, Some(info::info));
     events::subscribe(ctx);

@@ -1,5 +1,5 @@
 //! A node skips replicating effects only while nobody can ever read them
-//! (see src/replication.rs). Each scenario runs with the module's rule,
+//! (see src/host/replication.rs). Each scenario runs with the module's rule,
 //! where nothing is lost, and with a loosened rule (test builds) under which
 //! the replica or the AOF ends up without some locks, so that the scenario
 //! would catch a rule that is too loose: the naive rule "replicate only

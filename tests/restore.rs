@@ -8,7 +8,7 @@
 //!
 //! Payloads are built here from real `DUMP`s: decoded, changed, encoded
 //! again, with the `DUMP` trailer recomputed. The record is encoding v2 of
-//! src/persist.rs; the framing is Redis 7.0's: the object type byte
+//! src/host/persist.rs; the framing is Redis 7.0's: the object type byte
 //! (`RDB_TYPE_MODULE_2` = 7), the module id as an RDB length, each field as
 //! an RDB length opcode (`UINT` = 2, `STRING` = 5) and its value
 //! (`rdbSaveLen`, `rdbSaveRawString`), the `EOF` opcode (0), then the
@@ -259,7 +259,7 @@ impl Payload {
     }
 }
 
-/// A lock record in encoding v2 (src/persist.rs).
+/// A lock record in encoding v2 (src/host/persist.rs).
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct Record {
     counter: u64,
@@ -683,8 +683,8 @@ enum Expect {
     Either,
 }
 
-/// A lock restored by a user (src/persist.rs `restore`, read as a file;
-/// src/datatype.rs): refused when a field is out of range or when a held
+/// A lock restored by a user (src/host/persist.rs `restore`, read as a file;
+/// src/host/datatype.rs): refused when a field is out of range or when a held
 /// lock has more time left than the node's longest lease (it is never cut
 /// short); otherwise timed by the later of its wall-clock end and its time
 /// left, clamped to the longest lease.

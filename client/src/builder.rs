@@ -1,108 +1,24 @@
-//! [`RedlockBuilder`] (options, checks, connecting) and [`RetryPolicy`].
+//! [`RedlockBuilder`] (options, checks, connecting) and [`Redlock::builder`],
+//! which starts one with the defaults of [`crate::defaults`].
 
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use rand::Rng;
-
 use crate::cluster::Cluster;
-use crate::error::{Error, NodeFailure};
+use crate::core::error::{Error, NodeFailure};
+#[cfg(feature = "danger-test-switches")]
+use crate::defaults::DangerSwitches;
+use crate::defaults::{
+    RetryPolicy, DEFAULT_CONNECT_TIMEOUT, DEFAULT_DRIFT_FACTOR, DEFAULT_NODE_TIMEOUT,
+};
 use crate::identity::{identical_urls, shared_server, Endpoint};
 use crate::member::{Member, MemberKind, Voter};
 use crate::node::Node;
 use crate::quorum::Quorum;
-use crate::redlock::{Inner, Redlock};
+use crate::redlock::Redlock;
+use crate::shared::Inner;
 use crate::tls::TlsFiles;
-
-/// Default bound on one node's reply.
-pub const DEFAULT_NODE_TIMEOUT: Duration = Duration::from_millis(100);
-/// Default bound on opening a connection to a node.
-pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
-/// Default clock drift factor: 1 % of the TTL (plus 2 ms) is kept as margin.
-pub const DEFAULT_DRIFT_FACTOR: f64 = 0.01;
-
-/// How [`Redlock::acquire`] retries when the lock is busy, no quorum
-/// answered or nodes are in their restart grace window.
-///
-/// Attempt `n + 1` starts `base_delay` plus a uniformly random
-/// `0..=jitter` after attempt `n` failed (the random part keeps contending
-/// clients from retrying in lock step).
-///
-/// # Examples
-///
-/// ```
-/// use std::time::Duration;
-/// use redlock_client::RetryPolicy;
-///
-/// let patient = RetryPolicy {
-///     attempts: 10,
-///     base_delay: Duration::from_millis(200),
-///     jitter: Duration::from_millis(50),
-/// };
-/// assert_eq!(RetryPolicy::no_retry().attempts, 1);
-/// # let _ = patient;
-/// ```
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct RetryPolicy {
-    /// Total attempts, at least 1.
-    pub attempts: u32,
-    /// Fixed pause between attempts.
-    pub base_delay: Duration,
-    /// Upper bound of the random pause added to `base_delay`.
-    pub jitter: Duration,
-}
-
-impl Default for RetryPolicy {
-    /// 3 attempts, 100 ms apart plus up to 100 ms of jitter.
-    fn default() -> Self {
-        RetryPolicy {
-            attempts: 3,
-            base_delay: Duration::from_millis(100),
-            jitter: Duration::from_millis(100),
-        }
-    }
-}
-
-impl RetryPolicy {
-    /// One attempt, no retry.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use redlock_client::{Redlock, RetryPolicy};
-    /// let builder = Redlock::builder(["redis://127.0.0.1:7001"]).retry(RetryPolicy::no_retry());
-    /// # let _ = builder;
-    /// ```
-    pub fn no_retry() -> Self {
-        RetryPolicy {
-            attempts: 1,
-            ..Self::default()
-        }
-    }
-
-    /// The pause before the next attempt.
-    pub(crate) fn delay(&self) -> Duration {
-        let jitter_us = self.jitter.as_micros().min(u64::MAX as u128) as u64;
-        let extra = if jitter_us == 0 {
-            0
-        } else {
-            rand::thread_rng().gen_range(0..=jitter_us)
-        };
-        self.base_delay + Duration::from_micros(extra)
-    }
-}
-
-/// Switches that break the algorithm on purpose, for tests that show why a
-/// step is needed (feature `danger-test-switches`).
-#[cfg(feature = "danger-test-switches")]
-#[derive(Clone, Copy, Debug, Default)]
-pub(crate) struct DangerSwitches {
-    /// Step 4 (the write-back) is skipped.
-    pub(crate) no_write_back: bool,
-    /// Step 5 (the validity check) is skipped.
-    pub(crate) no_validity_check: bool,
-}
 
 /// Options for a [`Redlock`]; made by [`Redlock::builder`].
 #[derive(Clone, Debug)]
@@ -411,5 +327,48 @@ impl RedlockBuilder {
                 danger: self.danger,
             }),
         })
+    }
+}
+
+impl Redlock {
+    /// Starts configuring a client for `members`: node URLs
+    /// (`redis://host:port`, `rediss://` for TLS,
+    /// `redis://user:password@host:port` for ACL auth), or [`Member`]s, which
+    /// may also be Redis Clusters ([`Member::cluster`]). Five independent
+    /// members is the usual setup; one node is a plain fenced lock without
+    /// fault tolerance.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use redlock_client::{Member, Redlock};
+    ///
+    /// let builder = Redlock::builder(["redis://127.0.0.1:7001"])
+    ///     .node_timeout(Duration::from_millis(50));
+    /// # let _ = builder;
+    /// let mixed = Redlock::builder([
+    ///     Member::cluster(["redis://127.0.0.1:7101", "redis://127.0.0.1:7102"]),
+    ///     Member::node("redis://127.0.0.1:7002"),
+    ///     Member::node("redis://127.0.0.1:7003"),
+    /// ]);
+    /// # let _ = mixed;
+    /// ```
+    pub fn builder<I, S>(members: I) -> RedlockBuilder
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<Member>,
+    {
+        RedlockBuilder {
+            members: members.into_iter().map(Into::into).collect(),
+            node_timeout: DEFAULT_NODE_TIMEOUT,
+            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            retry: RetryPolicy::default(),
+            drift_factor: DEFAULT_DRIFT_FACTOR,
+            clock_floor: true,
+            tls: Default::default(),
+            #[cfg(feature = "danger-test-switches")]
+            danger: Default::default(),
+        }
     }
 }

@@ -79,7 +79,7 @@ use redis::{
 };
 use tokio::sync::{oneshot, watch};
 
-use crate::error::{Error, NodeFailure};
+use crate::core::error::{Error, NodeFailure};
 use crate::identity::{parse_run_id, Endpoint, ServerId};
 use crate::node::{connection_config, redact};
 use crate::tls::TlsSettings;

@@ -12,7 +12,7 @@
 use redis::aio::ConnectionLike;
 use redis::{Arg, Cmd, FromRedisValue, Pipeline, Value};
 
-use crate::error::Error;
+use crate::core::error::Error;
 use crate::lock::LockInfo;
 
 impl LockInfo {

@@ -8,7 +8,8 @@ pub struct RepositoryReadme;
 
 mod builder;
 mod cluster;
-mod error;
+mod core;
+mod defaults;
 mod fenced;
 mod identity;
 mod inspect;
@@ -18,16 +19,16 @@ mod node;
 mod quorum;
 mod redlock;
 mod round_calls;
-mod tally;
+mod shared;
 mod tls;
 mod waiting;
 mod with_lock;
 
-pub use builder::{
-    RedlockBuilder, RetryPolicy, DEFAULT_CONNECT_TIMEOUT, DEFAULT_DRIFT_FACTOR,
-    DEFAULT_NODE_TIMEOUT,
+pub use crate::core::error::Error;
+pub use builder::RedlockBuilder;
+pub use defaults::{
+    RetryPolicy, DEFAULT_CONNECT_TIMEOUT, DEFAULT_DRIFT_FACTOR, DEFAULT_NODE_TIMEOUT,
 };
-pub use error::Error;
 pub use inspect::{NodeState, NodeView, Shard};
 pub use lock::{Lock, LockInfo};
 pub use member::Member;

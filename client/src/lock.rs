@@ -7,9 +7,9 @@ use std::time::{Duration, Instant};
 
 use tracing::Instrument;
 
-use crate::error::Error;
+use crate::core::error::Error;
 use crate::quorum::Unanswered;
-use crate::redlock::{ttl_millis, Inner};
+use crate::shared::{ttl_millis, Inner};
 
 /// A fresh owner id: a hyphenated UUID v4, kept inline (36 ASCII bytes).
 #[derive(Clone, Copy)]

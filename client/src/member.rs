@@ -10,7 +10,7 @@ use std::time::Duration;
 use redis::{Cmd, Value};
 
 use crate::cluster::Cluster;
-use crate::error::NodeFailure;
+use crate::core::error::NodeFailure;
 use crate::identity::ServerId;
 use crate::node::{redact, Node};
 

@@ -49,7 +49,7 @@ use std::time::Duration;
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, Client, Cmd, Value};
 
-use crate::error::{Error, NodeFailure};
+use crate::core::error::{Error, NodeFailure};
 use crate::identity::{parse_run_id, Endpoint, ServerId};
 use crate::tls::TlsSettings;
 

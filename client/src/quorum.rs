@@ -9,7 +9,7 @@
 //! or finished by a background task (RELEASE, EXTEND): see [`Leftovers`].
 //! What this needs from the connection is stated once, in `node.rs` ("What
 //! the quorum rounds rely on from the connection"); the decisions are the
-//! tallies' (`tally.rs`).
+//! tallies' (`core/tally.rs`).
 
 use std::fmt;
 use std::future::Future;
@@ -19,14 +19,14 @@ use std::time::Duration;
 
 use redis::{Cmd, Value};
 
-use crate::error::{Error, NodeFailure};
-use crate::identity::{OneVotePerServer, ServerId};
-use crate::member::Voter;
-use crate::round_calls::RoundCalls;
-use crate::tally::{
+use crate::core::error::{Error, NodeFailure};
+use crate::core::tally::{
     AcquireOutcome, AcquireReply, AcquireTally, Confirmation, ConfirmationOutcome,
     ConfirmationTally, Failures, FenceReply, WriteBackOutcome,
 };
+use crate::identity::{OneVotePerServer, ServerId};
+use crate::member::Voter;
+use crate::round_calls::RoundCalls;
 
 /// Calls of an ACQUIRE round that it did not wait for, kept alive but never
 /// polled again: their commands are queued on the connections, and a queued

@@ -1,68 +1,14 @@
 //! [`Redlock`]: the client, its acquire paths and `release_owner`.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use tracing::Instrument;
 
-use crate::builder::{
-    RedlockBuilder, RetryPolicy, DEFAULT_CONNECT_TIMEOUT, DEFAULT_DRIFT_FACTOR,
-    DEFAULT_NODE_TIMEOUT,
-};
-use crate::error::Error;
+use crate::core::error::Error;
 use crate::lock::{Lock, OwnerId};
-use crate::member::Member;
-use crate::quorum::{Leftover, Quorum, Unanswered};
-
-/// Fixed part of the drift margin.
-const DRIFT_FIXED: Duration = Duration::from_millis(2);
-
-/// What every clone of a [`Redlock`] and every [`Lock`] share.
-pub(crate) struct Inner {
-    pub(crate) quorum: Quorum,
-    pub(crate) retry: RetryPolicy,
-    pub(crate) drift_factor: f64,
-    pub(crate) clock_floor: bool,
-    #[cfg(feature = "danger-test-switches")]
-    pub(crate) danger: crate::builder::DangerSwitches,
-}
-
-impl Inner {
-    /// Step 5: how long a lease of `ttl_ms` (what the nodes were sent) can
-    /// be used after a round that took `elapsed`: ttl − elapsed − (ttl ×
-    /// drift + 2 ms), measured from the start of the round. `None` when
-    /// nothing is left. Returns the usable span from the start of the round.
-    pub(crate) fn usable(&self, ttl_ms: u64, elapsed: Duration) -> Option<Duration> {
-        usable(ttl_ms, self.drift_factor, elapsed)
-    }
-
-    /// Whether step 5 runs (always, unless a test switched it off).
-    pub(crate) fn validity_check(&self) -> bool {
-        #[cfg(feature = "danger-test-switches")]
-        if self.danger.no_validity_check {
-            return false;
-        }
-        true
-    }
-}
-
-/// See [`Inner::usable`].
-fn usable(ttl_ms: u64, drift_factor: f64, elapsed: Duration) -> Option<Duration> {
-    let ttl = Duration::from_millis(ttl_ms);
-    ttl.checked_sub(ttl.mul_f64(drift_factor) + DRIFT_FIXED)
-        .filter(|usable| *usable > elapsed)
-}
-
-/// The lease the nodes are sent for `ttl`: whole milliseconds, at least 1.
-pub(crate) fn ttl_millis(ttl: Duration) -> Result<u64, Error> {
-    let ms = ttl.as_millis();
-    if ms == 0 {
-        return Err(Error::InvalidArgument(format!(
-            "ttl {ttl:?} is below 1 ms: locks need a lease of at least 1 ms"
-        )));
-    }
-    Ok(ms.min(i64::MAX as u128) as u64)
-}
+use crate::quorum::{Leftover, Unanswered};
+use crate::shared::{now_micros, ttl_millis, Inner};
 
 /// The `redlock.acquire` span of one acquisition: `owner` is the owner id
 /// of its one attempt, or recorded by each attempt when there may be several
@@ -75,13 +21,6 @@ fn acquire_span(key: &str, owner: Option<OwnerId>, ttl: Duration) -> tracing::Sp
         ttl_ms = ttl.as_millis() as u64,
         token = tracing::field::Empty
     )
-}
-
-pub(crate) fn now_micros() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_micros().min(i64::MAX as u128) as u64)
-        .unwrap_or(0)
 }
 
 /// A Redlock client over N independent Redis masters that run the redlock
@@ -123,47 +62,6 @@ impl std::fmt::Debug for Redlock {
 }
 
 impl Redlock {
-    /// Starts configuring a client for `members`: node URLs
-    /// (`redis://host:port`, `rediss://` for TLS,
-    /// `redis://user:password@host:port` for ACL auth), or [`Member`]s, which
-    /// may also be Redis Clusters ([`Member::cluster`]). Five independent
-    /// members is the usual setup; one node is a plain fenced lock without
-    /// fault tolerance.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use redlock_client::{Member, Redlock};
-    ///
-    /// let builder = Redlock::builder(["redis://127.0.0.1:7001"])
-    ///     .node_timeout(Duration::from_millis(50));
-    /// # let _ = builder;
-    /// let mixed = Redlock::builder([
-    ///     Member::cluster(["redis://127.0.0.1:7101", "redis://127.0.0.1:7102"]),
-    ///     Member::node("redis://127.0.0.1:7002"),
-    ///     Member::node("redis://127.0.0.1:7003"),
-    /// ]);
-    /// # let _ = mixed;
-    /// ```
-    pub fn builder<I, S>(members: I) -> RedlockBuilder
-    where
-        I: IntoIterator<Item = S>,
-        S: Into<Member>,
-    {
-        RedlockBuilder {
-            members: members.into_iter().map(Into::into).collect(),
-            node_timeout: DEFAULT_NODE_TIMEOUT,
-            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
-            retry: RetryPolicy::default(),
-            drift_factor: DEFAULT_DRIFT_FACTOR,
-            clock_floor: true,
-            tls: Default::default(),
-            #[cfg(feature = "danger-test-switches")]
-            danger: Default::default(),
-        }
-    }
-
     /// The members' addresses, in the order given: `host:port` for a node,
     /// `cluster(host:port,…)` (its seeds) for a cluster.
     ///
@@ -198,7 +96,7 @@ impl Redlock {
         self.inner.quorum.quorum
     }
 
-    /// Takes the lock for `ttl`, retrying per the [`RetryPolicy`] while it
+    /// Takes the lock for `ttl`, retrying per the [`RetryPolicy`](crate::RetryPolicy) while it
     /// is busy (or no quorum answers, or nodes are in their restart grace
     /// window).
     ///
@@ -456,38 +354,5 @@ mod tests {
         send_sync(redlock.release_owner("k", "owner"));
         send_sync(lock.extend(ttl));
         send_sync(other.release());
-    }
-
-    #[test]
-    fn validity_is_computed_from_the_whole_milliseconds_sent() {
-        // 2.9 ms sends 2 ms; with no drift factor the 2 ms fixed margin
-        // leaves nothing, whatever the fraction of a millisecond dropped.
-        let ttl = Duration::from_micros(2_900);
-        let sent = ttl_millis(ttl).expect("valid ttl");
-        assert_eq!(sent, 2);
-        assert_eq!(usable(sent, 0.0, Duration::ZERO), None);
-        // 1000.9 ms: 1000 ms sent, 1000 − 10 − 2 = 988 ms usable.
-        let sent = ttl_millis(Duration::from_micros(1_000_900)).expect("valid ttl");
-        assert_eq!(
-            usable(sent, 0.01, Duration::from_millis(1)),
-            Some(Duration::from_millis(988))
-        );
-    }
-
-    #[test]
-    fn nothing_usable_once_the_round_took_the_margin() {
-        assert_eq!(usable(100, 0.01, Duration::from_millis(97)), None);
-        assert_eq!(
-            usable(100, 0.01, Duration::from_millis(96)),
-            Some(Duration::from_millis(97))
-        );
-    }
-
-    #[test]
-    fn ttls_below_a_millisecond_are_refused() {
-        assert!(matches!(
-            ttl_millis(Duration::from_micros(999)),
-            Err(Error::InvalidArgument(_))
-        ));
     }
 }

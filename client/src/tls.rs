@@ -5,7 +5,7 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::error::Error;
+use crate::core::error::Error;
 
 /// The TLS files given to the builder; read by [`TlsFiles::load`] when the
 /// client is built.

@@ -34,10 +34,11 @@ use rand::Rng;
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use crate::error::{Error, NodeFailure};
+use crate::core::error::{Error, NodeFailure};
 use crate::lock::{Lock, OwnerId};
 use crate::quorum::Quorum;
-use crate::redlock::{now_micros, Redlock};
+use crate::redlock::Redlock;
+use crate::shared::now_micros;
 
 /// Longest random pause after a split vote.
 const SPLIT_PAUSE_MAX: Duration = Duration::from_millis(10);

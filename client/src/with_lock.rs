@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use tokio_util::sync::{CancellationToken, WaitForCancellationFuture};
 
-use crate::error::Error;
+use crate::core::error::Error;
 use crate::lock::{Lock, LockInfo};
 use crate::redlock::Redlock;
 

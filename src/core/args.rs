@@ -1,8 +1,8 @@
 //! Argument parsing for the commands: pure functions over the raw argument
 //! bytes, so every bad input is tested without Redis.
 
-use crate::error::CommandError;
-use crate::lock::{MAX_OWNER_LEN, MAX_TOKEN};
+use crate::core::error::CommandError;
+use crate::core::lock::{MAX_OWNER_LEN, MAX_TOKEN};
 
 /// `REDLOCK.ACQUIRE key owner ttl-ms [FLOOR n]`
 #[derive(Debug, PartialEq, Eq)]
@@ -43,7 +43,7 @@ pub struct Fence<'a> {
 /// `REDLOCK.APPLY key counter expiry-unix-ms [owner]` (internal): the form
 /// written by version 1 of the module, still read from old AOF files and
 /// from masters that run it. The current form is parsed by
-/// [`crate::persist::parse_apply`].
+/// [`crate::host::persist::parse_apply`].
 #[derive(Debug, PartialEq, Eq)]
 pub struct ApplyV1<'a> {
     /// The resulting counter.
@@ -184,7 +184,7 @@ pub fn token_within_reach(
     token: u64,
     wall_us: u64,
 ) -> Result<(), CommandError> {
-    if crate::lock::token_within_reach(token, wall_us) {
+    if crate::core::lock::token_within_reach(token, wall_us) {
         Ok(())
     } else {
         Err(CommandError::TokenAhead {

@@ -1,4 +1,5 @@
-//! Statistics and the `INFO redlock` section.
+//! The `INFO redlock` section. It only reads: every subsystem keeps its own
+//! counters (a `stats` submodule of its own).
 
 use std::ffi::CStr;
 use std::os::raw::c_int;
@@ -6,54 +7,12 @@ use std::sync::atomic::Ordering::Relaxed;
 
 use redis_module::raw;
 
-use crate::clock::mono_now;
-use crate::config::{self, max_ttl};
-use crate::guard;
-use crate::replication;
-use crate::wait;
-
-/// Counters shown by `INFO redlock`.
-pub mod stats {
-    use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-
-    /// ACQUIREs that issued a new token.
-    pub static GRANTED: AtomicU64 = AtomicU64::new(0);
-    /// ACQUIREs by the current holder (lease renewed, same token).
-    pub static RENEWED: AtomicU64 = AtomicU64::new(0);
-    /// ACQUIREs answered nil because another owner holds the lock.
-    pub static BUSY: AtomicU64 = AtomicU64::new(0);
-    /// ACQUIREs refused by the restart guard.
-    pub static GRACE_REFUSED: AtomicU64 = AtomicU64::new(0);
-    /// RELEASEs that freed a lock.
-    pub static RELEASED: AtomicU64 = AtomicU64::new(0);
-    /// RELEASEs by a non-holder or after expiry.
-    pub static RELEASE_MISSED: AtomicU64 = AtomicU64::new(0);
-    /// EXTENDs that renewed a lease.
-    pub static EXTENDED: AtomicU64 = AtomicU64::new(0);
-    /// EXTENDs by a non-holder or after expiry.
-    pub static EXTEND_MISSED: AtomicU64 = AtomicU64::new(0);
-    /// FENCE calls answered for the holder.
-    pub static FENCED: AtomicU64 = AtomicU64::new(0);
-    /// FENCE calls refused (not the holder).
-    pub static FENCE_MISSED: AtomicU64 = AtomicU64::new(0);
-    /// WAIT calls.
-    pub static WAITS: AtomicU64 = AtomicU64::new(0);
-    /// WAITs answered 1 at once (the lock was free).
-    pub static WAIT_FREE: AtomicU64 = AtomicU64::new(0);
-    /// WAITs answered at once where blocking is not allowed (MULTI, scripts).
-    pub static WAIT_CANNOT_BLOCK: AtomicU64 = AtomicU64::new(0);
-    /// Blocked WAITs answered 1 when the lock became free.
-    pub static WAIT_WOKEN: AtomicU64 = AtomicU64::new(0);
-    /// Blocked WAITs answered 0 at their timeout.
-    pub static WAIT_TIMEOUTS: AtomicU64 = AtomicU64::new(0);
-    /// Locks taken over after their lease ran out without a release.
-    pub static EXPIRED: AtomicU64 = AtomicU64::new(0);
-
-    /// Adds one to a counter.
-    pub fn bump(counter: &AtomicU64) {
-        counter.fetch_add(1, Relaxed);
-    }
-}
+use crate::host::clock::mono_now;
+use crate::host::commands::stats;
+use crate::host::config::{self, max_ttl};
+use crate::host::guard;
+use crate::host::replication;
+use crate::host::wait;
 
 /// [`crate::VERSION`] as a C string, for `redlock_version`.
 const VERSION_CSTR: &CStr =
@@ -76,7 +35,10 @@ fn write_info(ctx: *mut raw::RedisModuleInfoCtx) {
         (c"acquire_granted", stats::GRANTED.load(Relaxed)),
         (c"acquire_renewed", stats::RENEWED.load(Relaxed)),
         (c"acquire_busy", stats::BUSY.load(Relaxed)),
-        (c"acquire_refused_grace", stats::GRACE_REFUSED.load(Relaxed)),
+        (
+            c"acquire_refused_grace",
+            guard::stats::GRACE_REFUSED.load(Relaxed),
+        ),
         (c"release_ok", stats::RELEASED.load(Relaxed)),
         (c"release_missed", stats::RELEASE_MISSED.load(Relaxed)),
         (c"extend_ok", stats::EXTENDED.load(Relaxed)),
@@ -84,11 +46,14 @@ fn write_info(ctx: *mut raw::RedisModuleInfoCtx) {
         (c"fence_ok", stats::FENCED.load(Relaxed)),
         (c"fence_missed", stats::FENCE_MISSED.load(Relaxed)),
         (c"expired_leases", stats::EXPIRED.load(Relaxed)),
-        (c"wait_calls", stats::WAITS.load(Relaxed)),
-        (c"wait_free_at_once", stats::WAIT_FREE.load(Relaxed)),
-        (c"wait_not_blocking", stats::WAIT_CANNOT_BLOCK.load(Relaxed)),
-        (c"wait_woken", stats::WAIT_WOKEN.load(Relaxed)),
-        (c"wait_timeouts", stats::WAIT_TIMEOUTS.load(Relaxed)),
+        (c"wait_calls", wait::stats::WAITS.load(Relaxed)),
+        (c"wait_free_at_once", wait::stats::WAIT_FREE.load(Relaxed)),
+        (
+            c"wait_not_blocking",
+            wait::stats::WAIT_CANNOT_BLOCK.load(Relaxed),
+        ),
+        (c"wait_woken", wait::stats::WAIT_WOKEN.load(Relaxed)),
+        (c"wait_timeouts", wait::stats::WAIT_TIMEOUTS.load(Relaxed)),
         (c"waiting_clients", wait::waiting_clients()),
         (c"wait_timers", wait::timers()),
         (c"wait_keys", wait::keys()),
@@ -145,7 +110,7 @@ fn write_info(ctx: *mut raw::RedisModuleInfoCtx) {
             add_cstr(ctx, c"grace_reason".as_ptr(), reason.as_ptr().cast_mut());
         }
         write_reclaim_info(ctx, add_u64);
-        crate::fenced::write_info(ctx, add_u64);
+        crate::host::fenced::write_info(ctx, add_u64);
     }
 }
 
@@ -161,12 +126,12 @@ unsafe fn write_reclaim_info(
         std::os::raw::c_ulonglong,
     ) -> c_int,
 ) {
-    use crate::reclaim::stats as sweep;
+    use crate::host::reclaim::stats as sweep;
     let fields: [(&CStr, u64); 13] = [
-        (c"records", crate::record::live()),
+        (c"records", crate::core::record::live()),
         (c"reclaim_after_ms", config::reclaim_after()),
         (c"reclaimed", sweep::RECLAIMED.load(Relaxed)),
-        (c"reclaimed_counter", crate::reclaim::reclaimed_counter()),
+        (c"reclaimed_counter", crate::host::node::reclaimed_counter()),
         (c"sweep_passes", sweep::PASSES.load(Relaxed)),
         (c"sweep_keys_scanned", sweep::SCANNED.load(Relaxed)),
         (c"sweep_ticks", sweep::TICKS.load(Relaxed)),

@@ -10,7 +10,7 @@
 //! - at most one owner holds the lock at any instant;
 //! - a refused operation (error or no-op reply) leaves the state untouched.
 
-pub use crate::owner::OwnerHash;
+pub use crate::core::owner::OwnerHash;
 
 /// Largest token the counter may reach (tokens are RESP integers).
 pub const MAX_TOKEN: u64 = i64::MAX as u64;
@@ -49,7 +49,7 @@ pub type MonoMillis = u64;
 /// what reclaiming an idle record needs (see [`LockState::reclaimable`]).
 ///
 /// No heap: the owner is kept as its fixed-size hash. What Redis stores is
-/// the compact form of [`crate::record`].
+/// the compact form of [`crate::core::record`].
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct LockState {
     counter: u64,
@@ -89,6 +89,20 @@ pub enum Acquired {
     },
     /// Another owner holds a live lease.
     Busy,
+}
+
+/// The hand-off reservation an ACQUIRE meets on this node: the glue reads it
+/// from the lock's waiter queue ([`crate::core::queue::Queue::take`]) and passes it
+/// to [`LockState::acquire_reserved`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reservation {
+    /// No live reservation.
+    None,
+    /// The free lock is reserved for the caller (its ACQUIRE ends the
+    /// reservation).
+    ForCaller,
+    /// The free lock is reserved for another owner, a queued waiter.
+    ForOther,
 }
 
 /// A refused lock operation.
@@ -263,6 +277,27 @@ impl LockState {
             token: self.counter,
             took_over_expired,
         })
+    }
+
+    /// ACQUIRE on a node with a waiter queue: [`LockState::acquire`], except
+    /// that a lock reserved for another owner is [`Acquired::Busy`] and the
+    /// state is left untouched. A reservation is made only when the lock
+    /// frees (and ends with its owner's ACQUIRE or its window), so it only
+    /// ever refuses an ACQUIRE that would otherwise be granted; it never
+    /// grants anything.
+    pub fn acquire_reserved(
+        &mut self,
+        reservation: Reservation,
+        owner: &OwnerHash,
+        ttl: u64,
+        floor: u64,
+        now: MonoMillis,
+        wall_us: u64,
+    ) -> Result<Acquired, LockError> {
+        if reservation == Reservation::ForOther {
+            return Ok(Acquired::Busy);
+        }
+        self.acquire(owner, ttl, floor, now, wall_us)
     }
 
     /// RELEASE: free the lock when `owner` holds the live lease. The counter stays.

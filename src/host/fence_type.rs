@@ -2,8 +2,8 @@
 //! its persisted encoding and the key access the commands use.
 //!
 //! A guard record is `highest` (the highest token seen) and the lock name it
-//! was created for (see [`crate::fence_rule`]). It is never reclaimed: the
-//! sweep of [`crate::reclaim`] only touches `redlockfn` records.
+//! was created for (see [`crate::core::fence_rule`]). It is never reclaimed: the
+//! sweep of [`crate::host::reclaim`] only touches `redlockfn` records.
 //!
 //! Encoding version 1 (RDB and `DUMP`): `highest (unsigned) · lock (string
 //! buffer, 1..=1024 bytes)`. Replicas and the AOF get the exact state as
@@ -16,8 +16,8 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use redis_module::native_types::RedisType;
 use redis_module::raw;
 
-use crate::fence_rule::{GuardState, MAX_LOCK_LEN};
-use crate::lock::MAX_TOKEN;
+use crate::core::fence_rule::{GuardState, MAX_LOCK_LEN};
+use crate::core::lock::MAX_TOKEN;
 
 /// The encoding version written by this build.
 pub const GUARD_ENCODING_VERSION: i32 = 1;

@@ -75,7 +75,7 @@ pub const HANDOFF_DEFAULT: i64 = 50;
 /// Largest accepted `redlock.handoff-ms`.
 pub const HANDOFF_LIMIT: i64 = 10_000;
 /// `redlock.handoff-ms`: how long a freed lock is kept for the first queued
-/// waiter (see [`crate::queue`]).
+/// waiter (see [`crate::core::queue`]).
 pub static HANDOFF_MS: AtomicI64 = AtomicI64::new(HANDOFF_DEFAULT);
 
 /// The current `redlock.handoff-ms`.

@@ -7,7 +7,7 @@
 //! keyspace event and replicates the effect.
 //!
 //! The effect, never the command, goes to replicas and the AOF as
-//! `REDLOCK.APPLY` with the resulting state (see [`crate::persist`]):
+//! `REDLOCK.APPLY` with the resulting state (see [`crate::host::persist`]):
 //! replaying `ACQUIRE key owner ttl` later would run against another clock
 //! and could grant a lock that was never granted.
 //!
@@ -19,20 +19,51 @@ use std::ffi::CStr;
 
 use redis_module::ContextFlags;
 
-use crate::args;
-use crate::clock::{mono_now, wall_now, wall_now_us};
-use crate::config;
-use crate::error::CommandError;
-use crate::ffi::{self, Call, Reply};
-use crate::guard;
-use crate::info::stats;
-use crate::lock::{Acquired, LockError, LockState, MonoMillis};
-use crate::mutant::{self, Mutant};
-use crate::owner::hash_owner;
-use crate::persist::{self, Applied, NodeRecord, Source};
-use crate::reclaim;
-use crate::store::LockKey;
-use crate::wait;
+use crate::core::args;
+use crate::core::error::CommandError;
+use crate::core::lock::{Acquired, LockError, LockState, MonoMillis};
+use crate::core::owner::hash_owner;
+use crate::host::clock::{mono_now, wall_now, wall_now_us};
+use crate::host::config;
+use crate::host::ffi::{self, Call, Reply};
+use crate::host::guard;
+use crate::host::mutant::{self, Mutant};
+use crate::host::node::{self, learn_node_record, node_record};
+use crate::host::persist::{self, Applied, Source};
+use crate::host::store::LockKey;
+use crate::host::wait;
+
+/// Counters of the lock commands, shown by `INFO redlock` ([`crate::host::info`]
+/// reads them).
+pub mod stats {
+    use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+    /// ACQUIREs that issued a new token.
+    pub static GRANTED: AtomicU64 = AtomicU64::new(0);
+    /// ACQUIREs by the current holder (lease renewed, same token).
+    pub static RENEWED: AtomicU64 = AtomicU64::new(0);
+    /// ACQUIREs answered nil because another owner holds the lock.
+    pub static BUSY: AtomicU64 = AtomicU64::new(0);
+    /// RELEASEs that freed a lock.
+    pub static RELEASED: AtomicU64 = AtomicU64::new(0);
+    /// RELEASEs by a non-holder or after expiry.
+    pub static RELEASE_MISSED: AtomicU64 = AtomicU64::new(0);
+    /// EXTENDs that renewed a lease.
+    pub static EXTENDED: AtomicU64 = AtomicU64::new(0);
+    /// EXTENDs by a non-holder or after expiry.
+    pub static EXTEND_MISSED: AtomicU64 = AtomicU64::new(0);
+    /// FENCE calls answered for the holder.
+    pub static FENCED: AtomicU64 = AtomicU64::new(0);
+    /// FENCE calls refused (not the holder).
+    pub static FENCE_MISSED: AtomicU64 = AtomicU64::new(0);
+    /// Locks taken over after their lease ran out without a release.
+    pub static EXPIRED: AtomicU64 = AtomicU64::new(0);
+
+    /// Adds one to a counter.
+    pub fn bump(counter: &AtomicU64) {
+        counter.fetch_add(1, Relaxed);
+    }
+}
 
 /// Position of the owner argument in ACQUIRE, RELEASE, EXTEND and FENCE.
 const OWNER_ARG: usize = 2;
@@ -54,7 +85,7 @@ fn update<R>(
     // A missing record starts above every counter this node reclaimed.
     let mut state = key
         .get()?
-        .unwrap_or_else(|| LockState::missing(reclaim::reclaimed_counter()));
+        .unwrap_or_else(|| LockState::missing(node::reclaimed_counter()));
     let (result, changed) = op(&mut state, now)?;
     if changed {
         key.put(&state)?;
@@ -72,27 +103,19 @@ fn announce_node_record(call: &Call) {
     let Some(key) = call.key() else {
         return;
     };
-    if crate::replication::needed(&call.ctx) {
+    if crate::host::replication::needed(&call.ctx) {
         // SAFETY: ctx and key belong to the command invocation in progress.
         unsafe { persist::replicate_node(call.raw(), key, &node_record()) };
     }
 }
 
-/// The node-wide values that travel with the data.
-pub fn node_record() -> NodeRecord {
-    NodeRecord {
-        reclaimed: reclaim::reclaimed_counter(),
-        longest_lease_ms: guard::longest_lease(),
-    }
-}
-
-/// Takes in node-wide values from the master or from a file.
-pub fn learn_node_record(ctx: &redis_module::Context, n: &NodeRecord) {
-    reclaim::raise_reclaimed(n.reclaimed);
-    guard::learn_lease(ctx, n.longest_lease_ms);
-}
-
 /// `REDLOCK.ACQUIRE key owner ttl-ms [FLOOR n]`
+///
+/// Read top-down: parse ([`args::acquire`]), the restart guard
+/// ([`guard::check`]), the hand-off reservation this node's waiter queue
+/// holds ([`wait::reservation`]), the pure decision
+/// ([`LockState::acquire_reserved`]), then, in [`update`], the store and the
+/// effects (replication, waiters, keyspace event).
 pub fn acquire(call: &Call) -> Result<Reply, CommandError> {
     ffi::redact(call, OWNER_ARG);
     let a = args::acquire(&call.args, config::max_ttl())?;
@@ -105,14 +128,12 @@ pub fn acquire(call: &Call) -> Result<Reply, CommandError> {
         announce_node_record(call);
     }
     let owner = hash_owner(a.owner);
-    // A free lock reserved for the first queued waiter is busy for others.
-    if wait::bars(call, &owner, now) {
-        stats::bump(&stats::BUSY);
-        return Ok(Reply::Nil);
-    }
+    // A free lock reserved for the first queued waiter is busy for others:
+    // the reservation is an input of the decision.
+    let reservation = wait::reservation(call, &owner, now);
     let outcome = update(call, now, c"redlock.acquire", |state, now| {
         let outcome = state
-            .acquire(&owner, a.ttl, a.floor, now, wall_now_us())
+            .acquire_reserved(reservation, &owner, a.ttl, a.floor, now, wall_now_us())
             .map_err(|LockError::CounterExhausted| CommandError::CounterExhausted)?;
         Ok((outcome, outcome != Acquired::Busy))
     })?;
@@ -235,7 +256,7 @@ pub fn apply(call: &Call) -> Result<Reply, CommandError> {
             return Ok(Reply::Ok);
         }
         Applied::Reclaimed(counter) => {
-            reclaim::raise_reclaimed(counter);
+            node::raise_reclaimed(counter);
             let mut key = LockKey::write(call.raw(), key_of(call)?);
             if key.get()?.is_some() && key.delete() {
                 ffi::signal_modified(call, c"redlock.reclaim");
@@ -279,7 +300,7 @@ pub fn test_hook(call: &Call) -> Result<Reply, CommandError> {
             let offset: i64 = text
                 .parse()
                 .map_err(|_| CommandError::NotAnInteger("offset"))?;
-            crate::clock::set_wall_offset(offset);
+            crate::host::clock::set_wall_offset(offset);
             Ok(Reply::Ok)
         }
         [sub, flag] if sub.eq_ignore_ascii_case(b"SKIP-REPLICATION") => {
@@ -292,7 +313,7 @@ pub fn test_hook(call: &Call) -> Result<Reply, CommandError> {
             Ok(Reply::Ok)
         }
         [sub, rule] if sub.eq_ignore_ascii_case(b"REPLICATION-RULE") => {
-            use crate::replication::Rule;
+            use crate::host::replication::Rule;
             let rule = match &rule[..] {
                 r if r.eq_ignore_ascii_case(b"NAIVE") => Rule::Naive,
                 r if r.eq_ignore_ascii_case(b"NO-FORKS") => Rule::NoForks,
@@ -303,7 +324,7 @@ pub fn test_hook(call: &Call) -> Result<Reply, CommandError> {
                     ))
                 }
             };
-            crate::replication::set_rule(rule);
+            crate::host::replication::set_rule(rule);
             Ok(Reply::Ok)
         }
         [sub, flag] if sub.eq_ignore_ascii_case(b"PROMOTION-GUARD") => {

@@ -1,41 +1,19 @@
 //! Server events the module follows: configuration changes (the eviction
 //! warning), loading (where a loaded lease comes from), replication role
 //! changes (the promotion guard), and everything after which a replica may
-//! take this node's stream (see [`crate::replication`]); and generic
+//! take this node's stream (see [`crate::host::replication`]); and generic
 //! keyspace events, for waiters whose key leaves with its slot (see
-//! [`crate::wait::on_generic_event`]).
+//! [`crate::host::wait::on_generic_event`]).
 
 use std::os::raw::c_void;
-use std::sync::atomic::{AtomicU8, Ordering::Relaxed};
 
 use redis_module::{raw, Context};
 
-use crate::clock::mono_now;
-use crate::config;
-use crate::guard;
-use crate::replication;
-
-/// What the server is loading now.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Loading {
-    /// Nothing: a record read now comes from `RESTORE` (read as a file).
-    Nothing,
-    /// A file written before this process started (RDB, AOF).
-    File,
-    /// A full sync from a master.
-    Replication,
-}
-
-static LOADING: AtomicU8 = AtomicU8::new(Loading::Nothing as u8);
-
-/// What the server is loading now, as told by the loading events.
-pub fn loading() -> Loading {
-    match LOADING.load(Relaxed) {
-        x if x == Loading::File as u8 => Loading::File,
-        x if x == Loading::Replication as u8 => Loading::Replication,
-        _ => Loading::Nothing,
-    }
-}
+use crate::host::clock::mono_now;
+use crate::host::config;
+use crate::host::datatype::{self, Loading};
+use crate::host::guard;
+use crate::host::replication;
 
 extern "C" fn on_config_change(
     ctx: *mut raw::RedisModuleCtx,
@@ -65,7 +43,7 @@ extern "C" fn on_loading(
         raw::REDISMODULE_SUBEVENT_LOADING_REPL_START => Loading::Replication,
         _ => Loading::Nothing,
     };
-    LOADING.store(now as u8, Relaxed);
+    datatype::set_loading(now);
 }
 
 extern "C" fn on_role_change(
@@ -104,7 +82,7 @@ extern "C" fn on_fork(
     // AOF rewrite): from the snapshot on, effects must be replicated.
     if subevent == raw::REDISMODULE_SUBEVENT_FORK_CHILD_BORN {
         replication::forked();
-        let _ = std::panic::catch_unwind(|| crate::reclaim::on_fork(&Context::new(ctx)));
+        let _ = std::panic::catch_unwind(|| crate::host::reclaim::on_fork(&Context::new(ctx)));
     }
 }
 
@@ -140,7 +118,7 @@ pub fn subscribe(ctx: &Context) {
             subscribe(
                 ctx.ctx,
                 raw::REDISMODULE_NOTIFY_GENERIC,
-                Some(crate::wait::on_generic_event),
+                Some(crate::host::wait::on_generic_event),
             );
         }
     }

@@ -13,10 +13,10 @@
 //! - at the end of a reservation (see below), by the same timer.
 //!
 //! With `QUEUE owner ticket`, a waiter that finds the lock busy also joins
-//! the lock's queue on this node ([`crate::queue`]): a lock freed under
+//! the lock's queue on this node ([`crate::core::queue`]): a lock freed under
 //! queued waiters is then reserved for the first waiter in ticket order for
 //! `redlock.handoff-ms`, only that waiter is answered, and ACQUIREs by
-//! other owners are answered as busy meanwhile ([`bars`]). A WAIT that
+//! other owners are answered as busy meanwhile ([`reservation`]). A WAIT that
 //! finds the lock free with nobody queued is answered at once and stores
 //! nothing. Waiters without `QUEUE` are answered when the lock is free and
 //! not reserved (when an ACQUIRE would succeed).
@@ -56,16 +56,36 @@ use std::sync::Mutex;
 
 use redis_module::{raw, ContextFlags};
 
-use crate::args;
-use crate::clock::{mono_now, wall_now_us};
-use crate::config;
-use crate::error::CommandError;
-use crate::ffi::{Call, Reply};
-use crate::info::stats;
-use crate::lock::{LockState, MonoMillis, OwnerHash};
-use crate::owner::hash_owner;
-use crate::queue::{self, Place, Queue};
-use crate::store::LockKey;
+use crate::core::args;
+use crate::core::error::CommandError;
+use crate::core::lock::{LockState, MonoMillis, OwnerHash, Reservation};
+use crate::core::owner::hash_owner;
+use crate::core::queue::{self, Place, Queue};
+use crate::host::clock::{mono_now, wall_now_us};
+use crate::host::config;
+use crate::host::ffi::{Call, Reply};
+use crate::host::store::LockKey;
+
+/// Counters of WAIT, shown by `INFO redlock` ([`crate::host::info`] reads them).
+pub mod stats {
+    use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+    /// WAIT calls.
+    pub static WAITS: AtomicU64 = AtomicU64::new(0);
+    /// WAITs answered 1 at once (the lock was free).
+    pub static WAIT_FREE: AtomicU64 = AtomicU64::new(0);
+    /// WAITs answered at once where blocking is not allowed (MULTI, scripts).
+    pub static WAIT_CANNOT_BLOCK: AtomicU64 = AtomicU64::new(0);
+    /// Blocked WAITs answered 1 when the lock became free.
+    pub static WAIT_WOKEN: AtomicU64 = AtomicU64::new(0);
+    /// Blocked WAITs answered 0 at their timeout.
+    pub static WAIT_TIMEOUTS: AtomicU64 = AtomicU64::new(0);
+
+    /// Adds one to a counter.
+    pub fn bump(counter: &AtomicU64) {
+        counter.fetch_add(1, Relaxed);
+    }
+}
 
 /// Position of the owner in `REDLOCK.WAIT key timeout QUEUE owner ticket`.
 const QUEUE_OWNER_ARG: usize = 4;
@@ -157,7 +177,7 @@ fn selected_db(ctx: *mut raw::RedisModuleCtx) -> c_int {
 /// `REDLOCK.WAIT key timeout-ms [QUEUE owner ticket]`
 pub fn wait(call: &Call) -> Result<Reply, CommandError> {
     if call.args.len() > QUEUE_OWNER_ARG {
-        crate::ffi::redact(call, QUEUE_OWNER_ARG);
+        crate::host::ffi::redact(call, QUEUE_OWNER_ARG);
     }
     let a = args::wait(&call.args)?;
     let Some(key_name) = call.key() else {
@@ -276,30 +296,31 @@ fn free_at_once(waited: &WaitedKey, owner: Option<OwnerHash>, now: MonoMillis) -
         .is_none_or(|entry| entry.queue.free_at_once(owner.as_ref(), now))
 }
 
-/// Whether an ACQUIRE by `owner` of the call's key must be answered as busy
-/// because the free lock is reserved for a queued waiter (see
-/// [`crate::queue`]). The reserved owner's ACQUIRE ends the reservation.
-pub fn bars(call: &Call, owner: &OwnerHash, now: MonoMillis) -> bool {
+/// The reservation an ACQUIRE by `owner` of the call's key meets (see
+/// [`crate::core::queue`]), the input of the acquire decision
+/// ([`crate::core::lock::LockState::acquire_reserved`]). The reserved owner's
+/// ACQUIRE ends the reservation.
+pub fn reservation(call: &Call, owner: &OwnerHash, now: MonoMillis) -> Reservation {
     // No key with waiters or a reservation: no lock, no lookup, no
     // allocation.
     if WAIT_KEYS.load(Relaxed) == 0 {
-        return false;
+        return Reservation::None;
     }
     let Some(name) = call.args.get(1) else {
-        return false;
+        return Reservation::None;
     };
     let mut map = waiting();
     let waited: WaitedKey = (selected_db(call.raw()), name.to_vec());
     let Some(entry) = map.get_mut(&waited) else {
-        return false;
+        return Reservation::None;
     };
-    let barred = entry.queue.bars(owner, now);
+    let seen = entry.queue.take(owner, now);
     if entry.count == 0 && entry.queue.is_idle(now) {
         stop_timer(call.raw(), entry);
         map.remove(&waited);
         count_keys(&map);
     }
-    barred
+    seen
 }
 
 /// Makes the key's timer fire at `deadline` (replacing one set for another

@@ -8,8 +8,8 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use redis_module::{raw, Context};
 use smallvec::SmallVec;
 
-use crate::error::CommandError;
-use crate::lock::Inspection;
+use crate::core::error::CommandError;
+use crate::core::lock::Inspection;
 
 /// What a command answers.
 #[derive(Debug, PartialEq, Eq)]
@@ -144,9 +144,9 @@ fn reply_field(ctx: *mut raw::RedisModuleCtx, name: &CStr, value: i64) {
 }
 
 /// Carries the resulting state of the call's key to replicas and the AOF
-/// as `REDLOCK.APPLY` (see [`crate::persist`]). `state` is only built (and
+/// as `REDLOCK.APPLY` (see [`crate::host::persist`]). `state` is only built (and
 /// the clocks it needs only read) when the effect is replicated.
-pub fn replicate_state(call: &Call, state: impl FnOnce() -> crate::persist::Persisted) {
+pub fn replicate_state(call: &Call, state: impl FnOnce() -> crate::host::persist::Persisted) {
     #[cfg(feature = "test-hooks")]
     if SKIP_REPLICATION.load(std::sync::atomic::Ordering::Relaxed) {
         return;
@@ -154,18 +154,18 @@ pub fn replicate_state(call: &Call, state: impl FnOnce() -> crate::persist::Pers
     let Some(key) = call.key() else {
         return;
     };
-    if !crate::replication::needed(&call.ctx) {
+    if !crate::host::replication::needed(&call.ctx) {
         return;
     }
     let state = state();
     // SAFETY: ctx and key belong to the command invocation in progress.
-    unsafe { crate::persist::replicate(call.raw(), key, &state) };
+    unsafe { crate::host::persist::replicate(call.raw(), key, &state) };
 }
 
 /// Passes the current command on to this node's AOF (and replicas) as it
 /// came: the node-wide `REDLOCK.APPLY` forms, which carry no clock reading.
 pub fn replicate_verbatim(call: &Call) {
-    if !crate::replication::needed(&call.ctx) {
+    if !crate::host::replication::needed(&call.ctx) {
         return;
     }
     // SAFETY: ctx belongs to the command invocation in progress.
@@ -229,7 +229,7 @@ macro_rules! command_entry {
             argv: *mut *mut redis_module::raw::RedisModuleString,
             argc: std::os::raw::c_int,
         ) -> std::os::raw::c_int {
-            $crate::ffi::dispatch(ctx, argv, argc, $name, $handler)
+            $crate::host::ffi::dispatch(ctx, argv, argc, $name, $handler)
         }
     };
 }

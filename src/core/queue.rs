@@ -21,11 +21,11 @@
 //!
 //! Safety: a reservation only ever refuses an ACQUIRE that would otherwise
 //! succeed; it never grants anything. Leases, counters and tokens follow
-//! the lock's own rules ([`crate::lock`]).
+//! the lock's own rules ([`crate::core::lock`]).
 
 use std::collections::BTreeMap;
 
-use crate::lock::{MonoMillis, OwnerHash};
+use crate::core::lock::{MonoMillis, OwnerHash, Reservation};
 
 /// A waiter's place: its rank ([`rank`] of its ticket), and the order it
 /// joined in (ties).
@@ -132,18 +132,24 @@ impl Queue {
         self.hand_off(now, handoff_ms).is_none()
     }
 
-    /// Whether an ACQUIRE by `owner` at `now` must be answered as busy
-    /// because the free lock is reserved for someone else. The reserved
-    /// owner's own ACQUIRE ends the reservation.
-    pub fn bars(&mut self, owner: &OwnerHash, now: MonoMillis) -> bool {
+    /// The reservation an ACQUIRE by `owner` at `now` meets, the input of
+    /// the acquire decision ([`crate::core::lock::LockState::acquire_reserved`]).
+    /// The reserved owner's own ACQUIRE ends the reservation.
+    pub fn take(&mut self, owner: &OwnerHash, now: MonoMillis) -> Reservation {
         match self.reserved(now) {
             Some((reserved, _)) if reserved == *owner => {
                 self.reservation = None;
-                false
+                Reservation::ForCaller
             }
-            Some(_) => true,
-            None => false,
+            Some(_) => Reservation::ForOther,
+            None => Reservation::None,
         }
+    }
+
+    /// Whether an ACQUIRE by `owner` at `now` must be answered as busy
+    /// because the free lock is reserved for someone else ([`Queue::take`]).
+    pub fn bars(&mut self, owner: &OwnerHash, now: MonoMillis) -> bool {
+        self.take(owner, now) == Reservation::ForOther
     }
 
     /// The end of the live reservation, when one is live at `now`.
@@ -155,6 +161,7 @@ impl Queue {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::core::lock::{Acquired, LockState};
     use proptest::prelude::*;
 
     fn o(c: u8) -> OwnerHash {
@@ -372,6 +379,53 @@ mod tests {
                     prop_assert!(until > now && until <= now + 50);
                 }
             }
+        }
+    }
+
+    proptest! {
+        /// The acquire decision with the queue's reservation as input: while
+        /// the free lock is reserved for a queued waiter, any other owner's
+        /// ACQUIRE is busy and changes nothing; the reserved owner's is
+        /// granted (and ends the reservation); after the window anyone's is.
+        #[test]
+        fn the_decision_grants_only_the_reserved_owner_while_reserved(
+            counter in 0u64..1_000,
+            reserved in 0u8..8,
+            other in 0u8..8,
+            start in 1u64..1_000_000,
+            handoff in 1u64..500,
+            into in 0u64..1_000,
+            ttl in 1u64..10_000,
+        ) {
+            prop_assume!(reserved != other);
+            let free = LockState::missing(counter);
+            let mut q = Queue::default();
+            q.join((1, 1), o(reserved));
+            prop_assert!(q.may_go((1, 1), &o(reserved), start, handoff));
+            q.leave((1, 1));
+            let now = start + into;
+            let live = now < start + handoff;
+
+            let mut state = free.clone();
+            let seen = q.clone().take(&o(other), now);
+            let decided = state.acquire_reserved(seen, &o(other), ttl, 0, now, 0);
+            if live {
+                prop_assert_eq!(seen, Reservation::ForOther);
+                prop_assert_eq!(decided, Ok(Acquired::Busy));
+                prop_assert_eq!(&state, &free);
+            } else {
+                prop_assert_eq!(seen, Reservation::None);
+                prop_assert_eq!(decided, Ok(Acquired::Granted { token: counter + 1, took_over_expired: false }));
+            }
+
+            let mut state = free.clone();
+            let seen = q.take(&o(reserved), now);
+            let decided = state.acquire_reserved(seen, &o(reserved), ttl, 0, now, 0);
+            prop_assert_eq!(seen, if live { Reservation::ForCaller } else { Reservation::None });
+            prop_assert_eq!(decided, Ok(Acquired::Granted { token: counter + 1, took_over_expired: false }));
+            prop_assert_eq!(state.holder(now), Some(&o(reserved)));
+            // Taken: nothing is reserved any more.
+            prop_assert_eq!(q.reserved(now), None);
         }
     }
 

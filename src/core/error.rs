@@ -2,7 +2,7 @@
 //!
 //! The `Display` text is the whole Redis error reply: its first word is the
 //! error code (`ERR`, `WRONGTYPE`, `GRACE`). Replies are written from this type
-//! in one place, [`crate::ffi`].
+//! in one place, [`crate::host::ffi`].
 
 use thiserror::Error;
 
@@ -83,9 +83,9 @@ pub enum CommandError {
     /// A test hook was called with an unknown subcommand.
     #[error("ERR unknown test hook: {0}")]
     UnknownHook(String),
-    /// A fenced-write refusal (see [`crate::fence_rule::FenceError`]).
+    /// A fenced-write refusal (see [`crate::core::fence_rule::FenceError`]).
     #[error(transparent)]
-    Fenced(#[from] crate::fence_rule::FenceError),
+    Fenced(#[from] crate::core::fence_rule::FenceError),
     /// A bug caught at the handler boundary.
     #[error("ERR redlock internal error in {0}: the command was aborted; please report it")]
     Internal(&'static str),

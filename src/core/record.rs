@@ -16,7 +16,7 @@
 use std::os::raw::c_void;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
-use crate::lock::{LockState, OwnerHash};
+use crate::core::lock::{LockState, OwnerHash};
 
 const FLOOR_BIT: u64 = 1 << 63;
 const LEASED_BIT: u64 = 1 << 63;
@@ -140,7 +140,7 @@ pub unsafe fn free(ptr: *mut c_void) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::lock::MAX_TOKEN;
+    use crate::core::lock::MAX_TOKEN;
 
     fn round_trip(state: &LockState) -> (LockState, usize) {
         let ptr = alloc(state);

@@ -25,7 +25,7 @@
 
 use std::fmt;
 
-use crate::error::NodeFailure;
+use crate::core::error::NodeFailure;
 
 /// One node's answer to `REDLOCK.ACQUIRE`.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -12,7 +12,7 @@
 
 use thiserror::Error;
 
-use crate::lock::{token_within_reach, MAX_TOKEN};
+use crate::core::lock::{token_within_reach, MAX_TOKEN};
 
 /// Longest lock name a guard records (bytes).
 pub const MAX_LOCK_LEN: usize = 1024;

@@ -3,7 +3,7 @@
 //! replicas and the AOF (one emitter for both).
 //!
 //! What leaves the process is the counter, the *hash* of the holder (never
-//! the owner id itself, see [`crate::owner`]), the lease twice: as its
+//! the owner id itself, see [`crate::core::owner`]), the lease twice: as its
 //! wall-clock end, for a reload after a restart, and as the time remaining,
 //! for a process that is running now (a replica, a full sync) and as the
 //! least a reload or a `RESTORE` keeps;
@@ -38,11 +38,11 @@ use std::os::raw::{c_char, c_longlong};
 
 use redis_module::raw;
 
-use crate::args;
-use crate::clock::{to_wall, WallMillis};
-use crate::error::CommandError;
-use crate::lock::{LockState, MonoMillis, OwnerHash, MAX_OWNER_LEN, MAX_TOKEN};
-use crate::owner::hash_owner;
+use crate::core::args;
+use crate::core::clock::{to_wall, WallMillis};
+use crate::core::error::CommandError;
+use crate::core::lock::{LockState, MonoMillis, OwnerHash, MAX_OWNER_LEN, MAX_TOKEN};
+use crate::core::owner::hash_owner;
 
 /// The encoding version written by this build.
 pub const ENCODING_VERSION: i32 = 2;

@@ -4,10 +4,10 @@ use std::os::raw::{c_int, c_void};
 
 use redis_module::raw;
 
-use crate::datatype::LOCK_TYPE;
-use crate::error::CommandError;
-use crate::lock::LockState;
-use crate::record;
+use crate::core::error::CommandError;
+use crate::core::lock::LockState;
+use crate::core::record;
+use crate::host::datatype::LOCK_TYPE;
 
 /// An open key, closed on drop.
 pub struct LockKey {

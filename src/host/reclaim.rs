@@ -44,13 +44,13 @@
 //! starts sweeping at its next tick.
 //!
 //! Every delete raises the node's highest reclaimed counter
-//! ([`reclaimed_counter`]), which travels with the data (RDB auxiliary
-//! data, the replicated delete, an AOF rewrite: see [`crate::persist`]). A
+//! ([`crate::host::node::reclaimed_counter`]), which travels with the data (RDB auxiliary
+//! data, the replicated delete, an AOF rewrite: see [`crate::host::persist`]). A
 //! grant on a missing key issues a token above it, so reclamation never
 //! lets a token go back on this node, whatever FLOOR the next client sends
 //! and whatever the node's clock did (DESIGN §8).
 //!
-//! Whether a record may go is [`crate::lock::LockState::reclaimable`], evaluated at the
+//! Whether a record may go is [`crate::core::lock::LockState::reclaimable`], evaluated at the
 //! tick's clock readings, and again on the key opened for writing just
 //! before the delete.
 
@@ -62,15 +62,15 @@ use std::time::Instant;
 
 use redis_module::{raw, Context};
 
-use crate::clock::{mono_now, wall_now_us};
-use crate::config;
-use crate::datatype::LOCK_TYPE;
-use crate::guard;
-use crate::lock::{MonoMillis, ReclaimRule};
-use crate::mutant::{self, Mutant};
-use crate::persist;
-use crate::record;
-use crate::store::LockKey;
+use crate::core::lock::{MonoMillis, ReclaimRule};
+use crate::core::record;
+use crate::host::clock::{mono_now, wall_now_us};
+use crate::host::config;
+use crate::host::datatype::LOCK_TYPE;
+use crate::host::guard;
+use crate::host::node::{self, raise_reclaimed};
+use crate::host::persist;
+use crate::host::store::LockKey;
 
 /// Pause after a complete pass over every database (and before the first
 /// tick): the sweep period.
@@ -125,24 +125,6 @@ pub mod stats {
 #[cfg(feature = "test-hooks")]
 pub const TIMERS_ENV: &str = "REDLOCK_TEST_SWEEP_ON_TIMERS";
 
-/// The highest counter of any record this node (or its master) reclaimed.
-static RECLAIMED_COUNTER: AtomicU64 = AtomicU64::new(0);
-
-/// The highest counter of any record this node (or its master) reclaimed:
-/// the counter a missing record starts from ([`crate::lock::LockState::missing`]).
-pub fn reclaimed_counter() -> u64 {
-    if mutant::on(Mutant::NoReclaimedFloor) {
-        return 0;
-    }
-    RECLAIMED_COUNTER.load(Relaxed)
-}
-
-/// Raises the highest reclaimed counter to `counter` (a delete here, one
-/// received from the master, or the value loaded with the data).
-pub fn raise_reclaimed(counter: u64) {
-    RECLAIMED_COUNTER.fetch_max(counter, Relaxed);
-}
-
 /// File of the highest reclaimed counter, in the server's directory.
 pub const COUNTER_FILE: &str = "redlock-reclaimed-counter";
 
@@ -158,7 +140,7 @@ fn load_counter_file(ctx: &Context) {
         .join(COUNTER_FILE);
     if let Ok(text) = std::fs::read_to_string(&path) {
         match text.trim().parse::<u64>() {
-            Ok(n) if n <= crate::lock::MAX_TOKEN => {
+            Ok(n) if n <= crate::core::lock::MAX_TOKEN => {
                 raise_reclaimed(n);
                 COUNTER_WRITTEN.fetch_max(n, Relaxed);
             }
@@ -176,14 +158,14 @@ fn load_counter_file(ctx: &Context) {
 /// left. So the counter goes to [`COUNTER_FILE`] (fsynced) first: Redis
 /// switches to the child's file only later, on the main thread.
 pub fn on_fork(ctx: &Context) {
-    let counter = RECLAIMED_COUNTER.load(Relaxed);
+    let counter = node::reclaimed_kept();
     if counter <= COUNTER_WRITTEN.load(Relaxed) {
         return;
     }
     let path = std::env::current_dir()
         .unwrap_or_default()
         .join(COUNTER_FILE);
-    match crate::guard::write_file(&path, &format!("{counter}\n")) {
+    match crate::host::guard::write_file(&path, &format!("{counter}\n")) {
         Ok(()) => {
             COUNTER_WRITTEN.fetch_max(counter, Relaxed);
         }

@@ -1,20 +1,20 @@
 //! The `redlockfn` module data type: its callbacks. The encoding they read
-//! and write is in [`crate::persist`].
+//! and write is in [`crate::host::persist`].
 
 use std::os::raw::{c_int, c_void};
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicU8, Ordering::Relaxed};
 
 use redis_module::native_types::RedisType;
 use redis_module::raw;
 
-use crate::clock::{mono_now, wall_now};
-use crate::commands::{learn_node_record, node_record};
-use crate::events::{self, Loading};
-use crate::guard;
-use crate::lock::LockState;
-use crate::mutant::{self, Mutant};
-use crate::persist::{self, NodeRecord, Source, ENCODING_V1, ENCODING_VERSION};
-use crate::record;
+use crate::core::lock::LockState;
+use crate::core::record;
+use crate::host::clock::{mono_now, wall_now};
+use crate::host::guard;
+use crate::host::mutant::{self, Mutant};
+use crate::host::node::{learn_node_record, node_record};
+use crate::host::persist::{self, NodeRecord, Source, ENCODING_V1, ENCODING_VERSION};
 
 /// The registered data type.
 pub static LOCK_TYPE: RedisType = RedisType::new(
@@ -45,6 +45,34 @@ pub static LOCK_TYPE: RedisType = RedisType::new(
     },
 );
 
+/// What the server is loading now.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Loading {
+    /// Nothing: a record read now comes from `RESTORE` (read as a file).
+    Nothing,
+    /// A file written before this process started (RDB, AOF).
+    File,
+    /// A full sync from a master.
+    Replication,
+}
+
+static LOADING: AtomicU8 = AtomicU8::new(Loading::Nothing as u8);
+
+/// What the server is loading now, as told by the loading events
+/// ([`crate::host::events`] calls [`set_loading`]).
+pub fn loading() -> Loading {
+    match LOADING.load(Relaxed) {
+        x if x == Loading::File as u8 => Loading::File,
+        x if x == Loading::Replication as u8 => Loading::Replication,
+        _ => Loading::Nothing,
+    }
+}
+
+/// Records what the server is loading now (from the loading events).
+pub fn set_loading(now: Loading) {
+    LOADING.store(now as u8, Relaxed);
+}
+
 /// How a record read now is to be timed. A full sync from a master is
 /// timed by the remaining time (the master's wall clock means nothing
 /// here). A file, and a `RESTORE` payload (written by another process at
@@ -56,7 +84,7 @@ pub static LOCK_TYPE: RedisType = RedisType::new(
 /// left when it was dumped.
 pub fn load_source() -> Source {
     let clamp_ms = guard::longest_lease();
-    match events::loading() {
+    match loading() {
         Loading::File | Loading::Nothing => Source::Disk { clamp_ms },
         Loading::Replication => Source::Stream { clamp_ms },
     }
@@ -90,7 +118,7 @@ unsafe extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *m
     }
     let loaded = catch_unwind(AssertUnwindSafe(|| -> Option<LockState> {
         let mut p = persist::read_record(rdb, encver)?;
-        match events::loading() {
+        match loading() {
             // A full sync: a lease the master sent is one it may grant.
             Loading::Replication if p.owner.is_some() => {
                 if let Some(remaining) = p.remaining {
@@ -158,7 +186,7 @@ unsafe extern "C" fn aux_save2(rdb: *mut raw::RedisModuleIO, when: c_int) {
     let n = node_record();
     let fresh = NodeRecord {
         reclaimed: 0,
-        longest_lease_ms: crate::config::max_ttl().max(0) as u64,
+        longest_lease_ms: crate::host::config::max_ttl().max(0) as u64,
     };
     if n != fresh {
         aux_save(rdb, when);

@@ -1,6 +1,6 @@
 //! Fenced writes (DESIGN §10): the Redis glue of `REDLOCK.FENCED`,
 //! `REDLOCK.GUARD`, `REDLOCK.GUARDINFO` and `REDLOCK.APPLY guard g1 …`. The
-//! rule itself is in [`crate::fence_rule`], the record in [`crate::fence_type`].
+//! rule itself is in [`crate::core::fence_rule`], the record in [`crate::host::fence_type`].
 //!
 //! `REDLOCK.FENCED guard lock token cmd [arg …]`, in this order:
 //! 1. parse and screen (arity, token, lock, the inner command's name, its
@@ -31,11 +31,11 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use redis_module::{raw, ContextFlags};
 use smallvec::SmallVec;
 
-use crate::clock::wall_now_us;
-use crate::error::CommandError;
-use crate::fence_rule::{self, FenceError, GuardState, Pass};
-use crate::fence_type::{self, Found, GuardKey};
-use crate::ffi::{self, Call, Reply};
+use crate::core::error::CommandError;
+use crate::core::fence_rule::{self, FenceError, GuardState, Pass};
+use crate::host::clock::wall_now_us;
+use crate::host::fence_type::{self, Found, GuardKey};
+use crate::host::ffi::{self, Call, Reply};
 
 /// Inner keys: (position within the inner command, module key flags).
 type KeyList = SmallVec<[(usize, c_int); 4]>;
@@ -226,7 +226,7 @@ fn replicate(call: &Call, name: *mut raw::RedisModuleString, state: &GuardState)
     if ffi::SKIP_REPLICATION.load(Relaxed) {
         return;
     }
-    if !crate::replication::needed(&call.ctx) {
+    if !crate::host::replication::needed(&call.ctx) {
         return;
     }
     // SAFETY: ctx and name belong to the command invocation in progress.
@@ -531,11 +531,11 @@ pub fn guard_info(call: &Call) -> Result<Reply, CommandError> {
 }
 
 /// `REDLOCK.APPLY …`: the guard form `REDLOCK.APPLY guard g1 highest lock`
-/// here, every other form to [`crate::commands::apply`]. Internal: only from
+/// here, every other form to [`crate::host::commands::apply`]. Internal: only from
 /// a master's replication stream or while loading the AOF.
 pub fn apply(call: &Call) -> Result<Reply, CommandError> {
     let Some(parsed) = fence_type::parse_apply(&call.args) else {
-        return crate::commands::apply(call);
+        return crate::host::commands::apply(call);
     };
     let flags = call.ctx.get_flags();
     if !flags.intersects(ContextFlags::REPLICATED | ContextFlags::LOADING) {
@@ -558,7 +558,7 @@ pub fn apply(call: &Call) -> Result<Reply, CommandError> {
 }
 
 /// Test builds: `FENCED-CHECK 0|1` and `FENCED-RAISE 0|1` (the safety
-/// suite's mutants); every other hook goes to [`crate::commands::test_hook`].
+/// suite's mutants); every other hook goes to [`crate::host::commands::test_hook`].
 #[cfg(feature = "test-hooks")]
 pub fn test_hook(call: &Call) -> Result<Reply, CommandError> {
     if let [sub, version] = call.args.get(1..).unwrap_or_default() {
@@ -579,7 +579,7 @@ pub fn test_hook(call: &Call) -> Result<Reply, CommandError> {
         _ => None,
     };
     let Some((target, flag)) = switch else {
-        return crate::commands::test_hook(call);
+        return crate::host::commands::test_hook(call);
     };
     let on = match flag {
         b"1" => true,

@@ -20,7 +20,7 @@
 //! its master's leases.
 //!
 //! Whether a restart may skip the window is decided once, at load, from the
-//! record the previous run left ([`crate::run_state`]): today's
+//! record the previous run left ([`crate::core::run_state`]): today's
 //! configuration alone says nothing about what the previous run may have
 //! lost. The window of a promotion survives a restart the same way: the
 //! record says a window was open, so the restart is not exempt and opens a
@@ -33,16 +33,23 @@ use std::sync::{Mutex, OnceLock};
 
 use redis_module::{Context, ContextFlags};
 
-use crate::config::{self, MAX_TTL_LIMIT};
-use crate::error::CommandError;
-use crate::info::stats;
-use crate::lock::MonoMillis;
-use crate::mutant::{self, Mutant};
-use crate::run_state::{self, RunState};
+use crate::core::error::CommandError;
+use crate::core::lock::MonoMillis;
+use crate::core::run_state::{self, RunState};
+use crate::host::config::{self, MAX_TTL_LIMIT};
+use crate::host::mutant::{self, Mutant};
 
 /// File name of the longest-lease record, in the server's directory.
 pub const RECORD_FILE: &str = "redlock-longest-lease-ms";
-/// File name of the run record ([`crate::run_state`]), in the server's
+/// The guard's counter, shown by `INFO redlock` ([`crate::host::info`] reads it).
+pub mod stats {
+    use std::sync::atomic::AtomicU64;
+
+    /// ACQUIREs refused by the restart guard.
+    pub static GRACE_REFUSED: AtomicU64 = AtomicU64::new(0);
+}
+
+/// File name of the run record ([`crate::core::run_state`]), in the server's
 /// directory.
 pub const RUN_STATE_FILE: &str = "redlock-run-state";
 
@@ -250,7 +257,7 @@ pub fn window_len() -> u64 {
 /// master): a window still open covers it too; one already over does not
 /// open again.
 fn lengthen_open_window(ms: u64) {
-    if state(crate::clock::mono_now()).is_some() {
+    if state(crate::host::clock::mono_now()).is_some() {
         WINDOW_DEFAULT_LEN.fetch_max(ms, Relaxed);
     }
 }
@@ -267,7 +274,7 @@ pub fn state(now: MonoMillis) -> Option<(u64, u64)> {
 }
 
 /// The guard for ACQUIRE. A restart whose previous run was durable for
-/// its whole life (see [`crate::run_state`]) lost nothing it acknowledged
+/// its whole life (see [`crate::core::run_state`]) lost nothing it acknowledged
 /// and is exempt. A promoted replica never is: replication is asynchronous,
 /// so it may never have received its old master's last grants, whatever its
 /// own fsync policy.
@@ -290,7 +297,7 @@ pub fn check(ctx: &Context, now: MonoMillis) -> Result<(), CommandError> {
     if reason == Reason::Restart && exempt {
         return Ok(());
     }
-    stats::bump(&stats::GRACE_REFUSED);
+    stats::GRACE_REFUSED.fetch_add(1, Relaxed);
     Err(CommandError::Grace {
         reason: reason.describe(),
         elapsed_ms,

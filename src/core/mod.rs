@@ -1,0 +1,22 @@
+//! The pure rules, independent of Redis: time and every reading is passed
+//! in, nothing here calls the server, and nothing here imports
+//! [`crate::host`] (`scripts/import-cycles.py` checks it). Each file keeps
+//! its unit and property tests.
+//!
+//! [`lock`] is the lock state machine (the acquire decision, with the
+//! hand-off reservation as an input), [`queue`] the waiter queue and its
+//! hand-off rule, [`record`] the compact in-memory record, [`owner`] owner
+//! hashing, [`args`] argument parsing, [`error`] the command errors,
+//! [`fence_rule`] the fenced-write guard rule, [`run_state`] what one run
+//! leaves the next about the restart guard, [`clock`] the conversion between
+//! the monotonic and the wall clock.
+
+pub mod args;
+pub mod clock;
+pub mod error;
+pub mod fence_rule;
+pub mod lock;
+pub mod owner;
+pub mod queue;
+pub mod record;
+pub mod run_state;
