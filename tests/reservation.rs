@@ -87,13 +87,9 @@ fn a_refused_acquire_while_reserved_changes_nothing() {
 /// node's queue still holds for another owner. A lock can be held under a
 /// live reservation when a held record arrives by a command that is not an
 /// ACQUIRE (here `RENAME`; also `RESTORE`, `COPY`, `MOVE`, `SWAPDB`).
-/// The reserved owner's ACQUIRE, refused while the lock is held, ends the
-/// reservation all the same.
-///
-/// Fails on main before and after the change of the acquire path
-/// (4234ddb and ed30e67): the renewal gets nil.
+/// Failed before the decision let the holder renew under a reservation
+/// (4234ddb and ed30e67): the renewal got nil.
 #[test]
-#[ignore = "open: a live reservation refuses the holder's own renewal (not introduced by the layout change)"]
 fn the_holder_renews_under_a_reservation_for_another() {
     let node = Node::builder().config("redlock.handoff-ms", "5000").start();
     let mut con = node.connection();

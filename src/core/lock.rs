@@ -281,10 +281,10 @@ impl LockState {
 
     /// ACQUIRE on a node with a waiter queue: [`LockState::acquire`], except
     /// that a lock reserved for another owner is [`Acquired::Busy`] and the
-    /// state is left untouched. A reservation is made only when the lock
-    /// frees (and ends with its owner's ACQUIRE or its window), so it only
-    /// ever refuses an ACQUIRE that would otherwise be granted; it never
-    /// grants anything.
+    /// state is left untouched. A reservation only ever refuses an ACQUIRE
+    /// that would otherwise be granted; it never grants anything, and never
+    /// refuses the holder of a live lease its renewal (a held record can
+    /// arrive under a reservation by RENAME, RESTORE, COPY, MOVE or SWAPDB).
     pub fn acquire_reserved(
         &mut self,
         reservation: Reservation,
@@ -294,7 +294,7 @@ impl LockState {
         now: MonoMillis,
         wall_us: u64,
     ) -> Result<Acquired, LockError> {
-        if reservation == Reservation::ForOther {
+        if reservation == Reservation::ForOther && !self.is_held_by(owner, now) {
             return Ok(Acquired::Busy);
         }
         self.acquire(owner, ttl, floor, now, wall_us)
@@ -633,6 +633,43 @@ mod tests {
         // Once the node's clock is reclaim-after past the counter, it goes.
         let later = 3_600_000 + 10_000;
         assert!(s.reclaimable(RULE, later, wall_us(later)));
+    }
+
+    #[test]
+    fn a_reservation_for_another_refuses_grants_but_not_the_holders_renewal() {
+        let (holder, other) = (o(1), o(2));
+        let mut free = LockState::missing(4);
+        let before = free.clone();
+        assert_eq!(
+            free.acquire_reserved(Reservation::ForOther, &other, 1_000, 0, 10, 0),
+            Ok(Acquired::Busy)
+        );
+        assert_eq!(free, before, "a refused ACQUIRE changes nothing");
+        let mut held = LockState::missing(4);
+        assert_eq!(
+            held.acquire(&holder, 1_000, 0, 10, 0),
+            Ok(Acquired::Granted {
+                token: 5,
+                took_over_expired: false
+            })
+        );
+        // A held record under a reservation for another owner (it arrived
+        // by RENAME, RESTORE, ...): the holder renews, the same token.
+        assert_eq!(
+            held.acquire_reserved(Reservation::ForOther, &holder, 2_000, 0, 500, 0),
+            Ok(Acquired::Renewed { token: 5 })
+        );
+        assert_eq!(held.inspect(600).pttl, Some(1_900));
+        // Anyone else stays refused, as without the reservation.
+        assert_eq!(
+            held.acquire_reserved(Reservation::ForOther, &other, 1_000, 0, 600, 0),
+            Ok(Acquired::Busy)
+        );
+        // Once the lease has run out, the holder is one owner among others.
+        assert_eq!(
+            held.acquire_reserved(Reservation::ForOther, &holder, 1_000, 0, 2_600, 0),
+            Ok(Acquired::Busy)
+        );
     }
 
     #[test]
