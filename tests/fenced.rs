@@ -10,16 +10,7 @@ use std::time::Duration;
 use common::*;
 use redis::Value;
 
-/// `REDLOCK.FENCED guard lock token args...`.
-fn fenced_cmd(guard: &str, lock: &str, token: i64, inner: &[&str]) -> redis::Cmd {
-    let mut cmd = redis::cmd("REDLOCK.FENCED");
-    cmd.arg(guard).arg(lock).arg(token);
-    for a in inner {
-        cmd.arg(*a);
-    }
-    cmd
-}
-
+/// Runs `REDLOCK.FENCED guard lock token args...`: its reply.
 fn fenced(
     con: &mut redis::Connection,
     guard: &str,

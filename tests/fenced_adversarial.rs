@@ -12,23 +12,6 @@ use common::*;
 use redis::Value;
 use redlock_testkit::Cluster;
 
-fn fenced_cmd(guard: &str, lock: &str, token: i64, inner: &[&str]) -> redis::Cmd {
-    let mut cmd = redis::cmd("REDLOCK.FENCED");
-    cmd.arg(guard).arg(lock).arg(token);
-    for a in inner {
-        cmd.arg(*a);
-    }
-    cmd
-}
-
-fn guard_highest(con: &mut redis::Connection, guard: &str) -> Option<i64> {
-    let reply: Option<Vec<Value>> = redis::cmd("REDLOCK.GUARDINFO")
-        .arg(guard)
-        .query(con)
-        .unwrap();
-    reply.map(|f| redis::from_redis_value_ref(&f[3]).unwrap())
-}
-
 /// The inner command must run as the caller, not only be checked as the
 /// caller: SORT checks its BY/GET patterns against the running client's
 /// user inside the command. Redis 7.0.0 to 7.0.5 run RedisModule_Call's
@@ -107,6 +90,7 @@ fn lazily_expired_keys_go_out_inside_the_fenced_transaction() {
     let master = Node::builder()
         .config("appendonly", "yes")
         .config("aof-use-rdb-preamble", "no")
+        .config("repl-diskless-sync-delay", "0")
         .start();
     let replica = start_replica(&master, Node::builder());
     let mut m = master.connection();

@@ -5,25 +5,10 @@
 
 mod common;
 
+use common::{fenced_cmd, guard_highest};
+
 use redis::Value;
 use redlock_testkit::Cluster;
-
-fn fenced_cmd(guard: &str, lock: &str, token: i64, inner: &[&str]) -> redis::Cmd {
-    let mut cmd = redis::cmd("REDLOCK.FENCED");
-    cmd.arg(guard).arg(lock).arg(token);
-    for a in inner {
-        cmd.arg(*a);
-    }
-    cmd
-}
-
-fn guard_highest(con: &mut redis::Connection, guard: &str) -> Option<i64> {
-    let reply: Option<Vec<Value>> = redis::cmd("REDLOCK.GUARDINFO")
-        .arg(guard)
-        .query(con)
-        .unwrap();
-    reply.map(|f| redis::from_redis_value_ref(&f[3]).unwrap())
-}
 
 #[test]
 fn keys_route_and_a_guard_moves_with_its_slot() {

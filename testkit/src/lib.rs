@@ -231,7 +231,11 @@ impl Node {
             .arg("--logfile")
             .arg(self.dir.path().join("redis.log"))
             .arg("--daemonize")
-            .arg("no");
+            .arg("no")
+            // A master syncs a new replica at once instead of after 5 s
+            // (a config below may set it back).
+            .arg("--repl-diskless-sync-delay")
+            .arg("0");
         for user in &self.spec.users {
             // One argument per rule: redis-server quotes each argument.
             cmd.arg("--user").args(user.split_whitespace());

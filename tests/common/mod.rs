@@ -229,3 +229,23 @@ pub fn memory_usage(con: &mut redis::Connection, key: &str) -> i64 {
         .query(con)
         .unwrap()
 }
+
+/// `REDLOCK.FENCED guard lock token inner…` as a command to run.
+pub fn fenced_cmd(guard: &str, lock: &str, token: i64, inner: &[&str]) -> redis::Cmd {
+    let mut cmd = redis::cmd("REDLOCK.FENCED");
+    cmd.arg(guard).arg(lock).arg(token);
+    for a in inner {
+        cmd.arg(*a);
+    }
+    cmd
+}
+
+/// The highest token guard `guard` has seen (`REDLOCK.GUARDINFO`), `None`
+/// when it is missing.
+pub fn guard_highest(con: &mut redis::Connection, guard: &str) -> Option<i64> {
+    let reply: Option<Vec<redis::Value>> = redis::cmd("REDLOCK.GUARDINFO")
+        .arg(guard)
+        .query(con)
+        .unwrap();
+    reply.map(|f| redis::from_redis_value_ref(&f[3]).unwrap())
+}
