@@ -35,6 +35,10 @@ pub const SLOTS: u16 = 16384;
 /// slot move.
 pub const SETTLE_DEADLINE: Duration = Duration::from_secs(45);
 
+/// How long a cluster start waits for a handshake before it meets the
+/// missing nodes again.
+const MEET_AGAIN_AFTER: Duration = Duration::from_secs(3);
+
 /// How to start a cluster.
 #[derive(Clone, Debug)]
 pub struct ClusterBuilder {
@@ -519,6 +523,7 @@ impl Cluster {
         // A replica can only follow a master it knows.
         let total = self.all_nodes().count();
         let deadline = Instant::now() + SETTLE_DEADLINE;
+        let mut met = Instant::now();
         for (_, _, node) in self.all_nodes() {
             loop {
                 let view = read_view(node);
@@ -534,6 +539,12 @@ impl Cluster {
                     "node {} knows {known} of {total} nodes",
                     node.port()
                 );
+                // Redis drops a handshake that timed out (a loaded machine)
+                // and never tries it again: meet the missing nodes again.
+                if met.elapsed() > MEET_AGAIN_AFTER {
+                    self.meet_missing(node, view.as_ref().ok());
+                    met = Instant::now();
+                }
                 std::thread::sleep(Duration::from_millis(20));
             }
         }
@@ -679,6 +690,28 @@ impl Cluster {
 
     fn master_id(&self, shard: usize) -> String {
         self.ids[shard][self.master_index(shard)].clone()
+    }
+
+    /// `node` meets every node its `view` does not know yet (a failed
+    /// read: every node); a refused MEET is left to the next round.
+    fn meet_missing(&self, node: &Node, view: Option<&View>) {
+        let Ok(mut con) = try_admin(node) else {
+            return;
+        };
+        for (s, i, other) in self.all_nodes() {
+            let known = view
+                .and_then(|v| v.get(&self.ids[s][i]))
+                .is_some_and(|e| !e.handshake);
+            if known || other.port() == node.port() {
+                continue;
+            }
+            let _: redis::RedisResult<String> = redis::cmd("CLUSTER")
+                .arg("MEET")
+                .arg("127.0.0.1")
+                .arg(other.port())
+                .arg(bus_port(other))
+                .query(&mut con);
+        }
     }
 
     fn all_nodes(&self) -> impl Iterator<Item = (usize, usize, &Node)> {
