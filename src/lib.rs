@@ -145,7 +145,7 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
         ctx,
         c"REDLOCK.FENCED",
         fenced::fenced_entry,
-        fenced::fenced_flags(),
+        fenced::FENCED_FLAGS,
         one_key,
     )
     .and_then(|()| fenced::set_fenced_key_specs(ctx));

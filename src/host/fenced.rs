@@ -88,32 +88,19 @@ pub const GUARD_KEY_FLAGS: u32 =
 
 /// `RedisModule_Call` formats: `SPREAD` times `s` (one per argument)
 /// before the flags, so the format for `n` arguments starts `SPREAD - n`
-/// bytes in. `M` exists from Redis 7.0.1 on.
+/// bytes in. `M` exists from Redis 7.0.1 on, and FENCED runs from 7.0.6 on.
 const SPREAD: usize = 16;
-static FORMAT_DENY_OOM: &[u8] = b"ssssssssssssssss!CSM0\0";
-static FORMAT_PLAIN: &[u8] = b"ssssssssssssssss!CS0\0";
-const _: () = assert!(FORMAT_DENY_OOM.len() == SPREAD + 6 && FORMAT_PLAIN.len() == SPREAD + 5);
+static FORMAT: &[u8] = b"ssssssssssssssss!CSM0\0";
+const _: () = assert!(FORMAT.len() == SPREAD + 6);
 
 /// The format for `n` (1..=`SPREAD`) arguments passed one by one, or for a
 /// vector (`v`) when `n` is larger. One `s` per argument saves Redis a
 /// reallocation of its argument vector on every call.
 fn call_format(n: usize) -> *const std::os::raw::c_char {
-    let all = if respects_deny_oom() {
-        FORMAT_DENY_OOM
-    } else {
-        FORMAT_PLAIN
-    };
     match n {
-        1..=SPREAD => all[SPREAD - n..].as_ptr().cast(),
-        _ if respects_deny_oom() => c"v!CSM0".as_ptr(),
-        _ => c"v!CS0".as_ptr(),
+        1..=SPREAD => FORMAT[SPREAD - n..].as_ptr().cast(),
+        _ => c"v!CSM0".as_ptr(),
     }
-}
-
-/// Whether the server knows RedisModule_Call's `M` flag (7.0.1+). Without
-/// it FENCED is registered `deny-oom` (see [`fenced_flags`]).
-pub fn respects_deny_oom() -> bool {
-    server_version() >= 0x0007_0001
 }
 
 /// Test builds: a server version FENCED acts on instead of the real one
@@ -137,14 +124,9 @@ fn server_version() -> u32 {
         .unwrap_or(0)
 }
 
-/// FENCED's command flags.
-pub fn fenced_flags() -> &'static std::ffi::CStr {
-    if respects_deny_oom() {
-        c"write getkeys-api"
-    } else {
-        c"write deny-oom getkeys-api"
-    }
-}
+/// FENCED's command flags: not `deny-oom`, the inner command's own OOM
+/// rule applies (`M`).
+pub const FENCED_FLAGS: &std::ffi::CStr = c"write getkeys-api";
 
 fn arg_ptr(call: &Call, i: usize) -> Option<*mut raw::RedisModuleString> {
     (i < call.args.len() && !call.argv().is_null())
