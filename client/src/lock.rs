@@ -147,6 +147,14 @@ impl LockInfo {
     pub(crate) fn set_deadline(&self, deadline: Instant) {
         *self.deadline.lock().unwrap_or_else(|p| p.into_inner()) = deadline;
     }
+
+    /// Moves the deadline to `bound` when that is earlier (never later).
+    pub(crate) fn lower_deadline(&self, bound: Instant) {
+        let mut deadline = self.deadline.lock().unwrap_or_else(|p| p.into_inner());
+        if bound < *deadline {
+            *deadline = bound;
+        }
+    }
 }
 
 /// A held lock: its key, owner id and fencing token (see [`LockInfo`], which
@@ -216,7 +224,9 @@ impl Lock {
 
     /// Extends the lease to `ttl` from now on a quorum of nodes. The new
     /// validity is measured from the start of this call. A lock whose lease
-    /// ran out is never revived. After any error, stop using the token.
+    /// ran out is never revived. After any error, stop using the token: the
+    /// nodes may have applied the new lease, so a shorter `ttl` has already
+    /// cut [`validity`](LockInfo::validity) to what it would leave.
     ///
     /// # Errors
     ///
@@ -248,6 +258,11 @@ impl Lock {
         );
         async {
             let start = Instant::now();
+            // The nodes may apply the new lease whatever this call returns
+            // (a failed round, lost replies, a cancelled call): a shorter one
+            // ends the validity before the EXTEND is sent, never later.
+            let usable = self.inner.usable(ttl_ms, Duration::ZERO);
+            self.info.lower_deadline(start + usable.unwrap_or_default());
             self.inner
                 .quorum
                 .extend(&self.info.key, self.info.owner.as_str(), ttl_ms)
@@ -275,7 +290,9 @@ impl Lock {
         .await
     }
 
-    /// Releases the lock on every node. Returns once a quorum answered:
+    /// Releases the lock on every node (from the call on, the lock's
+    /// [`validity`](LockInfo::validity) is zero wherever its info is shared).
+    /// Returns once a quorum answered:
     /// `Ok(true)` when it was still held and is now free, `Ok(false)` when
     /// its lease had already run out (the token may have been superseded).
     /// Nodes slower than the quorum get the release in the background.
@@ -298,6 +315,9 @@ impl Lock {
     /// ```
     pub async fn release(mut self) -> Result<bool, Error> {
         self.released = true;
+        // From the first RELEASE a node may free the lock: no validity is
+        // left for anyone holding this lock's info (a `LockGuard`, `info()`).
+        self.info.lower_deadline(Instant::now());
         let span = tracing::debug_span!(
             "redlock.release",
             key = self.info.key.as_str(),
@@ -340,6 +360,7 @@ impl Drop for Lock {
         let Ok(handle) = tokio::runtime::Handle::try_current() else {
             return;
         };
+        self.info.lower_deadline(Instant::now());
         let inner = Arc::clone(&self.inner);
         let info = Arc::clone(&self.info);
         // Kept until the release is queued behind them.

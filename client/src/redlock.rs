@@ -144,22 +144,31 @@ impl Redlock {
                 // instead of renewing it.
                 let owner = OwnerId::new();
                 attempt_span.record("owner", owner.as_str());
+                let settled = ReleaseIfDropped::new(&self.inner, key, owner);
                 match self.attempt(key, ttl, owner).await {
-                    Ok(lock) => return Ok(lock),
+                    Ok(lock) => {
+                        settled.disarm();
+                        return Ok(lock);
+                    }
                     Err((error, leftovers)) => {
                         if attempt >= attempts || !error.is_transient() {
                             self.inner
                                 .quorum
                                 .release_on(key, owner.as_str(), &leftovers.nodes)
                                 .await;
+                            settled.disarm();
                             return Err(error);
                         }
                         tracing::debug!(attempt, %error, "attempt failed; retrying");
                         let delay = self.inner.retry.delay();
                         tokio::join!(
-                            self.inner
-                                .quorum
-                                .release_on(key, owner.as_str(), &leftovers.nodes),
+                            async {
+                                self.inner
+                                    .quorum
+                                    .release_on(key, owner.as_str(), &leftovers.nodes)
+                                    .await;
+                                settled.disarm();
+                            },
                             tokio::time::sleep(delay)
                         );
                         attempt += 1;
@@ -203,7 +212,8 @@ impl Redlock {
         let owner = OwnerId::new();
         let span = acquire_span(key, Some(owner), ttl);
         async {
-            match self.attempt(key, ttl, owner).await {
+            let settled = ReleaseIfDropped::new(&self.inner, key, owner);
+            let outcome = match self.attempt(key, ttl, owner).await {
                 Ok(lock) => Ok(Some(lock)),
                 Err((Error::Busy { .. }, leftovers)) => {
                     self.inner
@@ -224,7 +234,9 @@ impl Redlock {
                         .await;
                     Err(error)
                 }
-            }
+            };
+            settled.disarm();
+            outcome
         }
         .instrument(span)
         .await
@@ -232,7 +244,8 @@ impl Redlock {
 
     /// One attempt: steps 1–6 of the algorithm, as `owner`, which no other
     /// attempt may use (see [`Redlock::acquire`]). On failure, the error
-    /// and the nodes to release.
+    /// and the nodes to release, which the caller releases under a
+    /// [`ReleaseIfDropped`].
     pub(crate) async fn attempt(
         &self,
         key: &str,
@@ -330,6 +343,57 @@ impl Redlock {
         }
         let span = tracing::debug_span!("redlock.release", key, owner);
         self.inner.quorum.release(key, owner).instrument(span).await
+    }
+}
+
+/// Releases an attempt's owner on every node when the caller is dropped
+/// before the attempt was settled (a `Lock` handed out, or the leftovers of
+/// a failed attempt released): dropping an acquire leaves no grant behind
+/// (DESIGN §6). The RELEASEs are queued behind the attempt's own commands on
+/// each node's connection (property 2 in `node.rs`); an ACQUIRE dropped
+/// before it was written is never sent (property 3).
+pub(crate) struct ReleaseIfDropped<'a> {
+    inner: &'a Arc<Inner>,
+    key: &'a str,
+    owner: OwnerId,
+    armed: bool,
+}
+
+impl<'a> ReleaseIfDropped<'a> {
+    /// Armed for `owner`'s attempt on `key`.
+    pub(crate) fn new(inner: &'a Arc<Inner>, key: &'a str, owner: OwnerId) -> Self {
+        ReleaseIfDropped {
+            inner,
+            key,
+            owner,
+            armed: true,
+        }
+    }
+
+    /// The attempt is settled: nothing to release on drop.
+    pub(crate) fn disarm(mut self) {
+        self.armed = false;
+    }
+}
+
+impl Drop for ReleaseIfDropped<'_> {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        let Ok(handle) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let inner = Arc::clone(self.inner);
+        let key = self.key.to_string();
+        let owner = self.owner;
+        let span = tracing::debug_span!("redlock.release", key = key.as_str(), dropped = true);
+        handle.spawn(
+            async move {
+                let _ = inner.quorum.release(&key, owner.as_str()).await;
+            }
+            .instrument(span),
+        );
     }
 }
 

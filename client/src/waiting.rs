@@ -37,7 +37,7 @@ use tracing::Instrument;
 use crate::core::error::{Error, NodeFailure};
 use crate::lock::{Lock, OwnerId};
 use crate::quorum::Quorum;
-use crate::redlock::Redlock;
+use crate::redlock::{Redlock, ReleaseIfDropped};
 use crate::shared::now_micros;
 
 /// Longest random pause after a split vote.
@@ -111,8 +111,12 @@ impl Redlock {
             let ticket = now_micros();
             let mut owner = OwnerId::new();
             loop {
+                let settled = ReleaseIfDropped::new(&self.inner, key, owner);
                 let (error, leftovers) = match self.attempt(key, ttl, owner).await {
-                    Ok(lock) => return Ok(lock),
+                    Ok(lock) => {
+                        settled.disarm();
+                        return Ok(lock);
+                    }
                     Err(failed) => failed,
                 };
                 // What this attempt got goes back at once, before waiting:
@@ -121,6 +125,7 @@ impl Redlock {
                     .quorum
                     .release_on(key, owner.as_str(), &leftovers.nodes)
                     .await;
+                settled.disarm();
                 owner = OwnerId::new();
                 let now = Instant::now();
                 if now >= until {

@@ -1,0 +1,208 @@
+//! What `LockInfo::validity` reports after an extension that failed and
+//! after a release (seen through `Lock::info` or a `LockGuard`), and what a
+//! dropped `acquire_wait` leaves on the nodes. Each test plays the sequence
+//! on five real nodes while another client takes the lock (DESIGN §4, §6).
+//! Each failed before the fixes (found by an adversarial read).
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use redlock_client::{Error, Redlock, RetryPolicy};
+use redlock_testkit::proxy::{Fault, FaultProxy};
+
+/// A failed `Lock::extend` to a shorter lease: the nodes ran the EXTEND (the
+/// lease there is now `ttl` from the extend), so the client's validity must
+/// not outlast it once another client has taken the lock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_shorter_extend_cuts_the_validity() {
+    let nodes = common::five();
+    let a = common::client(&nodes).await;
+    let b = common::client(&nodes).await;
+    let mut lock = a
+        .acquire("validity:extend", Duration::from_secs(10))
+        .await
+        .expect("acquire");
+    // 1 ms: the nodes accept it, the client cannot use it (below the 2 ms
+    // fixed margin), so extend fails with ExpiredBeforeUse after the nodes
+    // applied it.
+    let err = lock
+        .extend(Duration::from_millis(1))
+        .await
+        .expect_err("1 ms is never usable");
+    assert!(matches!(err, Error::ExpiredBeforeUse { .. }), "{err}");
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let other = b
+        .try_acquire("validity:extend", Duration::from_secs(10))
+        .await
+        .expect("try_acquire")
+        .expect("the nodes' leases ended 1 ms after the extend: free");
+    assert!(other.token() > lock.token());
+    // Two holders now. The first must not report validity past the lease
+    // the nodes hold for it (which has ended).
+    assert_eq!(
+        lock.validity(),
+        Duration::ZERO,
+        "lock A reports {:?} of validity while B holds the lock with token {} > {}",
+        lock.validity(),
+        other.token(),
+        lock.token()
+    );
+}
+
+/// The same through an extension whose replies are lost (NoQuorum): the
+/// EXTEND ran on every node, shortening the lease there, the client timed
+/// out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unanswered_shorter_extend_cuts_the_validity() {
+    let nodes = common::five();
+    let proxies: Vec<FaultProxy> = nodes
+        .iter()
+        .map(|n| FaultProxy::start(format!("127.0.0.1:{}", n.port()).parse().expect("addr")))
+        .collect();
+    let a = Redlock::builder(proxies.iter().map(FaultProxy::url))
+        .node_timeout(common::NODE_TIMEOUT)
+        .connect_timeout(common::CONNECT_TIMEOUT)
+        .retry(RetryPolicy::no_retry())
+        .build()
+        .await
+        .expect("build");
+    let b = common::client(&nodes).await;
+    let mut lock = a
+        .acquire("validity:extend2", Duration::from_secs(10))
+        .await
+        .expect("acquire");
+    // Three members lose their replies: the EXTEND runs there, the client
+    // times out.
+    for p in &proxies[..3] {
+        p.set(Fault::DropReplies);
+    }
+    let err = lock
+        .extend(Duration::from_millis(200))
+        .await
+        .expect_err("three replies are lost");
+    assert!(matches!(err, Error::NoQuorum { .. }), "{err}");
+    for p in &proxies[..3] {
+        p.set(Fault::None);
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let other = b
+        .try_acquire("validity:extend2", Duration::from_secs(10))
+        .await
+        .expect("try_acquire")
+        .expect("the nodes' 200 ms leases ended: free");
+    assert!(other.token() > lock.token());
+    assert_eq!(
+        lock.validity(),
+        Duration::ZERO,
+        "lock A reports {:?} of validity while B holds the lock with token {} > {}",
+        lock.validity(),
+        other.token(),
+        lock.token()
+    );
+}
+
+/// `Lock::info` (for code that uses the lock from another task): the shared
+/// `LockInfo` outlives the release and must report no validity while
+/// another client holds the lock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lock_info_reports_no_validity_after_the_release() {
+    let nodes = common::five();
+    let a = common::client(&nodes).await;
+    let b = common::client(&nodes).await;
+    let lock = a
+        .acquire("validity:info", Duration::from_secs(10))
+        .await
+        .expect("acquire");
+    let info = Arc::clone(lock.info());
+    assert!(lock.release().await.expect("release"));
+    let other = b
+        .try_acquire("validity:info", Duration::from_secs(10))
+        .await
+        .expect("try_acquire")
+        .expect("released: free");
+    assert!(other.token() > info.token());
+    assert_eq!(
+        info.validity(),
+        Duration::ZERO,
+        "the released lock's info reports {:?} of validity while B holds token {}",
+        info.validity(),
+        other.token()
+    );
+}
+
+/// DESIGN §6: "Dropping the future leaves no grant behind." An
+/// `acquire_wait` dropped while its ACQUIRE round is in flight (the
+/// commands reached the nodes, the replies did not reach the client yet).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_acquire_wait_leaves_no_grant() {
+    let nodes = common::five();
+    let proxies: Vec<FaultProxy> = nodes
+        .iter()
+        .map(|n| FaultProxy::start(format!("127.0.0.1:{}", n.port()).parse().expect("addr")))
+        .collect();
+    let a = Redlock::builder(proxies.iter().map(FaultProxy::url))
+        .node_timeout(Duration::from_secs(2))
+        .connect_timeout(common::CONNECT_TIMEOUT)
+        .retry(RetryPolicy::no_retry())
+        .build()
+        .await
+        .expect("build");
+    let b = common::client(&nodes).await;
+    for p in &proxies {
+        p.set(Fault::Delay(Duration::from_millis(150)));
+    }
+    // Requests arrive after 150 ms, replies after 300 ms: drop at 250 ms.
+    let dropped = tokio::time::timeout(
+        Duration::from_millis(250),
+        a.acquire_wait(
+            "validity:drop",
+            Duration::from_secs(5),
+            Duration::from_secs(5),
+        ),
+    )
+    .await;
+    assert!(dropped.is_err(), "the wait was dropped in flight");
+    for p in &proxies {
+        p.set(Fault::None);
+    }
+    // Give a background release (if any) time to land.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let held = common::held_on(&b, "validity:drop").await;
+    assert_eq!(
+        held, 0,
+        "a dropped acquire_wait left its grant on {held} nodes (lease 5 s, nobody holds it)"
+    );
+}
+
+/// The same through a [`redlock_client::LockGuard`] (public and `Clone`)
+/// kept past `with_lock`: the lock is released when the work returns, and
+/// the guard reports no validity while another client holds the lock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_guard_kept_past_with_lock_reports_no_validity() {
+    let nodes = common::five();
+    let a = common::client(&nodes).await;
+    let b = common::client(&nodes).await;
+    let guard = a
+        .with_lock(
+            "validity:guard",
+            Duration::from_secs(10),
+            |guard| async move { guard },
+        )
+        .await
+        .expect("with_lock");
+    let other = b
+        .try_acquire("validity:guard", Duration::from_secs(10))
+        .await
+        .expect("try_acquire")
+        .expect("released when the work returned: free");
+    assert!(other.token() > guard.token());
+    assert!(
+        guard.is_lost() || guard.validity() == Duration::ZERO,
+        "the guard reports lost={} and {:?} of validity while B holds token {}",
+        guard.is_lost(),
+        guard.validity(),
+        other.token()
+    );
+}
