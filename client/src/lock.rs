@@ -171,6 +171,11 @@ pub struct Lock {
     /// The ACQUIREs the acquisition did not wait for, kept until a release
     /// is queued behind them (see `quorum::Leftovers::Return`).
     unanswered: Unanswered,
+    /// The earliest end of validity an extension that failed (or was
+    /// cancelled) may still impose: its EXTEND can reach a node late, over a
+    /// later one sent on a new connection, and its lease then counts from
+    /// no earlier than its start. No later extension reports past it.
+    cap: Option<Instant>,
 }
 
 impl Deref for Lock {
@@ -212,6 +217,7 @@ impl Lock {
             }),
             released: false,
             unanswered,
+            cap: None,
         }
     }
 
@@ -261,8 +267,16 @@ impl Lock {
             // The nodes may apply the new lease whatever this call returns
             // (a failed round, lost replies, a cancelled call): a shorter one
             // ends the validity before the EXTEND is sent, never later.
-            let usable = self.inner.usable(ttl_ms, Duration::ZERO);
-            self.info.lower_deadline(start + usable.unwrap_or_default());
+            let bound = start
+                + self
+                    .inner
+                    .usable(ttl_ms, Duration::ZERO)
+                    .unwrap_or_default();
+            self.info.lower_deadline(bound);
+            // Until it succeeds this extension caps every later one (an
+            // error or a cancellation leaves the cap in place).
+            let cap_before = self.cap;
+            self.cap = Some(cap_before.map_or(bound, |c| c.min(bound)));
             self.inner
                 .quorum
                 .extend(&self.info.key, self.info.owner.as_str(), ttl_ms)
@@ -270,13 +284,17 @@ impl Lock {
             if !self.inner.validity_check() {
                 // Deliberately broken (safety-suite mutation): the full ttl
                 // from the end of the extension.
+                self.cap = cap_before;
                 self.info.set_deadline(Instant::now() + ttl);
                 return Ok(());
             }
             let elapsed = start.elapsed();
             match self.inner.usable(ttl_ms, elapsed) {
                 Some(usable) => {
-                    self.info.set_deadline(start + usable);
+                    self.cap = cap_before;
+                    let end = start + usable;
+                    self.info
+                        .set_deadline(cap_before.map_or(end, |c| c.min(end)));
                     tracing::debug!(
                         validity_ms = (usable - elapsed).as_millis() as u64,
                         "extended"

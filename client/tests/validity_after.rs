@@ -7,10 +7,11 @@
 mod common;
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use redlock_client::{Error, Redlock, RetryPolicy};
 use redlock_testkit::proxy::{Fault, FaultProxy};
+use redlock_testkit::Node;
 
 /// A failed `Lock::extend` to a shorter lease: the nodes ran the EXTEND (the
 /// lease there is now `ttl` from the extend), so the client's validity must
@@ -204,5 +205,99 @@ async fn a_lock_guard_kept_past_with_lock_reports_no_validity() {
         guard.is_lost(),
         guard.validity(),
         other.token()
+    );
+}
+
+/// `pttl` of `key` on the node (-1 when not held).
+fn pttl(node: &Node, key: &str) -> i64 {
+    let fields: Vec<redis::Value> = redis::cmd("REDLOCK.INSPECT")
+        .arg(key)
+        .query(&mut node.connection())
+        .expect("INSPECT");
+    redis::from_redis_value(fields[3].clone()).expect("pttl")
+}
+
+/// A failed shorter extension caps every later one: its EXTEND can reach
+/// nodes late, over a successful longer one sent on new connections (the
+/// late delivery of `stale_release.rs`, for EXTEND).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_late_shorter_extend_caps_the_later_extensions() {
+    let nodes = common::five();
+    let proxies: Vec<FaultProxy> = nodes
+        .iter()
+        .map(|n| FaultProxy::start(format!("127.0.0.1:{}", n.port()).parse().expect("addr")))
+        .collect();
+    let a = Redlock::builder(proxies.iter().map(FaultProxy::url))
+        .node_timeout(common::NODE_TIMEOUT)
+        .connect_timeout(common::CONNECT_TIMEOUT)
+        .retry(RetryPolicy::no_retry())
+        .build()
+        .await
+        .expect("build");
+    let b = common::client(&nodes).await;
+    let key = "validity:late-extend";
+    let mut lock = a
+        .acquire(key, Duration::from_secs(30))
+        .await
+        .expect("acquire");
+
+    // 1. A shorter extend whose requests are held on three members: it
+    //    fails (NoQuorum); the fix cuts the validity to the 500 ms lease.
+    for p in &proxies[..3] {
+        p.hold_requests();
+    }
+    lock.extend(Duration::from_millis(500))
+        .await
+        .expect_err("three members hold the EXTEND");
+    assert!(lock.validity() <= Duration::from_millis(500));
+
+    // 2. Those connections break with the EXTEND still on its way; the
+    //    client reconnects and extends to 30 s again, successfully.
+    for p in &proxies[..3] {
+        p.cut_clients();
+    }
+    let until = Instant::now() + Duration::from_secs(10);
+    loop {
+        match lock.extend(Duration::from_secs(30)).await {
+            Ok(()) => break,
+            Err(e) => {
+                assert!(Instant::now() < until, "never extended again: {e}");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    }
+    // Extended, but capped by the failed 500 ms extension, whose EXTEND is
+    // still on its way.
+    assert!(lock.validity() <= Duration::from_millis(500));
+    for (i, n) in nodes.iter().enumerate() {
+        assert!(pttl(n, key) > 20_000, "node {i} holds the 30 s lease");
+    }
+
+    // 3. The held EXTEND arrives now: three nodes hold a 500 ms lease.
+    for p in &proxies[..3] {
+        p.deliver_held();
+    }
+    let until = Instant::now() + Duration::from_secs(10);
+    while nodes[..3].iter().any(|n| pttl(n, key) > 1_000) {
+        assert!(Instant::now() < until, "the held EXTEND never arrived");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(600)).await;
+
+    // 4. Another client takes the lock on those three nodes.
+    let other = b
+        .try_acquire(key, Duration::from_secs(10))
+        .await
+        .expect("try_acquire")
+        .expect("free on three of five nodes");
+    assert!(other.token() > lock.token());
+    assert_eq!(
+        lock.validity(),
+        Duration::ZERO,
+        "lock A reports {:?} of validity (its last extend succeeded) while B holds \
+         the lock with token {} > {}",
+        lock.validity(),
+        other.token(),
+        lock.token()
     );
 }

@@ -279,7 +279,23 @@ impl Node {
             return false;
         };
         // A loading server answers -LOADING; wait for a real PONG.
-        redis::cmd("PING").query::<String>(&mut con).is_ok()
+        if redis::cmd("PING").query::<String>(&mut con).is_err() {
+            return false;
+        }
+        // The port was free when picked, but another server started at the
+        // same moment may have taken it (ours then exits): only our own
+        // process counts.
+        let Some(pid) = self.child.as_ref().map(Child::id) else {
+            return true;
+        };
+        let info: String = redis::cmd("INFO")
+            .arg("server")
+            .query(&mut con)
+            .unwrap_or_default();
+        info.lines()
+            .find_map(|l| l.strip_prefix("process_id:"))
+            .and_then(|v| v.trim().parse::<u32>().ok())
+            == Some(pid)
     }
 
     /// The node's port.
