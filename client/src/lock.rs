@@ -171,11 +171,11 @@ pub struct Lock {
     /// The ACQUIREs the acquisition did not wait for, kept until a release
     /// is queued behind them (see `quorum::Leftovers::Return`).
     unanswered: Unanswered,
-    /// The earliest end of validity an extension that failed (or was
-    /// cancelled) may still impose: its EXTEND can reach a node late, over a
-    /// later one sent on a new connection, and its lease then counts from
-    /// no earlier than its start. No later extension reports past it.
-    cap: Option<Instant>,
+    /// The shortest lease (ms) any extension so far sent. An EXTEND can
+    /// reach a node late (to a node that had not answered, or over a
+    /// connection that broke), after a later one: that node's lease then
+    /// ends no earlier than the later extension's start plus this.
+    shortest_extend_ms: Option<u64>,
 }
 
 impl Deref for Lock {
@@ -217,7 +217,7 @@ impl Lock {
             }),
             released: false,
             unanswered,
-            cap: None,
+            shortest_extend_ms: None,
         }
     }
 
@@ -229,10 +229,12 @@ impl Lock {
     }
 
     /// Extends the lease to `ttl` from now on a quorum of nodes. The new
-    /// validity is measured from the start of this call. A lock whose lease
-    /// ran out is never revived. After any error, stop using the token: the
-    /// nodes may have applied the new lease, so a shorter `ttl` has already
-    /// cut [`validity`](LockInfo::validity) to what it would leave.
+    /// validity is measured from the start of this call, with the shortest
+    /// lease any extension of this lock sent (an earlier EXTEND can reach a
+    /// node after this one). A lock whose lease ran out is never revived.
+    /// After any error, stop using the token: the nodes may have applied
+    /// the new lease, so a shorter `ttl` has already cut
+    /// [`validity`](LockInfo::validity) to what it would leave.
     ///
     /// # Errors
     ///
@@ -273,10 +275,10 @@ impl Lock {
                     .usable(ttl_ms, Duration::ZERO)
                     .unwrap_or_default();
             self.info.lower_deadline(bound);
-            // Until it succeeds this extension caps every later one (an
-            // error or a cancellation leaves the cap in place).
-            let cap_before = self.cap;
-            self.cap = Some(cap_before.map_or(bound, |c| c.min(bound)));
+            // Any earlier EXTEND may still land after this one: count the
+            // validity from this start with the shortest lease sent so far.
+            let counted_ms = self.shortest_extend_ms.map_or(ttl_ms, |s| s.min(ttl_ms));
+            self.shortest_extend_ms = Some(counted_ms);
             self.inner
                 .quorum
                 .extend(&self.info.key, self.info.owner.as_str(), ttl_ms)
@@ -284,17 +286,13 @@ impl Lock {
             if !self.inner.validity_check() {
                 // Deliberately broken (safety-suite mutation): the full ttl
                 // from the end of the extension.
-                self.cap = cap_before;
                 self.info.set_deadline(Instant::now() + ttl);
                 return Ok(());
             }
             let elapsed = start.elapsed();
-            match self.inner.usable(ttl_ms, elapsed) {
+            match self.inner.usable(counted_ms, elapsed) {
                 Some(usable) => {
-                    self.cap = cap_before;
-                    let end = start + usable;
-                    self.info
-                        .set_deadline(cap_before.map_or(end, |c| c.min(end)));
+                    self.info.set_deadline(start + usable);
                     tracing::debug!(
                         validity_ms = (usable - elapsed).as_millis() as u64,
                         "extended"

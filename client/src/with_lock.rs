@@ -135,7 +135,7 @@ async fn keep_alive(
     let mark_lost = |lock: &Lock| {
         // The deadline first, so that a guard never sees a validity left
         // on a lock it reports lost.
-        lock.info().set_deadline(Instant::now());
+        lock.info().lower_deadline(Instant::now());
         lost.cancel();
     };
     while !lost.is_cancelled() {

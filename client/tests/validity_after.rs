@@ -214,14 +214,17 @@ fn pttl(node: &Node, key: &str) -> i64 {
         .arg(key)
         .query(&mut node.connection())
         .expect("INSPECT");
-    redis::from_redis_value(fields[3].clone()).expect("pttl")
+    redis::from_redis_value::<Option<i64>>(fields[3].clone())
+        .expect("pttl")
+        .unwrap_or(-1)
 }
 
-/// A failed shorter extension caps every later one: its EXTEND can reach
-/// nodes late, over a successful longer one sent on new connections (the
-/// late delivery of `stale_release.rs`, for EXTEND).
+/// A later extension counts its validity with the shortest lease sent so
+/// far: a failed shorter extension's EXTEND can reach nodes late, over a
+/// successful longer one sent on new connections (the late delivery of
+/// `stale_release.rs`, for EXTEND).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_late_shorter_extend_caps_the_later_extensions() {
+async fn a_late_shorter_extend_bounds_the_later_extensions() {
     let nodes = common::five();
     let proxies: Vec<FaultProxy> = nodes
         .iter()
@@ -266,8 +269,8 @@ async fn a_late_shorter_extend_caps_the_later_extensions() {
             }
         }
     }
-    // Extended, but capped by the failed 500 ms extension, whose EXTEND is
-    // still on its way.
+    // Extended, but counted with the failed 500 ms extension's lease, whose
+    // EXTEND is still on its way.
     assert!(lock.validity() <= Duration::from_millis(500));
     for (i, n) in nodes.iter().enumerate() {
         assert!(pttl(n, key) > 20_000, "node {i} holds the 30 s lease");
@@ -299,5 +302,50 @@ async fn a_late_shorter_extend_caps_the_later_extensions() {
         lock.validity(),
         other.token(),
         lock.token()
+    );
+}
+
+/// A failed extension to the same ttl bounds nothing for good: the next
+/// successful one counts the whole lease from its own start.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_extension_does_not_cap_the_next_ones_for_good() {
+    let nodes = common::five();
+    let proxies: Vec<FaultProxy> = nodes
+        .iter()
+        .map(|n| FaultProxy::start(format!("127.0.0.1:{}", n.port()).parse().expect("addr")))
+        .collect();
+    let a = Redlock::builder(proxies.iter().map(FaultProxy::url))
+        .node_timeout(common::NODE_TIMEOUT)
+        .connect_timeout(common::CONNECT_TIMEOUT)
+        .retry(RetryPolicy::no_retry())
+        .build()
+        .await
+        .expect("build");
+    let ttl = Duration::from_secs(2);
+    let mut lock = a.acquire("validity:no-cap", ttl).await.expect("acquire");
+    for p in &proxies[..3] {
+        p.set(Fault::DropReplies);
+    }
+    lock.extend(ttl).await.expect_err("three replies are lost");
+    for p in &proxies[..3] {
+        p.set(Fault::None);
+    }
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    let until = Instant::now() + Duration::from_secs(5);
+    loop {
+        match lock.extend(ttl).await {
+            Ok(()) => break,
+            Err(e) => {
+                assert!(Instant::now() < until, "never extended again: {e}");
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+    }
+    // Measured from this extension's start: about 2 s − drift, past where a
+    // bound fixed at the failed extension would end (about 1.3 s from now).
+    assert!(
+        lock.validity() > Duration::from_millis(1_500),
+        "validity {:?} after a successful extension of {ttl:?}",
+        lock.validity()
     );
 }
