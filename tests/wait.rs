@@ -99,12 +99,25 @@ fn extend_and_renewal_move_the_wake_up() {
     assert_eq!(reply, 1);
     assert!(took >= Duration::from_millis(650), "{took:?}");
 
-    // Shorter: a renewal by the holder to 100 ms wakes well before the
-    // first deadline (5 s).
+    // Longer by renewal: the holder's ACQUIRE at 100 ms to 600 ms wakes at
+    // about 700 ms.
+    assert_eq!(acquire(&mut con, "renewed", "holder", 300), Some(1));
+    let waiter = spawn_wait(&node, "renewed", 0);
+    until_waiting(&mut con, 1);
+    std::thread::sleep(Duration::from_millis(100));
+    assert_eq!(acquire(&mut con, "renewed", "holder", 600), Some(1));
+    let (reply, took) = waiter.join().unwrap();
+    assert_eq!(reply, 1);
+    assert!(took >= Duration::from_millis(650), "{took:?}");
+
+    // Shorter: an EXTEND by the holder to 100 ms wakes well before the
+    // first deadline (5 s); a renewal never shortens the lease.
     assert_eq!(acquire(&mut con, "shorter", "holder", 5_000), Some(1));
     let waiter = spawn_wait(&node, "shorter", 0);
     until_waiting(&mut con, 1);
     assert_eq!(acquire(&mut con, "shorter", "holder", 100), Some(1));
+    assert!(inspect(&mut con, "shorter").unwrap().pttl > 4_000);
+    assert_eq!(extend(&mut con, "shorter", "holder", 100), 1);
     let (reply, took) = waiter.join().unwrap();
     assert_eq!(reply, 1);
     assert!(took < Duration::from_millis(1_000), "{took:?}");

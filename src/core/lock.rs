@@ -240,7 +240,8 @@ impl LockState {
     }
 
     /// ACQUIRE: take a free lock with a new token `max(counter + 1, floor)`,
-    /// renew the caller's own live lease (same token, `counter = max(counter, floor)`),
+    /// renew the caller's own live lease (same token, `counter = max(counter,
+    /// floor)`, the lease never shorter than it was),
     /// or report [`Acquired::Busy`]. `wall_us` is the node's wall clock in
     /// microseconds: a grant marks the record reclaimable only when its floor
     /// is a clock reading ([`clock_like`]).
@@ -255,7 +256,11 @@ impl LockState {
         let deadline = now.saturating_add(ttl);
         if self.is_held_by(owner, now) {
             self.counter = self.counter.max(floor.min(MAX_TOKEN));
-            self.deadline = deadline;
+            // A renewal never shortens a live lease: a late copy of the
+            // holder's own ACQUIRE (resent by a cluster connection, or sent
+            // to an alias of this server) must not end a lease the holder
+            // has extended since. EXTEND still sets any length.
+            self.deadline = self.deadline.max(deadline);
             return Ok(Acquired::Renewed {
                 token: self.counter,
             });
@@ -633,6 +638,34 @@ mod tests {
         // Once the node's clock is reclaim-after past the counter, it goes.
         let later = 3_600_000 + 10_000;
         assert!(s.reclaimable(RULE, later, wall_us(later)));
+    }
+
+    #[test]
+    fn a_renewal_never_shortens_a_live_lease() {
+        let holder = o(1);
+        let mut s = LockState::missing(0);
+        assert_eq!(
+            s.acquire(&holder, 5_000, 0, 10, 0),
+            Ok(Acquired::Granted {
+                token: 1,
+                took_over_expired: false
+            })
+        );
+        assert!(s.extend(&holder, 60_000, 20));
+        // A late copy of the ACQUIRE (ttl 5 s) renews without shortening.
+        assert_eq!(
+            s.acquire(&holder, 5_000, 0, 30, 0),
+            Ok(Acquired::Renewed { token: 1 })
+        );
+        assert_eq!(s.inspect(30).pttl, Some(59_990));
+        // A longer renewal lengthens it; EXTEND sets any length.
+        assert_eq!(
+            s.acquire(&holder, 90_000, 0, 40, 0),
+            Ok(Acquired::Renewed { token: 1 })
+        );
+        assert_eq!(s.inspect(40).pttl, Some(90_000));
+        assert!(s.extend(&holder, 100, 50));
+        assert_eq!(s.inspect(50).pttl, Some(100));
     }
 
     #[test]
