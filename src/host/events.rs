@@ -105,7 +105,9 @@ extern "C" fn on_replica_change(
     _data: *mut c_void,
 ) {
     replication::someone_may_listen();
-    if subevent == raw::REDISMODULE_SUBEVENT_REPLICA_CHANGE_ONLINE {
+    if subevent == raw::REDISMODULE_SUBEVENT_REPLICA_CHANGE_ONLINE
+        && !crate::host::mutant::on(crate::host::mutant::Mutant::AuxWriterBaseline)
+    {
         let _ = std::panic::catch_unwind(|| node::announce_soon(&Context::new(ctx)));
     }
 }
