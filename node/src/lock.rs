@@ -95,6 +95,8 @@ pub struct NativeLock {
     info: Arc<LockInfo>,
     /// The client's connections to resource servers.
     resources: Arc<Resources>,
+    /// The runtime that made the lock, for a background release on drop.
+    runtime: Option<tokio::runtime::Handle>,
 }
 
 impl NativeLock {
@@ -105,6 +107,7 @@ impl NativeLock {
             token: lock.token(),
             info: Arc::clone(lock.info()),
             resources,
+            runtime: tokio::runtime::Handle::try_current().ok(),
             shared: Arc::new(Shared {
                 slot: Mutex::new(Slot::Held(lock)),
                 lost: AtomicBool::new(false),
@@ -247,10 +250,19 @@ impl NativeLock {
 impl Drop for NativeLock {
     fn drop(&mut self) {
         // A lock garbage-collected while held is released in the background
-        // (the client's `Lock` does that when it finds the runtime).
+        // (the client's `Lock` does that when it finds a runtime). At exit the
+        // runtime may be shut down already: spawning then does nothing (the
+        // lease runs out), and nothing here may panic inside a finalizer.
         let taken = std::mem::replace(&mut *self.shared.slot(), Slot::Released);
         if let Slot::Held(lock) = taken {
-            napi::bindgen_prelude::within_runtime_if_available(move || drop(lock));
+            let runtime = self.runtime.take();
+            let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || match runtime {
+                Some(handle) => {
+                    let _entered = handle.enter();
+                    drop(lock);
+                }
+                None => std::mem::forget(lock),
+            }));
         }
     }
 }

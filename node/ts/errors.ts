@@ -187,7 +187,7 @@ export const ABORTED = Symbol("aborted");
 type Description = { name: string; message: string; [field: string]: unknown };
 
 function parse(error: unknown): Description | null {
-  if (!(error instanceof Error) || !error.message.startsWith('{"name":')) {
+  if (!(error instanceof Error) || !error.message.startsWith("{")) {
     return null;
   }
   try {
