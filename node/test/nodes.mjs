@@ -238,3 +238,40 @@ export async function startNodes(count, options) {
   }
   return nodes;
 }
+
+/**
+ * A Redis Cluster of `masters` module nodes (no replicas), the slots split
+ * evenly in order, each node with its own free bus port; resolves once every
+ * node reports `cluster_state:ok`. The caller closes the nodes.
+ */
+export async function startCluster(masters) {
+  const nodes = [];
+  try {
+    for (let i = 0; i < masters; i++) {
+      const bus = await freePort();
+      nodes.push(await Node.start({ extra: ["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+        "--cluster-port", String(bus), "--cluster-node-timeout", "1000"] }));
+      nodes[i].bus = bus;
+    }
+    const per = Math.floor(16384 / masters);
+    for (const [i, node] of nodes.entries()) {
+      const last = i === masters - 1 ? 16383 : (i + 1) * per - 1;
+      const reply = await command(node.port, ["CLUSTER", "ADDSLOTSRANGE", String(i * per), String(last)]);
+      if (!reply.startsWith("+OK")) throw new Error(`ADDSLOTSRANGE: ${reply}`);
+    }
+    for (const node of nodes.slice(1)) {
+      const reply = await command(nodes[0].port, ["CLUSTER", "MEET", "127.0.0.1", String(node.port), String(node.bus)]);
+      if (!reply.startsWith("+OK")) throw new Error(`MEET: ${reply}`);
+    }
+    const deadline = Date.now() + START_DEADLINE_MS;
+    for (;;) {
+      const infos = await Promise.all(nodes.map((n) => command(n.port, ["CLUSTER", "INFO"])));
+      if (infos.every((i) => i.includes("cluster_state:ok"))) return nodes;
+      if (Date.now() > deadline) throw new Error("the cluster did not reach cluster_state:ok");
+      await new Promise((r) => setTimeout(r, 50));
+    }
+  } catch (error) {
+    await Promise.all(nodes.map((n) => n.close()));
+    throw error;
+  }
+}
