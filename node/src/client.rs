@@ -155,8 +155,7 @@ pub fn connect<'env>(
             format!("driftFactor must be in 0..1, got {}", options.drift_factor),
         ));
     }
-    let connect_timeout =
-        errors::duration("connectTimeout", options.connect_timeout, 1.0, DAY_MS)?;
+    let connect_timeout = errors::duration("connectTimeout", options.connect_timeout, 1.0, DAY_MS)?;
     let mut builder = Redlock::builder(list)
         .node_timeout(errors::duration(
             "nodeTimeout",
@@ -167,12 +166,7 @@ pub fn connect<'env>(
         .connect_timeout(connect_timeout)
         .retry(RetryPolicy {
             attempts: options.retry_attempts,
-            base_delay: errors::duration(
-                "retry.baseDelay",
-                options.retry_base_delay,
-                0.0,
-                DAY_MS,
-            )?,
+            base_delay: errors::duration("retry.baseDelay", options.retry_base_delay, 0.0, DAY_MS)?,
             jitter: errors::duration("retry.jitter", options.retry_jitter, 0.0, DAY_MS)?,
         })
         .drift_factor(options.drift_factor)
@@ -231,7 +225,9 @@ impl<T: ToNapiValue> ToNapiValue for Nullable<T> {
         unsafe {
             match val.0 {
                 Some(v) => T::to_napi_value(env, v),
-                None => napi::bindgen_prelude::Null::to_napi_value(env, napi::bindgen_prelude::Null),
+                None => {
+                    napi::bindgen_prelude::Null::to_napi_value(env, napi::bindgen_prelude::Null)
+                }
             }
         }
     }

@@ -399,8 +399,9 @@ unsafe fn to_js(env: sys::napi_env, value: Value) -> napi::Result<sys::napi_valu
                     None => e.code().to_string(),
                 };
                 let js_env = Env::from_raw(env);
-                let error = js_env.create_error(napi::Error::new(napi::Status::GenericFailure, message))?;
-                ToNapiValue::to_napi_value(env, &error)
+                let error =
+                    js_env.create_error(napi::Error::new(napi::Status::GenericFailure, message))?;
+                ToNapiValue::to_napi_value(env, error)
             }
             // A RESP3 big number: its decimal text.
             other => match redis::from_redis_value::<String>(other) {

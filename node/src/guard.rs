@@ -181,7 +181,14 @@ impl NativeGuard {
         args: Vec<Either<String, Buffer>>,
     ) -> napi::Result<PromiseRaw<'env, Reply>> {
         self.check_fenceable()?;
-        lock::fenced(env, self.guard.clone(), &self.resources, target, guard, args)
+        lock::fenced(
+            env,
+            self.guard.clone(),
+            &self.resources,
+            target,
+            guard,
+            args,
+        )
     }
 
     /// Runs `commands` fenced by this lock's token in one MULTI/EXEC.
@@ -194,7 +201,14 @@ impl NativeGuard {
         commands: Vec<Vec<Either<String, Buffer>>>,
     ) -> napi::Result<PromiseRaw<'env, Reply>> {
         self.check_fenceable()?;
-        lock::fenced_transaction(env, self.guard.clone(), &self.resources, target, guard, commands)
+        lock::fenced_transaction(
+            env,
+            self.guard.clone(),
+            &self.resources,
+            target,
+            guard,
+            commands,
+        )
     }
 
     /// Shows this lock's token to `guard` on `target`.

@@ -216,7 +216,14 @@ impl NativeLock {
         args: Vec<Either<String, Buffer>>,
     ) -> napi::Result<PromiseRaw<'env, Reply>> {
         self.check_fenceable()?;
-        fenced(env, Arc::clone(&self.info), &self.resources, target, guard, args)
+        fenced(
+            env,
+            Arc::clone(&self.info),
+            &self.resources,
+            target,
+            guard,
+            args,
+        )
     }
 
     /// Runs `commands` fenced by this lock's token on `guard` in one
@@ -230,7 +237,14 @@ impl NativeLock {
         commands: Vec<Vec<Either<String, Buffer>>>,
     ) -> napi::Result<PromiseRaw<'env, Reply>> {
         self.check_fenceable()?;
-        fenced_transaction(env, Arc::clone(&self.info), &self.resources, target, guard, commands)
+        fenced_transaction(
+            env,
+            Arc::clone(&self.info),
+            &self.resources,
+            target,
+            guard,
+            commands,
+        )
     }
 
     /// Shows this lock's token to `guard` on `target` (`REDLOCK.GUARD`):
@@ -335,4 +349,3 @@ pub(crate) fn announce<'env, I: Deref<Target = LockInfo> + Send + 'static>(
             .map_err(|e| errors::lock_error(e, Some((info.key(), info.token()))))
     })
 }
-
