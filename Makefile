@@ -92,27 +92,29 @@ bench-python: deps
 ## (npm ci), the addon built by napi build (@napi-rs/cli) and the TypeScript layer by tsc.
 .PHONY: node-build node-test node-fault bench-node
 NODE_FAULT_SECONDS ?= 120
+# Node.js 20+: the machine's, or a pinned one from PyPI in the test venv (scripts/node-path.sh).
+WITH_NODE = PATH="$$(./scripts/node-path.sh $(PYVENV)):$$PATH"
 node/node_modules/.package-lock.json: node/package-lock.json
-	cd node && npm ci --no-audit --no-fund
+	$(WITH_NODE) && cd node && npm ci --no-audit --no-fund
 node-build: deps node/node_modules/.package-lock.json
-	cd node && npm run --silent build
+	$(WITH_NODE) && cd node && npm run --silent build
 
 ## node-test: the Node.js package against five local nodes (node --test): API, using(), aborts, errors, fenced writes, TLS, a cluster member, the process, the README's examples, tsc --strict on a typed example, npm pack installed in an empty folder, a 6-second fault run
 node-test: node-build
 	$(CARGO) build -p redlock-module --features test-hooks
-	cd node && REDLOCK_MODULE=$(TEST_MODULE) node --test --test-concurrency=1 test/*.test.mjs
+	$(WITH_NODE) && cd node && REDLOCK_MODULE=$(TEST_MODULE) node --test --test-concurrency=1 test/*.test.mjs
 
 ## node-fault: the Node fault test's long form (NODE_FAULT_SECONDS, default 120; SEED)
 node-fault: node-build
 	$(CARGO) build -p redlock-module --features test-hooks
-	cd node && REDLOCK_MODULE=$(TEST_MODULE) node test/fault.mjs --duration $(NODE_FAULT_SECONDS) --seed $(SEED)
+	$(WITH_NODE) && cd node && REDLOCK_MODULE=$(TEST_MODULE) node test/fault.mjs --duration $(NODE_FAULT_SECONDS) --seed $(SEED)
 
 ## bench-node: redlock-fenced against node-redlock 5 (npm) and the Rust client, one run on five local nodes (release builds); ARGS=--secs … --rounds …
 bench-node: deps node/node_modules/.package-lock.json
 	$(CARGO) build --release -p redlock-module
 	$(CARGO) build --release -p redlock-bench --example python_baseline
-	cd node && npm run --silent build:release
-	cd node && REDLOCK_MODULE=$(RELEASE_MODULE) node bench/bench.mjs $(ARGS)
+	$(WITH_NODE) && cd node && npm run --silent build:release
+	$(WITH_NODE) && cd node && REDLOCK_MODULE=$(RELEASE_MODULE) node bench/bench.mjs $(ARGS)
 
 ## demo: five local nodes loading the module through modules.conf, contending workers, a killed node, a stale write refused
 demo: build

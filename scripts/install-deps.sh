@@ -3,7 +3,8 @@
 # redis-server (Redis 7.0+), libclang (for redis-module's bindgen),
 # Python's venv (the Python package's tests run in a venv), the openssl
 # command (the Python and Node TLS tests make their certificates with it),
-# and Node.js with npm for the Node package (node/), which needs Node 20+.
+# Node.js 20+ for the Node package comes from the machine or, when it has none
+# as new (Debian 12's nodejs is 18), from PyPI: see scripts/node-path.sh.
 set -euo pipefail
 
 missing=()
@@ -18,23 +19,7 @@ fi
 if ! ldconfig -p 2>/dev/null | grep -q 'libclang\(-[0-9.]*\)\?\.so'; then
   missing+=(libclang-dev)
 fi
-command -v node >/dev/null 2>&1 || missing+=(nodejs)
-command -v npm >/dev/null 2>&1 || missing+=(npm)
-node_new_enough() {
-  # The Node package needs Node.js 20 or newer (Debian 12's nodejs is 18;
-  # Debian 13 and NodeSource's packages have 20+).
-  command -v node >/dev/null 2>&1 || return 0
-  local major
-  major=$(node -p 'process.versions.node.split(".")[0]' 2>/dev/null || echo 0)
-  if [ "$major" -lt 20 ]; then
-    echo "Node.js $(node --version) is too old for the Node package (node/): it needs 20 or newer" >&2
-    return 1
-  fi
-}
-if [ ${#missing[@]} -eq 0 ]; then
-  node_new_enough
-  exit
-fi
+[ ${#missing[@]} -eq 0 ] && exit 0
 
 echo "installing: ${missing[*]}"
 SUDO=""
@@ -44,4 +29,3 @@ if [ "$(id -u)" -ne 0 ]; then
 fi
 $SUDO apt-get update -qq
 DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
-node_new_enough
