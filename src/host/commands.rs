@@ -23,7 +23,7 @@ use crate::core::args;
 use crate::core::error::CommandError;
 use crate::core::lock::{Acquired, LockError, LockState, MonoMillis};
 use crate::core::owner::hash_owner;
-use crate::host::clock::{mono_now, wall_now, wall_now_us};
+use crate::host::clock::{boot_now, mono_now, wall_now, wall_now_us};
 use crate::host::config;
 use crate::host::ffi::{self, Call, Reply};
 use crate::host::guard;
@@ -89,7 +89,9 @@ fn update<R>(
     let (result, changed) = op(&mut state, now)?;
     if changed {
         key.put(&state)?;
-        ffi::replicate_state(call, || persist::persist_at(&state, now, wall_now()));
+        ffi::replicate_state(call, || {
+            persist::persist_at(&state, now, wall_now(), boot_now())
+        });
         wait::state_changed(call, &state, now);
         ffi::signal_modified(call, event);
     }
@@ -231,18 +233,22 @@ pub fn inspect(call: &Call) -> Result<Reply, CommandError> {
     })
 }
 
-/// `REDLOCK.APPLY key v2 counter expiry remaining [owner-hash]` (or the
-/// version-1 form): sets the exact state that a master computed. Runs only
-/// from the replication link or while loading the AOF. The node-wide forms
-/// (`reclaimed`, `node`) raise the node's values and, for `reclaimed`,
-/// delete the key.
+/// `REDLOCK.APPLY key v3 counter expiry remaining floored idle-wall idle-ms
+/// boot-id boot-ms [owner-hash]` (or the `v2` or version-1 form): sets the
+/// exact state that a master computed. Runs only from the replication link
+/// or while loading the AOF. The node-wide forms (`reclaimed`, `node`) raise
+/// the node's values and, for `reclaimed`, delete the key.
 ///
 /// From a master, the lease is timed from the remaining time on this node's
 /// monotonic clock (the master's wall clock means nothing here); from the
-/// AOF, from the later of its wall-clock end and its remaining time, clamped
-/// to the longest lease. A lease received raises this node's longest lease
-/// first, so a replica's promotion window covers it. The state is then
-/// written to this node's own AOF with its own clock readings.
+/// AOF, on the boot that wrote it, from the later of its end on the boot
+/// clock and its wall-clock end (a lease that ended while the node was down
+/// comes back free), and on another boot from the later of its wall-clock
+/// end and its remaining time; clamped to the longest lease
+/// ([`crate::core::lease_time`]). A lease received raises this node's
+/// longest lease first, so a replica's promotion window covers it. The
+/// state is then written to this node's own AOF with its own clock
+/// readings.
 pub fn apply(call: &Call) -> Result<Reply, CommandError> {
     let flags = call.ctx.get_flags();
     if !flags.intersects(ContextFlags::REPLICATED | ContextFlags::LOADING) {
@@ -271,6 +277,7 @@ pub fn apply(call: &Call) -> Result<Reply, CommandError> {
     let loading = flags.contains(ContextFlags::LOADING);
     if loading && mutant::on(Mutant::DiskLeaseFromWall) {
         p.remaining = None;
+        p.boot = None;
     }
     let clamp_ms = guard::longest_lease();
     let source = if loading {
@@ -278,9 +285,10 @@ pub fn apply(call: &Call) -> Result<Reply, CommandError> {
     } else {
         Source::Stream { clamp_ms }
     };
-    let (mono, wall) = (mono_now(), wall_now());
-    let state = persist::restore(&p, source, mono, wall);
-    let own = persist::persist_at(&state, mono, wall);
+    let mono = mono_now();
+    let (wall, boot) = (wall_now(), boot_now());
+    let state = persist::restore(&p, source, mono, wall, boot);
+    let own = persist::persist_at(&state, mono, wall, boot);
     wait::state_changed(call, &state, mono);
     let mut key = LockKey::write(call.raw(), key_of(call)?);
     key.put(&state)?;
@@ -289,9 +297,9 @@ pub fn apply(call: &Call) -> Result<Reply, CommandError> {
     Ok(Reply::Ok)
 }
 
-/// `REDLOCK.TESTHOOK WALLCLOCK-OFFSET ms | SKIP-REPLICATION 0|1 |
-/// PROMOTION-GUARD 0|1 | REPLICATION-RULE NAIVE|NO-FORKS|SAFE |
-/// MUTANT name 0|1 | PANIC` (test builds only).
+/// `REDLOCK.TESTHOOK WALLCLOCK-OFFSET ms | BOOT-ID id|REAL |
+/// SKIP-REPLICATION 0|1 | PROMOTION-GUARD 0|1 | REPLICATION-RULE
+/// NAIVE|NO-FORKS|SAFE | MUTANT name 0|1 | PANIC` (test builds only).
 #[cfg(feature = "test-hooks")]
 pub fn test_hook(call: &Call) -> Result<Reply, CommandError> {
     match call.args.get(1..).unwrap_or_default() {
@@ -301,6 +309,23 @@ pub fn test_hook(call: &Call) -> Result<Reply, CommandError> {
                 .parse()
                 .map_err(|_| CommandError::NotAnInteger("offset"))?;
             crate::host::clock::set_wall_offset(offset);
+            Ok(Reply::Ok)
+        }
+        [sub, id] if sub.eq_ignore_ascii_case(b"BOOT-ID") => {
+            let fake = if id.eq_ignore_ascii_case(b"REAL") {
+                None
+            } else {
+                let parsed = std::str::from_utf8(id)
+                    .ok()
+                    .and_then(crate::core::lease_time::parse_boot_id)
+                    .ok_or_else(|| {
+                        CommandError::UnknownHook(
+                            "BOOT-ID takes a boot id (32 hex digits) or REAL".into(),
+                        )
+                    })?;
+                Some(parsed)
+            };
+            crate::host::clock::set_fake_boot_id(fake);
             Ok(Reply::Ok)
         }
         [sub, flag] if sub.eq_ignore_ascii_case(b"SKIP-REPLICATION") => {
