@@ -80,6 +80,11 @@ pub enum CommandError {
         /// Milliseconds until ACQUIRE is accepted.
         remaining_ms: u64,
     },
+    /// A lock write (ACQUIRE, EXTEND, FENCE) sent to a replica: its locks
+    /// are its master's, whatever `replica-read-only` says. The code is
+    /// Redis's own for a write refused on a replica.
+    #[error("READONLY {0} is refused on a replica: locks are taken and changed on its master")]
+    OnReplica(&'static str),
     /// A user called the internal replication command.
     #[error("ERR REDLOCK.APPLY is internal: it only runs from a master's replication stream or while loading the AOF")]
     InternalOnly,

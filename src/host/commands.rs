@@ -68,6 +68,21 @@ pub mod stats {
 /// Position of the owner argument in ACQUIRE, RELEASE, EXTEND and FENCE.
 const OWNER_ARG: usize = 2;
 
+/// Refuses ACQUIRE, EXTEND and FENCE on a replica. With `replica-read-only
+/// no` Redis lets clients write to a replica; a lock granted, lengthened or
+/// fenced there would exist on no master (the master's stream overwrites
+/// it, and a promotion keeps it), so a replica answers them as Redis
+/// answers a write with `replica-read-only yes` (`READONLY`). The master's
+/// effects arrive as `REDLOCK.APPLY`, which is not refused. This is the
+/// one read of the context flags these commands make (INSPECT and WAIT
+/// make none here); `docs/performance.md` has its cost.
+fn refuse_on_replica(call: &Call, command: &'static str) -> Result<(), CommandError> {
+    if call.ctx.get_flags().contains(ContextFlags::SLAVE) {
+        return Err(CommandError::OnReplica(command));
+    }
+    Ok(())
+}
+
 fn key_of(call: &Call) -> Result<*mut redis_module::raw::RedisModuleString, CommandError> {
     call.key().ok_or(CommandError::WrongArity("redlock"))
 }
@@ -113,13 +128,15 @@ fn announce_node_record(call: &Call) {
 
 /// `REDLOCK.ACQUIRE key owner ttl-ms [FLOOR n]`
 ///
-/// Read top-down: parse ([`args::acquire`]), the restart guard
+/// Read top-down: refused on a replica ([`refuse_on_replica`]), parse
+/// ([`args::acquire`]), the restart guard
 /// ([`guard::check`]), the hand-off reservation this node's waiter queue
 /// holds ([`wait::reservation`]), the pure decision
 /// ([`LockState::acquire_reserved`]), then, in [`update`], the store and the
 /// effects (replication, waiters, keyspace event).
 pub fn acquire(call: &Call) -> Result<Reply, CommandError> {
     ffi::redact(call, OWNER_ARG);
+    refuse_on_replica(call, "REDLOCK.ACQUIRE")?;
     let a = args::acquire(&call.args, config::max_ttl())?;
     if a.floor > 0 {
         args::token_within_reach("FLOOR", a.floor, wall_now_us())?;
@@ -181,6 +198,7 @@ pub fn release(call: &Call) -> Result<Reply, CommandError> {
 /// `REDLOCK.EXTEND key owner ttl-ms`
 pub fn extend(call: &Call) -> Result<Reply, CommandError> {
     ffi::redact(call, OWNER_ARG);
+    refuse_on_replica(call, "REDLOCK.EXTEND")?;
     let a = args::extend(&call.args, config::max_ttl())?;
     if guard::record_lease(a.ttl)? {
         announce_node_record(call);
@@ -201,6 +219,7 @@ pub fn extend(call: &Call) -> Result<Reply, CommandError> {
 /// `REDLOCK.FENCE key owner [token]`
 pub fn fence(call: &Call) -> Result<Reply, CommandError> {
     ffi::redact(call, OWNER_ARG);
+    refuse_on_replica(call, "REDLOCK.FENCE")?;
     let a = args::fence(&call.args)?;
     if let Some(token) = a.token.filter(|&t| t > 0) {
         args::token_within_reach("token", token, wall_now_us())?;
