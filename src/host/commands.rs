@@ -154,6 +154,9 @@ pub fn acquire(call: &Call) -> Result<Reply, CommandError> {
         let outcome = state
             .acquire_reserved(reservation, &owner, a.ttl, a.floor, now, wall_now_us())
             .map_err(|LockError::CounterExhausted| CommandError::CounterExhausted)?;
+        if matches!(outcome, Acquired::Renewed { .. }) && mutant::on(Mutant::RenewalShortens) {
+            state.extend(&owner, a.ttl, now);
+        }
         Ok((outcome, outcome != Acquired::Busy))
     })?;
     Ok(match outcome {

@@ -17,16 +17,21 @@ pub enum Mutant {
     NoReclaimedFloor = 4,
     /// A replica keeps its own longest lease, whatever it received.
     ReplicaOwnLease = 8,
+    /// An ACQUIRE by the holder sets its lease to `ttl` from now, shorter
+    /// or not (the rule before 74f467a: a late copy of the holder's ACQUIRE
+    /// ends a lease the holder has extended since).
+    RenewalShortens = 16,
 }
 
 impl Mutant {
     /// Every mutant with its name (as in `REDLOCK.TESTHOOK MUTANT name 0|1`
     /// and the `REDLOCK_TEST_MUTANTS` variable).
-    pub const ALL: [(&'static str, Mutant); 4] = [
+    pub const ALL: [(&'static str, Mutant); 5] = [
         ("config-exemption", Mutant::ConfigExemption),
         ("disk-lease-from-wall", Mutant::DiskLeaseFromWall),
         ("no-reclaimed-floor", Mutant::NoReclaimedFloor),
         ("replica-own-lease", Mutant::ReplicaOwnLease),
+        ("renewal-shortens", Mutant::RenewalShortens),
     ];
 
     /// The mutant of that name (ASCII case-insensitive).
