@@ -21,7 +21,7 @@ use redis_module::ContextFlags;
 
 use crate::core::args;
 use crate::core::error::CommandError;
-use crate::core::lock::{Acquired, LockError, LockState, MonoMillis};
+use crate::core::lock::{Acquired, LockError, LockState, MonoMillis, Reservation};
 use crate::core::owner::hash_owner;
 use crate::host::clock::{boot_now, mono_now, wall_now, wall_now_us};
 use crate::host::config;
@@ -148,7 +148,8 @@ pub fn acquire(call: &Call) -> Result<Reply, CommandError> {
     }
     let owner = hash_owner(a.owner);
     // A free lock reserved for the first queued waiter is busy for others:
-    // the reservation is an input of the decision.
+    // the reservation is an input of the decision. It ends only when its
+    // owner takes the lock (below): a refused ACQUIRE keeps it.
     let reservation = wait::reservation(call, &owner, now);
     let outcome = update(call, now, c"redlock.acquire", |state, now| {
         let outcome = state
@@ -159,6 +160,9 @@ pub fn acquire(call: &Call) -> Result<Reply, CommandError> {
         }
         Ok((outcome, outcome != Acquired::Busy))
     })?;
+    if reservation == Reservation::ForCaller && outcome != Acquired::Busy {
+        wait::reservation_used(call, &owner, now);
+    }
     Ok(match outcome {
         Acquired::Granted {
             token,
@@ -311,6 +315,9 @@ pub fn apply(call: &Call) -> Result<Reply, CommandError> {
     let (wall, boot) = (wall_now(), boot_now());
     let state = persist::restore(&p, source, mono, wall, boot);
     let own = persist::persist_at(&state, mono, wall, boot);
+    if state.is_held(mono) {
+        wait::reservation_over(call, mono);
+    }
     wait::state_changed(call, &state, mono);
     let mut key = LockKey::write(call.raw(), key_of(call)?);
     key.put(&state)?;
