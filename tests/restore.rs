@@ -34,8 +34,19 @@ const OP_STRING: u64 = 5;
 const TYPE_MODULE_2: u8 = 7;
 /// `RDB_TYPE_MODULE`: the pre-release module value (no opcodes, no `EOF`).
 const TYPE_MODULE_PRE_GA: u8 = 6;
-/// The RDB version Redis 7.0 writes and accepts at most.
-const RDB_VERSION: u16 = 10;
+/// The RDB version the server under test writes and accepts at most:
+/// 10 on Redis 7.0, 11 on Redis 7.2 and Valkey 7.2/8.x, 12 on Redis 7.4+,
+/// 80 on Valkey 9.
+fn rdb_version() -> u16 {
+    use redlock_testkit::Flavor;
+    match redlock_testkit::server_version() {
+        (Flavor::Redis, v) if v < (7, 2, 0) => 10,
+        (Flavor::Redis, v) if v < (7, 4, 0) => 11,
+        (Flavor::Redis, _) => 12,
+        (Flavor::Valkey, v) if v < (9, 0, 0) => 11,
+        (Flavor::Valkey, _) => 80,
+    }
+}
 
 /// This machine's boot id and its boot clock now, in ms, as the module reads
 /// them (src/host/clock.rs; the test runs in the server's time namespace,
@@ -668,7 +679,7 @@ fn the_payload_codec_matches_real_dumps() {
         let p = Payload::decode(&real);
         assert_eq!(p.encode(), real, "{key}");
         assert_eq!(p.module_id & 1023, 3, "{key}: encoding version");
-        assert_eq!(p.version, RDB_VERSION, "{key}");
+        assert_eq!(p.version, rdb_version(), "{key}");
         let rec = Record::from_items(&p.items).unwrap();
         assert_eq!(rec.owner.len(), if key == "held" { 16 } else { 0 });
         // Stamped with this boot, a moment ago.
@@ -1026,7 +1037,7 @@ fn generate(rng: &mut Rng, bases: &Bases, now: u64, boot: &(Vec<u8>, u64)) -> Ca
             let body = p.body_with(&mut |_| forms.pick(&LEN_FORMS), lzf);
             Case {
                 kind: "length forms",
-                payload: seal(&body, RDB_VERSION),
+                payload: seal(&body, rdb_version()),
                 expect: expect_record(&rec, now, boot),
             }
         }
@@ -1132,7 +1143,7 @@ fn generate(rng: &mut Rng, bases: &Bases, now: u64, boot: &(Vec<u8>, u64)) -> Ca
                     body.truncate(body.len() - cut.min(body.len() - 1));
                     return Case {
                         kind: "EOF missing",
-                        payload: seal(&body, RDB_VERSION),
+                        payload: seal(&body, rdb_version()),
                         expect: if cut == 0 {
                             Expect::Refused
                         } else {
@@ -1173,7 +1184,7 @@ fn generate(rng: &mut Rng, bases: &Bases, now: u64, boot: &(Vec<u8>, u64)) -> Ca
             flip_bytes(rng, &mut body, 0..len);
             Case {
                 kind: "bytes flipped, resealed",
-                payload: seal(&body, RDB_VERSION),
+                payload: seal(&body, rdb_version()),
                 expect: Expect::Either,
             }
         }
@@ -1192,7 +1203,7 @@ fn generate(rng: &mut Rng, bases: &Bases, now: u64, boot: &(Vec<u8>, u64)) -> Ca
                 let cut = rng.index(body.len());
                 Case {
                     kind: "truncated, resealed",
-                    payload: seal(&body[..cut], RDB_VERSION),
+                    payload: seal(&body[..cut], rdb_version()),
                     expect: Expect::Either,
                 }
             }
@@ -1250,7 +1261,7 @@ fn generate(rng: &mut Rng, bases: &Bases, now: u64, boot: &(Vec<u8>, u64)) -> Ca
         }
         // The RDB version of the trailer.
         94..=96 => {
-            let version = rng.pick(&[0u16, 1, 9, 10, 11, 12, u16::MAX]);
+            let version = rng.pick(&[0u16, 1, 9, 10, 11, 12, 13, 80, u16::MAX]);
             let p = Payload {
                 version,
                 ..base.clone()
@@ -1258,7 +1269,7 @@ fn generate(rng: &mut Rng, bases: &Bases, now: u64, boot: &(Vec<u8>, u64)) -> Ca
             Case {
                 kind: "RDB version",
                 payload: p.encode(),
-                expect: if version <= RDB_VERSION {
+                expect: if version <= rdb_version() {
                     expect_record(base_rec, now, boot)
                 } else {
                     Expect::Refused
@@ -1272,7 +1283,7 @@ fn generate(rng: &mut Rng, bases: &Bases, now: u64, boot: &(Vec<u8>, u64)) -> Ca
             body[0] = rng.pick(&[TYPE_MODULE_2, TYPE_MODULE_PRE_GA]);
             Case {
                 kind: "other type relabelled",
-                payload: seal(&body, RDB_VERSION),
+                payload: seal(&body, rdb_version()),
                 expect: Expect::Either,
             }
         }

@@ -30,6 +30,11 @@ def module_path() -> Path:
     return path
 
 
+def server_bin() -> str:
+    """The server binary: ``REDLOCK_SERVER_BIN`` when set (a ``valkey-server``), else ``redis-server``."""
+    return os.environ.get("REDLOCK_SERVER_BIN") or "redis-server"
+
+
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
@@ -76,7 +81,7 @@ class Node:
 
     def start(self) -> None:
         args = [
-            "redis-server", "--port", str(self.port), "--bind", "127.0.0.1",
+            server_bin(), "--port", str(self.port), "--bind", "127.0.0.1",
             "--dir", self.dir.name, "--logfile", str(Path(self.dir.name) / "redis.log"),
             "--daemonize", "no", "--save", "", "--enable-debug-command", "yes",
         ]

@@ -100,6 +100,13 @@ pub enum FaultType {
     /// while the workers use it; client tasks also stall before using their
     /// token, so that stale tokens reach the restarted resource.
     ResourceKill,
+    /// [`FaultType::PromoteLaggingReplica`] on Valkey (the nodes of the
+    /// quorum run [`RunConfig::server_bin`]), with every master's
+    /// `redlock.max-ttl-ms` raised at run time above its replica's: Redis
+    /// 7.2+ and Valkey write the node record through `aux_save2`, and a
+    /// replica must learn its master's longer leases from the full sync
+    /// (issue 39). The fenced resource stays on the default server.
+    PromoteLaggingReplicaValkey,
     /// Mutation tests: two random nodes cut off, rotating quickly.
     PartitionRotate,
     /// Mutation tests: every node killed and restarted at once (empty
@@ -114,7 +121,7 @@ pub enum FaultType {
 
 impl FaultType {
     /// The matrix `make safety` runs.
-    pub const MATRIX: [FaultType; 19] = [
+    pub const MATRIX: [FaultType; 20] = [
         FaultType::None,
         FaultType::KillNone,
         FaultType::KillEverysec,
@@ -135,6 +142,7 @@ impl FaultType {
         // Last, so that the runs before them keep their seeds.
         FaultType::ClockStepRestart,
         FaultType::PromotedRestart,
+        FaultType::PromoteLaggingReplicaValkey,
     ];
 
     /// Whether the quick run (`safety --quick`, part of `make test`) has a
@@ -165,6 +173,7 @@ impl FaultType {
             FaultType::ProxyDropReplies => "proxy_drop_replies",
             FaultType::ClockJump => "clock_jump",
             FaultType::PromoteLaggingReplica => "promote_lagging_replica",
+            FaultType::PromoteLaggingReplicaValkey => "promote_lagging_replica_valkey",
             FaultType::PromotedRestart => "promoted_replica_restart",
             FaultType::ClockStepRestart => "clock_step_durable_restart",
             FaultType::ClusterShards => "cluster_shards",
@@ -190,8 +199,17 @@ impl FaultType {
     pub fn with_replicas(self) -> bool {
         matches!(
             self,
-            FaultType::PromoteLaggingReplica | FaultType::PromotedRestart | FaultType::ClockJump
+            FaultType::PromoteLaggingReplica
+                | FaultType::PromoteLaggingReplicaValkey
+                | FaultType::PromotedRestart
+                | FaultType::ClockJump
         )
+    }
+
+    /// Whether this fault type runs its quorum on Valkey
+    /// ([`RunConfig::server_bin`] must name a `valkey-server`).
+    pub fn on_valkey(self) -> bool {
+        self == FaultType::PromoteLaggingReplicaValkey
     }
 
     /// Whether the workers hold each lock for a while (a fault must find a
@@ -200,6 +218,7 @@ impl FaultType {
         matches!(
             self,
             FaultType::PromoteLaggingReplica
+                | FaultType::PromoteLaggingReplicaValkey
                 | FaultType::PromotedRestart
                 | FaultType::ClockStepRestart
                 | FaultType::ClusterShards
@@ -293,6 +312,10 @@ pub struct RunConfig {
     /// [`WorkerSpec::key_phase_ms`]). `None`: the default (one day), keys
     /// picked at random.
     pub reclaim: Option<Reclaim>,
+    /// The server binary of the quorum's nodes and replicas (the fenced
+    /// resource keeps the default); `None`: the test kit's
+    /// (`REDLOCK_SERVER_BIN`, else `redis-server`).
+    pub server_bin: Option<PathBuf>,
     /// The `safety` binary, re-executed as worker processes.
     pub worker_exe: PathBuf,
     /// Folder for histories.
@@ -329,6 +352,7 @@ impl RunConfig {
             module_mutants: Vec::new(),
             mixed_floor: false,
             reclaim: None,
+            server_bin: None,
             worker_exe,
             out,
         }
@@ -499,6 +523,19 @@ fn prepare_replica(cfg: &RunConfig, replica: &Node, i: usize) -> Result<(), Stri
     }
 }
 
+/// [`FaultType::PromoteLaggingReplicaValkey`]: a master's `max-ttl-ms`,
+/// raised at run time to twice its replica's (which keeps the configured
+/// one), as an operator raises it on the member's master after a failover.
+fn raise_master_max_ttl(cfg: &RunConfig, node: &Node) -> Result<(), String> {
+    let mut con = direct(node).ok_or("master connection")?;
+    redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("redlock.max-ttl-ms")
+        .arg(cfg.max_ttl_ms * 2)
+        .query::<()>(&mut con)
+        .map_err(|e| format!("raise max-ttl-ms: {e}"))
+}
+
 fn direct(node: &Node) -> Option<redis::Connection> {
     let c = redis::Client::open(node.url()).ok()?;
     let con = c
@@ -555,6 +592,9 @@ pub fn run(cfg: &RunConfig) -> Result<RunResult, String> {
     if let Some(reclaim) = cfg.reclaim {
         builder = builder.config("redlock.reclaim-after-ms", &reclaim.after_ms.to_string());
     }
+    if let Some(bin) = &cfg.server_bin {
+        builder = builder.server(bin.clone());
+    }
     if !cfg.module_mutants.is_empty() {
         builder = builder.env(
             crate::mutants::MODULE_MUTANTS_ENV,
@@ -604,6 +644,11 @@ pub fn run(cfg: &RunConfig) -> Result<RunResult, String> {
         for n in &nodes {
             let mut con = direct(n).ok_or("node connection")?;
             crate::mutants::disable_aof_propagation(&mut con)?;
+        }
+    }
+    if cfg.fault.on_valkey() {
+        for n in &nodes {
+            raise_master_max_ttl(cfg, n)?;
         }
     }
     let proxies: Vec<FaultProxy> = nodes
@@ -1353,7 +1398,9 @@ fn inject(cfg: &RunConfig, c: &mut Deployment, rec: &Recorder, pids: &[u32], dea
                 let _ = set(&c.nodes[i], 0);
                 rec.record(Kind::FaultStop { id });
             }
-            FaultType::PromoteLaggingReplica | FaultType::PromotedRestart => {
+            FaultType::PromoteLaggingReplica
+            | FaultType::PromoteLaggingReplicaValkey
+            | FaultType::PromotedRestart => {
                 let order = pick(&mut rng, NODES, 3);
                 let (i, cut) = (order[0], &order[1..]);
                 let restart = cfg.fault == FaultType::PromotedRestart;
@@ -1381,6 +1428,9 @@ fn inject(cfg: &RunConfig, c: &mut Deployment, rec: &Recorder, pids: &[u32], dea
                     c.nodes[i].kill();
                 }
                 promote(c, i);
+                if cfg.fault.on_valkey() {
+                    let _ = raise_master_max_ttl(cfg, &c.replicas[i]);
+                }
                 if restart {
                     restart_promoted(c, i);
                 }

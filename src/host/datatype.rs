@@ -185,6 +185,7 @@ unsafe extern "C" fn aux_load(rdb: *mut raw::RedisModuleIO, encver: c_int, _when
     let loaded = catch_unwind(AssertUnwindSafe(|| persist::read_node_record(rdb, encver)));
     match loaded {
         Ok(Some(n)) => {
+            NODE_RECORD_LOADED.store(true, Relaxed);
             learn_node_record(&redis_module::Context::dummy(), &n);
             raw::REDISMODULE_OK as c_int
         }
@@ -198,16 +199,59 @@ unsafe extern "C" fn aux_save(rdb: *mut raw::RedisModuleIO, _when: c_int) {
     }));
 }
 
-/// As [`aux_save`], but writes nothing while the node record says nothing
-/// a fresh node would not say, so older versions can still read the file.
+/// The node record that an RDB without this module's auxiliary data
+/// stands for: what [`aux_save2`] leaves out, and what a load that found
+/// no auxiliary data learns ([`loaded_without_node_record`]).
+///
+/// It must not depend on either side's configuration. Redis 7.2+ and
+/// Valkey call [`aux_save2`]; when it compared the record with one built
+/// from the *writer's* `max-ttl-ms`, a master at 100 s wrote nothing and
+/// its replica, reading nothing, kept its own 60 s: promoted, it guarded
+/// 60 s while a 100 s lease of its old master ran (two holders). With a
+/// fixed baseline, what is left out is known to every reader.
+pub const UNWRITTEN_NODE_RECORD: NodeRecord = NodeRecord {
+    reclaimed: 0,
+    longest_lease_ms: crate::host::config::MAX_TTL_DEFAULT as u64,
+};
+
+/// As [`aux_save`], but writes nothing while the node record equals
+/// [`UNWRITTEN_NODE_RECORD`], so that an RDB of a node with the default
+/// configuration and no lock keys stays readable by a server without the
+/// module.
 unsafe extern "C" fn aux_save2(rdb: *mut raw::RedisModuleIO, when: c_int) {
-    let n = node_record();
-    let fresh = NodeRecord {
-        reclaimed: 0,
-        longest_lease_ms: crate::host::config::max_ttl().max(0) as u64,
+    let unwritten = if mutant::on(Mutant::AuxWriterBaseline) {
+        NodeRecord {
+            reclaimed: 0,
+            longest_lease_ms: crate::host::config::max_ttl().max(0) as u64,
+        }
+    } else {
+        UNWRITTEN_NODE_RECORD
     };
-    if n != fresh {
+    if node_record() != unwritten {
         aux_save(rdb, when);
+    }
+}
+
+/// Whether the node record was read during the load in progress
+/// ([`aux_load`] sets it; the loading events clear it).
+static NODE_RECORD_LOADED: std::sync::atomic::AtomicBool =
+    std::sync::atomic::AtomicBool::new(false);
+
+/// A load of RDB data begins (a full sync, an RDB file): no node record
+/// read yet.
+pub fn node_record_load_started() {
+    NODE_RECORD_LOADED.store(false, Relaxed);
+}
+
+/// A load of RDB data (a full sync, an RDB file) ended. Without auxiliary
+/// data the writer's record was [`UNWRITTEN_NODE_RECORD`] (this module on
+/// Redis 7.2+ / Valkey), or the writer is unknown (a server without the
+/// module, a release without a node record): learn the baseline, so that a
+/// replica whose own `max-ttl-ms` is smaller still covers its master's
+/// leases. Redis 7.0 calls [`aux_save`], which always writes the record.
+pub fn loaded_without_node_record(ctx: &redis_module::Context) {
+    if !NODE_RECORD_LOADED.swap(false, Relaxed) && !mutant::on(Mutant::AuxWriterBaseline) {
+        learn_node_record(ctx, &UNWRITTEN_NODE_RECORD);
     }
 }
 

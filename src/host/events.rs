@@ -6,6 +6,7 @@
 //! [`crate::host::wait::on_generic_event`]).
 
 use std::os::raw::c_void;
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 
 use redis_module::{raw, Context};
 
@@ -34,17 +35,40 @@ extern "C" fn on_loading(
     subevent: u64,
     _data: *mut c_void,
 ) {
-    if subevent == raw::REDISMODULE_SUBEVENT_LOADING_ENDED {
-        let _ = std::panic::catch_unwind(|| replication::check_server(&Context::new(ctx)));
-    }
+    let _ = std::panic::catch_unwind(|| match subevent {
+        raw::REDISMODULE_SUBEVENT_LOADING_RDB_START
+        | raw::REDISMODULE_SUBEVENT_LOADING_REPL_START => datatype::node_record_load_started(),
+        raw::REDISMODULE_SUBEVENT_LOADING_ENDED => {
+            let ctx = Context::new(ctx);
+            // An AOF's own node (this one) is covered by its longest-lease
+            // record file; RDB data may come from another node.
+            if RDB_LOAD.swap(false, Relaxed) {
+                datatype::loaded_without_node_record(&ctx);
+            }
+            replication::check_server(&ctx);
+        }
+        _ => {}
+    });
     let now = match subevent {
         raw::REDISMODULE_SUBEVENT_LOADING_RDB_START
         | raw::REDISMODULE_SUBEVENT_LOADING_AOF_START => Loading::File,
         raw::REDISMODULE_SUBEVENT_LOADING_REPL_START => Loading::Replication,
         _ => Loading::Nothing,
     };
+    RDB_LOAD.store(
+        matches!(
+            subevent,
+            raw::REDISMODULE_SUBEVENT_LOADING_RDB_START
+                | raw::REDISMODULE_SUBEVENT_LOADING_REPL_START
+        ),
+        Relaxed,
+    );
     datatype::set_loading(now);
 }
+
+/// The load in progress reads RDB data written elsewhere or earlier (an RDB
+/// file, a full sync), as opposed to an AOF.
+static RDB_LOAD: AtomicBool = AtomicBool::new(false);
 
 extern "C" fn on_role_change(
     ctx: *mut raw::RedisModuleCtx,

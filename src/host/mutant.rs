@@ -17,20 +17,26 @@ pub enum Mutant {
     NoReclaimedFloor = 4,
     /// A replica keeps its own longest lease, whatever it received.
     ReplicaOwnLease = 8,
+    /// `aux_save2` (Redis 7.2+, Valkey) leaves the node record out when it
+    /// equals one built from the writer's own `max-ttl-ms`, and a load
+    /// without it learns nothing (issue 39: a replica whose `max-ttl-ms` is
+    /// smaller than its master's guards too short once promoted).
+    AuxWriterBaseline = 16,
     /// An ACQUIRE by the holder sets its lease to `ttl` from now, shorter
     /// or not (the rule before 74f467a: a late copy of the holder's ACQUIRE
     /// ends a lease the holder has extended since).
-    RenewalShortens = 16,
+    RenewalShortens = 32,
 }
 
 impl Mutant {
     /// Every mutant with its name (as in `REDLOCK.TESTHOOK MUTANT name 0|1`
     /// and the `REDLOCK_TEST_MUTANTS` variable).
-    pub const ALL: [(&'static str, Mutant); 5] = [
+    pub const ALL: [(&'static str, Mutant); 6] = [
         ("config-exemption", Mutant::ConfigExemption),
         ("disk-lease-from-wall", Mutant::DiskLeaseFromWall),
         ("no-reclaimed-floor", Mutant::NoReclaimedFloor),
         ("replica-own-lease", Mutant::ReplicaOwnLease),
+        ("aux-writer-baseline", Mutant::AuxWriterBaseline),
         ("renewal-shortens", Mutant::RenewalShortens),
     ];
 

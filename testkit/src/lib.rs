@@ -53,6 +53,67 @@ pub fn module_path() -> PathBuf {
     path
 }
 
+/// The server binary the tests start: `REDLOCK_SERVER_BIN` when set (a
+/// `valkey-server`, another Redis build), otherwise `redis-server` from
+/// `PATH`.
+pub fn server_bin() -> PathBuf {
+    match std::env::var_os("REDLOCK_SERVER_BIN") {
+        Some(p) if !p.is_empty() => std::path::absolute(PathBuf::from(p)).unwrap_or_default(),
+        _ => PathBuf::from("redis-server"),
+    }
+}
+
+/// Which server [`server_bin`] starts, as its `--version` says.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Flavor {
+    /// Redis (`Redis server v=…`).
+    Redis,
+    /// Valkey (`Valkey server v=…`).
+    Valkey,
+}
+
+/// The flavor and version (`(major, minor, patch)`) of [`server_bin`], read
+/// once from its `--version`.
+pub fn server_version() -> (Flavor, (u32, u32, u32)) {
+    static VERSION: std::sync::OnceLock<(Flavor, (u32, u32, u32))> = std::sync::OnceLock::new();
+    *VERSION.get_or_init(|| {
+        let out = Command::new(server_bin())
+            .arg("--version")
+            .output()
+            .unwrap_or_else(|e| panic!("{} --version: {e}", server_bin().display()));
+        parse_server_version(&String::from_utf8_lossy(&out.stdout)).unwrap_or_else(|| {
+            panic!(
+                "{} --version said {:?}",
+                server_bin().display(),
+                String::from_utf8_lossy(&out.stdout)
+            )
+        })
+    })
+}
+
+/// Reads `Redis server v=7.0.15 …` or `Valkey server v=8.1.8 …`.
+fn parse_server_version(text: &str) -> Option<(Flavor, (u32, u32, u32))> {
+    let flavor = if text.starts_with("Valkey") {
+        Flavor::Valkey
+    } else if text.starts_with("Redis") {
+        Flavor::Redis
+    } else {
+        return None;
+    };
+    let v = text.split_whitespace().find_map(|w| w.strip_prefix("v="))?;
+    let mut parts = v.split('.').map(|p| p.parse::<u32>().ok());
+    Some((flavor, (parts.next()??, parts.next()??, parts.next()??)))
+}
+
+/// Whether the server under test calls the 7.2+ module callbacks
+/// (`aux_save2`): Redis 7.2 and later, every Valkey.
+pub fn server_has_7_2_api() -> bool {
+    match server_version() {
+        (Flavor::Valkey, _) => true,
+        (Flavor::Redis, v) => v >= (7, 2, 0),
+    }
+}
+
 /// A port nobody listens on right now.
 pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
@@ -74,6 +135,10 @@ pub struct NodeBuilder {
     users: Vec<String>,
     /// Options whose value is a free port picked at each start attempt.
     port_configs: Vec<String>,
+    /// Files written into the node's folder before its first start.
+    files: Vec<(String, Vec<u8>)>,
+    /// The server binary; `None`: [`server_bin`].
+    server: Option<PathBuf>,
 }
 
 impl NodeBuilder {
@@ -132,6 +197,20 @@ impl NodeBuilder {
         self
     }
 
+    /// Starts this server binary instead of [`server_bin`] (e.g. one
+    /// scenario of a run on Valkey).
+    pub fn server(mut self, path: PathBuf) -> Self {
+        self.server = Some(path);
+        self
+    }
+
+    /// Writes a file into the node's folder before it starts (e.g. a
+    /// `dump.rdb` made by another node).
+    pub fn file(mut self, name: &str, contents: &[u8]) -> Self {
+        self.files.push((name.to_string(), contents.to_vec()));
+        self
+    }
+
     /// Loads another module file.
     pub fn module(mut self, path: PathBuf) -> Self {
         self.module = Some(path);
@@ -146,6 +225,9 @@ impl NodeBuilder {
                 .prefix("redlock-node-")
                 .tempdir()
                 .expect("temp dir");
+            for (name, contents) in &self.files {
+                std::fs::write(dir.path().join(name), contents).expect("seed file");
+            }
             let mut spec = self.clone();
             for name in std::mem::take(&mut spec.port_configs) {
                 spec.configs.retain(|(n, _)| *n != name);
@@ -162,7 +244,7 @@ impl NodeBuilder {
                 Err(e) => last_error = e,
             }
         }
-        panic!("could not start redis-server: {last_error}");
+        panic!("could not start {}: {last_error}", server_bin().display());
     }
 }
 
@@ -190,6 +272,8 @@ impl Node {
             tls: None,
             users: Vec::new(),
             port_configs: Vec::new(),
+            files: Vec::new(),
+            server: None,
         }
     }
 
@@ -199,7 +283,8 @@ impl Node {
     }
 
     fn spawn(&mut self) -> Result<(), String> {
-        let mut cmd = Command::new("redis-server");
+        let bin = self.spec.server.clone().unwrap_or_else(server_bin);
+        let mut cmd = Command::new(&bin);
         cmd.current_dir(self.dir.path());
         match &self.spec.tls {
             None => {
@@ -253,7 +338,7 @@ impl Node {
         cmd.stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null());
-        let child = cmd.spawn().map_err(|e| format!("redis-server: {e}"))?;
+        let child = cmd.spawn().map_err(|e| format!("{}: {e}", bin.display()))?;
         self.child = Some(child);
         let deadline = Instant::now() + START_DEADLINE;
         loop {
@@ -474,4 +559,25 @@ pub fn start_nodes(n: usize, builder: &NodeBuilder) -> Vec<Node> {
         .into_iter()
         .map(|h| h.join().expect("node start thread"))
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{parse_server_version, Flavor};
+
+    #[test]
+    fn reads_both_servers_version_lines() {
+        assert_eq!(
+            parse_server_version(
+                "Redis server v=7.0.15 sha=00000000:0 malloc=jemalloc-5.3.0 bits=64 build=ae4d7c971a948f0\n"
+            ),
+            Some((Flavor::Redis, (7, 0, 15)))
+        );
+        assert_eq!(
+            parse_server_version("Valkey server v=8.1.8 sha=00000000:1 malloc=libc bits=64\n"),
+            Some((Flavor::Valkey, (8, 1, 8)))
+        );
+        assert_eq!(parse_server_version("KeyDB server v=6.3.4"), None);
+        assert_eq!(parse_server_version("Redis server v=7.x"), None);
+    }
 }

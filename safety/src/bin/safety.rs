@@ -42,6 +42,10 @@ struct Args {
     /// floor in one process out of two.
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
+    /// A `valkey-server` binary for the fault types that run on Valkey
+    /// (`promote_lagging_replica_valkey`); without it they are skipped.
+    #[arg(long, env = "REDLOCK_VALKEY_BIN")]
+    valkey: Option<PathBuf>,
 }
 
 #[derive(Subcommand)]
@@ -99,6 +103,16 @@ fn main() -> ExitCode {
         .copied()
         .filter(|f| args.only.is_empty() || args.only.iter().any(|o| o == f.name()))
         .filter(|f| !args.quick || f.in_quick_run())
+        .filter(|f| {
+            let runs = !f.on_valkey() || args.valkey.is_some();
+            if !runs {
+                eprintln!(
+                    "safety: {} skipped: no Valkey binary (--valkey or REDLOCK_VALKEY_BIN)",
+                    f.name()
+                );
+            }
+            runs
+        })
         .collect();
     let only = |name: &str| args.only.is_empty() || args.only.iter().any(|o| o == name);
     let with_reclaim = only("reclaim");
@@ -134,6 +148,9 @@ fn main() -> ExitCode {
                 exe.clone(),
                 args.out.clone(),
             );
+            if fault.on_valkey() {
+                cfg.server_bin = args.valkey.clone();
+            }
             // Every other run waits for busy locks with `acquire_wait`
             // (woken by the nodes) instead of one attempt per try.
             let waiting = (ti / 2 + r) % 2 == 1;
