@@ -57,9 +57,11 @@ pub enum CommandError {
     /// An owner hash in `REDLOCK.APPLY` that is not 16 bytes.
     #[error("ERR invalid owner hash: must be 16 bytes, got {0} bytes")]
     OwnerHashLength(usize),
-    /// A boot id in `REDLOCK.APPLY` that is neither empty nor 16 bytes.
-    #[error("ERR invalid boot id: must be 16 bytes or empty, got {0} bytes")]
-    BootIdLength(usize),
+    /// A boot stamp in `REDLOCK.APPLY` that is neither empty nor 24 bytes.
+    #[error(
+        "ERR invalid boot stamp: must be 24 bytes (boot id and boot clock) or empty, got {0} bytes"
+    )]
+    BootStampLength(usize),
     /// Recording the longest lease failed, so it cannot be granted safely.
     #[error("ERR cannot record the lease length for the restart guard: {0}")]
     GuardRecord(String),

@@ -259,8 +259,10 @@ pub fn inspect(call: &Call) -> Result<Reply, CommandError> {
     })
 }
 
-/// `REDLOCK.APPLY key v3 counter expiry remaining floored idle-wall idle-ms
-/// boot-id boot-ms [owner-hash]` (or the `v2` or version-1 form): sets the
+/// `REDLOCK.APPLY key v3 counter expiry remaining floored boot-stamp
+/// owner-hash` (a held lock), `REDLOCK.APPLY key v2 counter expiry remaining
+/// floored idle-wall idle-ms [owner-hash]` (a free lock, or a file written
+/// before the boot stamp) or the version-1 form: sets the
 /// exact state that a master computed. Runs only from the replication link
 /// or while loading the AOF. The node-wide forms (`reclaimed`, `node`) raise
 /// the node's values and, for `reclaimed`, delete the key.

@@ -22,12 +22,19 @@
 //! (string buffer of 16 bytes, empty = unknown) · boot-ms (unsigned, ms
 //! since that boot)`.
 //!
-//! `REDLOCK.APPLY key v3 counter expiry remaining floored idle-wall idle-ms
-//! boot-id boot-ms [owner-hash]` (`boot-id` as 16 raw bytes, or empty).
+//! `REDLOCK.APPLY key v3 counter expiry remaining floored boot-stamp
+//! owner-hash` for a held lock (`boot-stamp`: the boot id and the boot
+//! clock as 24 raw bytes, [`BootStamp::to_bytes`], or empty when unknown; a
+//! held lock has no idle time), and for a free one, which has no lease to
+//! time, the version-2 form `REDLOCK.APPLY key v2 counter expiry remaining
+//! floored idle-wall idle-ms`. Each effect is written to the AOF and sent to
+//! every replica, so its length counts: the stamp is one argument, where the
+//! idle fields of a held lock were two.
 //!
 //! Version 2, still read: the version-3 record without its last two fields
-//! (RDB, `DUMP`, and `REDLOCK.APPLY key v2 counter expiry remaining floored
-//! idle-wall idle-ms [owner-hash]`); read as from another boot.
+//! (RDB, `DUMP`), and `REDLOCK.APPLY key v2 counter expiry remaining floored
+//! idle-wall idle-ms [owner-hash]`; a lease in it is read as from another
+//! boot.
 //!
 //! Node-wide values travel with the records (DESIGN §8, §12): the highest
 //! counter this node ever reclaimed and the longest lease it may have
@@ -353,14 +360,17 @@ pub unsafe fn write_node_record(rdb: *mut raw::RedisModuleIO, n: &NodeRecord) {
 
 /// The name of the internal command.
 const APPLY: &std::ffi::CStr = c"REDLOCK.APPLY";
-/// The version marker of the current `REDLOCK.APPLY` form.
+/// The version marker of the form of a held lock.
 const APPLY_V3: &std::ffi::CStr = c"v3";
+/// The version marker of the form of a free lock.
+const APPLY_V2: &std::ffi::CStr = c"v2";
 
-/// Emits `REDLOCK.APPLY key v3 counter expiry remaining floored idle-wall
-/// idle-ms boot-id boot-ms [owner-hash]`
-/// through `emit`, which is `RedisModule_Replicate` (replicas and the AOF)
-/// or `RedisModule_EmitAOF` (AOF rewrite): both take a command name, a
-/// format string and the arguments it describes.
+/// Emits `REDLOCK.APPLY key v3 counter expiry remaining floored boot-stamp
+/// owner-hash` (a held lock) or `REDLOCK.APPLY key v2 counter expiry
+/// remaining floored idle-wall idle-ms` (a free one) through `emit`, which
+/// is `RedisModule_Replicate` (replicas and the AOF) or
+/// `RedisModule_EmitAOF` (AOF rewrite): both take a command name, a format
+/// string and the arguments it describes.
 macro_rules! emit_apply {
     ($emit:expr, $target:expr, $key:expr, $p:expr) => {{
         let p: &Persisted = $p;
@@ -368,46 +378,38 @@ macro_rules! emit_apply {
         let expiry = p.expiry as c_longlong;
         let remaining = p.remaining.unwrap_or(0) as c_longlong;
         let floored = c_longlong::from(p.floored);
-        let idle_wall = p.idle_wall as c_longlong;
-        let idle_ms = p.idle_ms.unwrap_or(0) as c_longlong;
-        let boot_id: &[u8] = p.boot.as_ref().map_or(&[][..], |b| &b.id[..]);
-        let boot_ms = p.boot.map_or(0, |b| b.ms) as c_longlong;
         let cmd: *const c_char = APPLY.as_ptr();
         match &p.owner {
             None => {
                 $emit(
                     $target,
                     cmd,
-                    c"scllllllbl".as_ptr(),
+                    c"scllllll".as_ptr(),
                     $key,
-                    APPLY_V3.as_ptr(),
+                    APPLY_V2.as_ptr(),
                     counter,
                     expiry,
                     remaining,
                     floored,
-                    idle_wall,
-                    idle_ms,
-                    boot_id.as_ptr(),
-                    boot_id.len(),
-                    boot_ms,
+                    p.idle_wall as c_longlong,
+                    p.idle_ms.unwrap_or(0) as c_longlong,
                 );
             }
             Some(hash) => {
+                let stamp = p.boot.map(|b| b.to_bytes());
+                let stamp: &[u8] = stamp.as_ref().map_or(&[][..], |s| &s[..]);
                 $emit(
                     $target,
                     cmd,
-                    c"scllllllblb".as_ptr(),
+                    c"scllllbb".as_ptr(),
                     $key,
                     APPLY_V3.as_ptr(),
                     counter,
                     expiry,
                     remaining,
                     floored,
-                    idle_wall,
-                    idle_ms,
-                    boot_id.as_ptr(),
-                    boot_id.len(),
-                    boot_ms,
+                    stamp.as_ptr(),
+                    stamp.len(),
                     hash.as_ptr(),
                     hash.len(),
                 );
@@ -560,16 +562,16 @@ pub fn parse_apply(args: &[&[u8]]) -> Result<Applied, CommandError> {
             }))
         }
         [_, _, v, tail @ ..] if v.eq_ignore_ascii_case(b"v3") => match tail {
-            [c, e, r, f, iw, im, boot_id, boot_ms, owner @ ..] if owner.len() <= 1 => {
-                let boot = match *boot_id {
+            [c, e, r, f, stamp, owner] => {
+                let boot = match *stamp {
                     [] => None,
-                    bytes => Some(BootStamp {
-                        id: BootId::try_from(bytes)
-                            .map_err(|_| CommandError::BootIdLength(bytes.len()))?,
-                        ms: args::non_negative("boot-ms", boot_ms)?,
-                    }),
+                    bytes => Some(
+                        BootStamp::from_bytes(bytes)
+                            .ok_or(CommandError::BootStampLength(bytes.len()))?,
+                    ),
                 };
-                apply_state([c, e, r, f, iw, im], owner, boot)
+                // A held lock: no idle time.
+                apply_state([c, e, r, f, &&b"0"[..], &&b"0"[..]], &[*owner], boot)
             }
             _ => Err(CommandError::WrongArity("redlock.apply")),
         },
@@ -867,7 +869,11 @@ mod tests {
     #[test]
     fn apply_parses_the_boot_stamp_of_version_three() {
         let hash = hash_owner(b"me");
-        let boot_id = [3u8; 16];
+        let stamp = BootStamp {
+            id: [3u8; 16],
+            ms: 123_456,
+        };
+        let bytes = stamp.to_bytes();
         let v3: Vec<&[u8]> = vec![
             b"x",
             b"k",
@@ -876,47 +882,91 @@ mod tests {
             b"1796000000500",
             b"500",
             b"1",
-            b"0",
-            b"0",
-            &boot_id,
-            b"123456",
+            &bytes,
             &hash,
         ];
         let p = state(parse_apply(&v3)).unwrap();
         assert_eq!(
-            (p.counter, p.owner, p.remaining, p.boot),
-            (
-                5,
-                Some(hash),
-                Some(500),
-                Some(BootStamp {
-                    id: boot_id,
-                    ms: 123_456
-                })
-            )
+            p,
+            Persisted {
+                counter: 5,
+                owner: Some(hash),
+                expiry: 1_796_000_000_500,
+                remaining: Some(500),
+                floored: true,
+                idle_wall: 0,
+                idle_ms: Some(0),
+                boot: Some(stamp),
+            }
         );
-        // No boot id: no stamp (read as from another boot).
+        // No stamp: read as from another boot.
         let mut unknown = v3.clone();
-        unknown[9] = b"";
+        unknown[7] = b"";
         assert_eq!(state(parse_apply(&unknown)).unwrap().boot, None);
-        // Free: no owner hash.
-        let free = &v3[..11];
-        assert_eq!(state(parse_apply(free)).unwrap().owner, None);
-        let mut short_id = v3.clone();
-        short_id[9] = b"abc";
-        assert_eq!(parse_apply(&short_id), Err(CommandError::BootIdLength(3)));
-        let mut bad_ms = v3.clone();
-        bad_ms[10] = b"-1";
-        assert!(parse_apply(&bad_ms).is_err());
-        let mut extra = v3.clone();
-        extra.push(b"more");
+        let mut short = v3.clone();
+        short[7] = b"abc";
+        assert_eq!(parse_apply(&short), Err(CommandError::BootStampLength(3)));
+        let mut bad_hash = v3.clone();
+        bad_hash[8] = b"abc";
         assert_eq!(
-            parse_apply(&extra),
-            Err(CommandError::WrongArity("redlock.apply"))
+            parse_apply(&bad_hash),
+            Err(CommandError::OwnerHashLength(3))
         );
+        // A held lock only: the owner hash is not optional, nothing follows it.
+        for wrong in [&v3[..8], &[&v3[..], &[&b"more"[..]][..]].concat()[..]] {
+            assert_eq!(
+                parse_apply(wrong),
+                Err(CommandError::WrongArity("redlock.apply"))
+            );
+        }
+    }
+
+    #[test]
+    fn a_held_lock_travels_as_v3_and_a_free_one_as_v2() {
+        // What the emitter writes, read back: the same state.
+        let boot = Some(BootStamp {
+            id: [9; 16],
+            ms: 77,
+        });
+        let leased = persist_at(&held(5, 21_000), 1_000, WALL, boot);
+        let stamp = leased.boot.unwrap().to_bytes();
+        let owner = leased.owner.unwrap();
+        let (counter, expiry, remaining) = (
+            leased.counter.to_string(),
+            leased.expiry.to_string(),
+            leased.remaining.unwrap().to_string(),
+        );
+        let v3: Vec<&[u8]> = vec![
+            b"x",
+            b"k",
+            b"v3",
+            counter.as_bytes(),
+            expiry.as_bytes(),
+            remaining.as_bytes(),
+            b"1",
+            &stamp,
+            &owner,
+        ];
+        assert_eq!(state(parse_apply(&v3)), Ok(leased));
+        let free = persist_at(&held(5, 1_500), 1_750, WALL, boot);
+        let (idle_wall, idle_ms) = (
+            free.idle_wall.to_string(),
+            free.idle_ms.unwrap().to_string(),
+        );
+        let v2: Vec<&[u8]> = vec![
+            b"x",
+            b"k",
+            b"v2",
+            b"5",
+            b"0",
+            b"0",
+            b"1",
+            idle_wall.as_bytes(),
+            idle_ms.as_bytes(),
+        ];
         assert_eq!(
-            parse_apply(&v3[..10]),
-            Err(CommandError::WrongArity("redlock.apply"))
+            state(parse_apply(&v2)),
+            Ok(Persisted { boot: None, ..free })
         );
     }
 }
