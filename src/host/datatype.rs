@@ -83,10 +83,11 @@ pub fn set_loading(now: Loading) {
 /// clock and its wall-clock end; on another boot, the later of its
 /// wall-clock end and its remaining time; clamped to the longest lease.
 /// Redis passes a `RESTORE` on to replicas and the AOF as it came, and this
-/// rule reads it the same way live, on a replica and on a reload: the end
-/// of the lease does not move (but for the clamp, which counts from each
-/// load), and never comes before the real end of the lease it was dumped
-/// from.
+/// rule reads it the same way live, on a replica and on a reload, never
+/// ending the lease before the real end of the lease it was dumped from: on
+/// the boot that dumped it the end does not move (but for the clamp, which
+/// counts from each load); on another boot the time left when dumped counts
+/// from each load, so a reload can only lengthen it.
 pub fn load_source() -> Source {
     let clamp_ms = guard::longest_lease();
     match loading() {
