@@ -208,15 +208,19 @@ async fn a_lock_guard_kept_past_with_lock_reports_no_validity() {
     );
 }
 
-/// `pttl` of `key` on the node (-1 when not held).
+/// `pttl` of `key` on the node (-1 when not held, or when the node has no
+/// record: a loaded machine can make the acquisition miss one node).
 fn pttl(node: &Node, key: &str) -> i64 {
     let fields: Vec<redis::Value> = redis::cmd("REDLOCK.INSPECT")
         .arg(key)
         .query(&mut node.connection())
         .expect("INSPECT");
-    redis::from_redis_value::<Option<i64>>(fields[3].clone())
-        .expect("pttl")
-        .unwrap_or(-1)
+    match fields.get(3) {
+        Some(v) => redis::from_redis_value::<Option<i64>>(v.clone())
+            .expect("pttl")
+            .unwrap_or(-1),
+        None => -1,
+    }
 }
 
 /// A later extension counts its validity with the shortest lease sent so
@@ -272,9 +276,13 @@ async fn a_late_shorter_extend_bounds_the_later_extensions() {
     // Extended, but counted with the failed 500 ms extension's lease, whose
     // EXTEND is still on its way.
     assert!(lock.validity() <= Duration::from_millis(500));
-    for (i, n) in nodes.iter().enumerate() {
+    // The three members whose EXTEND is held back took the 30 s lease (a
+    // loaded machine may leave one of the other two out of the quorum).
+    for (i, n) in nodes[..3].iter().enumerate() {
         assert!(pttl(n, key) > 20_000, "node {i} holds the 30 s lease");
     }
+    let holding = nodes.iter().filter(|n| pttl(n, key) > 20_000).count();
+    assert!(holding >= 3, "{holding} nodes hold the 30 s lease");
 
     // 3. The held EXTEND arrives now: three nodes hold a 500 ms lease.
     for p in &proxies[..3] {

@@ -132,6 +132,9 @@ unsafe extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *m
     }
     let loaded = catch_unwind(AssertUnwindSafe(|| -> Option<LockState> {
         let mut p = persist::read_record(rdb, encver)?;
+        if loading() != Loading::Nothing {
+            learn_unwritten_node_record(&redis_module::Context::dummy());
+        }
         match loading() {
             // A full sync: a lease the master sent is one it may grant.
             Loading::Replication if p.owner.is_some() => {
@@ -202,7 +205,7 @@ unsafe extern "C" fn aux_save(rdb: *mut raw::RedisModuleIO, _when: c_int) {
 
 /// The node record that an RDB without this module's auxiliary data
 /// stands for: what [`aux_save2`] leaves out, and what a load that found
-/// no auxiliary data learns ([`loaded_without_node_record`]).
+/// no auxiliary data learns ([`learn_unwritten_node_record`]).
 ///
 /// It must not depend on either side's configuration. Redis 7.2+ and
 /// Valkey call [`aux_save2`]; when it compared the record with one built
@@ -233,25 +236,35 @@ unsafe extern "C" fn aux_save2(rdb: *mut raw::RedisModuleIO, when: c_int) {
     }
 }
 
-/// Whether the node record was read during the load in progress
-/// ([`aux_load`] sets it; the loading events clear it).
+/// Whether the node record was read (or the baseline learned in its
+/// place) during the load in progress: [`aux_load`] and the first record
+/// of a load set it, the loading events clear it.
 static NODE_RECORD_LOADED: std::sync::atomic::AtomicBool =
     std::sync::atomic::AtomicBool::new(false);
 
-/// A load of RDB data begins (a full sync, an RDB file): no node record
-/// read yet.
+/// A load begins (an RDB file, an AOF, a full sync): no node record read
+/// yet.
 pub fn node_record_load_started() {
     NODE_RECORD_LOADED.store(false, Relaxed);
 }
 
-/// A load of RDB data (a full sync, an RDB file) ended. Without auxiliary
-/// data the writer's record was [`UNWRITTEN_NODE_RECORD`] (this module on
-/// Redis 7.2+ / Valkey), or the writer is unknown (a server without the
-/// module, a release without a node record): learn the baseline, so that a
-/// replica whose own `max-ttl-ms` is smaller still covers its master's
-/// leases. Redis 7.0 calls [`aux_save`], which always writes the record.
-pub fn loaded_without_node_record(ctx: &redis_module::Context) {
-    if !NODE_RECORD_LOADED.swap(false, Relaxed) && !mutant::on(Mutant::AuxWriterBaseline) {
+/// Learns [`UNWRITTEN_NODE_RECORD`] unless the load in progress already
+/// read a node record (or learned the baseline).
+///
+/// When: the node record is written before the keys
+/// (`REDISMODULE_AUX_BEFORE_RDB`), so a lock record that loads while none
+/// was read means the writer left it out: its record was the baseline
+/// (this module on Redis 7.2+ / Valkey), or the writer is unknown (a server
+/// without the module, a release without a node record). The baseline is
+/// learned before that first record is clamped to the longest lease, so no
+/// lease is cut short (DESIGN §12), and also by an AOF's RDB preamble,
+/// which this node may load without its longest-lease file (a new disk, a
+/// restored backup). A full sync or an RDB file without lock records learns
+/// it when the load ends ([`crate::host::events`]): the writer may have
+/// granted leases of that length since. Redis 7.0 calls [`aux_save`], which
+/// always writes the record.
+pub fn learn_unwritten_node_record(ctx: &redis_module::Context) {
+    if !NODE_RECORD_LOADED.swap(true, Relaxed) && !mutant::on(Mutant::AuxWriterBaseline) {
         learn_node_record(ctx, &UNWRITTEN_NODE_RECORD);
     }
 }

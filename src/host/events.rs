@@ -14,6 +14,7 @@ use crate::host::clock::mono_now;
 use crate::host::config;
 use crate::host::datatype::{self, Loading};
 use crate::host::guard;
+use crate::host::node;
 use crate::host::replication;
 
 extern "C" fn on_config_change(
@@ -26,6 +27,12 @@ extern "C" fn on_config_change(
         let ctx = Context::new(ctx);
         config::check_eviction_policy(&ctx);
         guard::on_config_change(&ctx);
+        // A raised max-ttl-ms is recorded and announced at once.
+        match guard::record_lease(config::max_ttl().max(0) as u64) {
+            Ok(true) => node::announce_soon(&ctx),
+            Ok(false) => {}
+            Err(e) => ctx.log_warning(&format!("{e}")),
+        }
     });
 }
 
@@ -37,13 +44,17 @@ extern "C" fn on_loading(
 ) {
     let _ = std::panic::catch_unwind(|| match subevent {
         raw::REDISMODULE_SUBEVENT_LOADING_RDB_START
+        | raw::REDISMODULE_SUBEVENT_LOADING_AOF_START
         | raw::REDISMODULE_SUBEVENT_LOADING_REPL_START => datatype::node_record_load_started(),
         raw::REDISMODULE_SUBEVENT_LOADING_ENDED => {
             let ctx = Context::new(ctx);
-            // An AOF's own node (this one) is covered by its longest-lease
-            // record file; RDB data may come from another node.
+            // A full sync or an RDB file without lock records: its writer
+            // may have granted leases of the baseline's length since. An
+            // AOF with no lock record in its preamble carries the record of
+            // its own node as `REDLOCK.APPLY … node` (see
+            // `persist::rewrite_node`) or had nothing to say.
             if RDB_LOAD.swap(false, Relaxed) {
-                datatype::loaded_without_node_record(&ctx);
+                datatype::learn_unwritten_node_record(&ctx);
             }
             replication::check_server(&ctx);
         }
@@ -88,12 +99,17 @@ extern "C" fn on_role_change(
 }
 
 extern "C" fn on_replica_change(
-    _ctx: *mut raw::RedisModuleCtx,
+    ctx: *mut raw::RedisModuleCtx,
     _event: raw::RedisModuleEvent,
-    _subevent: u64,
+    subevent: u64,
     _data: *mut c_void,
 ) {
     replication::someone_may_listen();
+    if subevent == raw::REDISMODULE_SUBEVENT_REPLICA_CHANGE_ONLINE
+        && !crate::host::mutant::on(crate::host::mutant::Mutant::AuxWriterBaseline)
+    {
+        let _ = std::panic::catch_unwind(|| node::announce_soon(&Context::new(ctx)));
+    }
 }
 
 extern "C" fn on_fork(

@@ -18,9 +18,10 @@ pub enum Mutant {
     /// A replica keeps its own longest lease, whatever it received.
     ReplicaOwnLease = 8,
     /// `aux_save2` (Redis 7.2+, Valkey) leaves the node record out when it
-    /// equals one built from the writer's own `max-ttl-ms`, and a load
-    /// without it learns nothing (issue 39: a replica whose `max-ttl-ms` is
-    /// smaller than its master's guards too short once promoted).
+    /// equals one built from the writer's own `max-ttl-ms`, a load without
+    /// it learns nothing, and a replica coming online is not told the
+    /// record (issue 39: a replica whose `max-ttl-ms` is smaller than its
+    /// master's guards too short once promoted).
     AuxWriterBaseline = 16,
     /// An ACQUIRE by the holder sets its lease to `ttl` from now, shorter
     /// or not (the rule before 74f467a: a late copy of the holder's ACQUIRE

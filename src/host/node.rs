@@ -6,7 +6,11 @@
 //! The type callbacks ([`crate::host::datatype`]), the commands and the sweep all
 //! read and raise them through this module, which depends on none of them.
 
+use std::os::raw::c_void;
+use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+use redis_module::raw;
 
 use crate::host::guard;
 use crate::host::mutant::{self, Mutant};
@@ -48,4 +52,48 @@ pub fn node_record() -> NodeRecord {
 pub fn learn_node_record(ctx: &redis_module::Context, n: &NodeRecord) {
     raise_reclaimed(n.reclaimed);
     guard::learn_lease(ctx, n.longest_lease_ms);
+}
+
+/// The key that `REDLOCK.APPLY key node …` names when no command's key is at
+/// hand; that form leaves its key untouched.
+const ANNOUNCE_KEY: &[u8] = b"redlock:node-record";
+
+/// Tells replicas and the AOF the node record soon (on the next turn of the
+/// event loop, from a timer's context, like any effect of a command),
+/// rather than only with the first grant that lengthens it: a replica that
+/// misses that grant misses its announcement too, and promoted, it would
+/// guard for less than its old master's leases (two holders). Called when
+/// `redlock.max-ttl-ms` was raised and when a replica comes online (a
+/// partial resync after this node restarted with a larger `max-ttl-ms`
+/// carries no node record).
+pub fn announce_soon(ctx: &redis_module::Context) {
+    // SAFETY: a plain module API call with the event's context.
+    unsafe {
+        if let Some(create) = raw::RedisModule_CreateTimer {
+            create(ctx.ctx, 0, Some(announce), std::ptr::null_mut());
+        }
+    }
+}
+
+unsafe extern "C" fn announce(ctx: *mut raw::RedisModuleCtx, _data: *mut c_void) {
+    let _ = catch_unwind(AssertUnwindSafe(|| {
+        let context = redis_module::Context::new(ctx);
+        if !crate::host::replication::needed(&context) {
+            return;
+        }
+        // SAFETY: ctx is the timer's context; the string is freed below.
+        unsafe {
+            let (Some(create), Some(free)) =
+                (raw::RedisModule_CreateString, raw::RedisModule_FreeString)
+            else {
+                return;
+            };
+            let key = create(ctx, ANNOUNCE_KEY.as_ptr().cast(), ANNOUNCE_KEY.len());
+            if key.is_null() {
+                return;
+            }
+            crate::host::persist::replicate_node(ctx, key, &node_record());
+            free(ctx, key);
+        }
+    }));
 }

@@ -58,7 +58,12 @@ pub fn module_path() -> PathBuf {
 /// `PATH`.
 pub fn server_bin() -> PathBuf {
     match std::env::var_os("REDLOCK_SERVER_BIN") {
-        Some(p) if !p.is_empty() => std::path::absolute(PathBuf::from(p)).unwrap_or_default(),
+        // A path (made absolute: nodes run in their own folders), or a bare
+        // name looked up in `PATH`.
+        Some(p) if !p.is_empty() && Path::new(&p).components().count() > 1 => {
+            std::path::absolute(PathBuf::from(p)).unwrap_or_default()
+        }
+        Some(p) if !p.is_empty() => PathBuf::from(p),
         _ => PathBuf::from("redis-server"),
     }
 }

@@ -249,3 +249,25 @@ pub fn guard_highest(con: &mut redis::Connection, guard: &str) -> Option<i64> {
         .unwrap();
     reply.map(|f| redis::from_redis_value_ref(&f[3]).unwrap())
 }
+
+/// `flat` (an AOF with `\r\n` turned into spaces) without the node record
+/// announcements a master writes when a replica comes online or
+/// `max-ttl-ms` grows (`REDLOCK.APPLY redlock:node-record node …`): they
+/// land wherever the event happened to fall.
+pub fn without_node_announcements(flat: &str) -> String {
+    const HEAD: &str = "*5 $13 REDLOCK.APPLY $19 redlock:node-record $4 node ";
+    let mut out = String::new();
+    let mut rest = flat;
+    while let Some(at) = rest.find(HEAD) {
+        out.push_str(&rest[..at]);
+        // Two bulk strings follow: `$len value` twice.
+        let tail = &rest[at + HEAD.len()..];
+        let mut words = tail.splitn(5, ' ');
+        for _ in 0..4 {
+            words.next();
+        }
+        rest = words.next().unwrap_or("");
+    }
+    out.push_str(rest);
+    out
+}
