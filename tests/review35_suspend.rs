@@ -58,20 +58,21 @@ fn namespaces_allowed() -> bool {
         .is_ok_and(|s| s.success())
 }
 
-fn wrapper() -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("review35-wrapper-{}", std::process::id()));
+fn wrapper(test: &str) -> PathBuf {
+    // Cargo's scratch folder for integration tests (under target/).
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
     std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join("server.sh");
+    let path = dir.join(format!("review35-server-{test}-{}.sh", std::process::id()));
     std::fs::write(&path, WRAPPER).unwrap();
     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
     path
 }
 
-fn durable_node() -> Node {
+fn durable_node(test: &str) -> Node {
     let server = redlock_testkit::server_bin();
     let boot_id = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap();
     Node::builder()
-        .server(wrapper())
+        .server(wrapper(test))
         .env("REVIEW_SERVER", server.to_str().unwrap())
         .env("REVIEW_BOOT_ID", boot_id.trim())
         .env("REVIEW_CLOCKS", "")
@@ -97,7 +98,7 @@ fn a_restart_after_a_suspend_keeps_the_lease_the_running_node_would_keep() {
         eprintln!("skipped: unshare -m -T with a tmpfs /proc is not permitted here");
         return;
     }
-    let mut node = durable_node();
+    let mut node = durable_node("suspend");
     let mut con = node.connection();
     assert_eq!(acquire(&mut con, "k", "alice", 20_000), Some(1));
     let granted = Instant::now();
@@ -130,7 +131,7 @@ fn a_restart_inside_a_time_namespace_reads_the_hosts_boot_clock() {
         eprintln!("skipped: unshare -T is not permitted here");
         return;
     }
-    let mut node = durable_node();
+    let mut node = durable_node("namespace");
     let mut con = node.connection();
     assert_eq!(acquire(&mut con, "k", "alice", 20_000), Some(1));
     let granted = Instant::now();
