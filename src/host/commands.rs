@@ -68,10 +68,12 @@ pub mod stats {
 /// Position of the owner argument in ACQUIRE, RELEASE, EXTEND and FENCE.
 const OWNER_ARG: usize = 2;
 
-/// Refuses ACQUIRE, EXTEND and FENCE on a replica. With `replica-read-only
-/// no` Redis lets clients write to a replica; a lock granted, lengthened or
-/// fenced there would exist on no master (the master's stream overwrites
-/// it, and a promotion keeps it), so a replica answers them as Redis
+/// Refuses ACQUIRE, RELEASE, EXTEND and FENCE on a replica. With
+/// `replica-read-only no` Redis lets clients write to a replica; a lock
+/// granted, lengthened or fenced there would exist on no master, and one
+/// released there would read free on the replica (INSPECT, WAIT) while the
+/// master holds it, until the key's next effect (the master's stream
+/// overwrites it, and a promotion keeps it), so a replica answers them as Redis
 /// answers a write with `replica-read-only yes` (`READONLY`). The master's
 /// effects arrive as `REDLOCK.APPLY`, which is not refused. This is the
 /// one read of the context flags these commands make (INSPECT and WAIT
@@ -188,6 +190,7 @@ pub fn acquire(call: &Call) -> Result<Reply, CommandError> {
 /// `REDLOCK.RELEASE key owner`
 pub fn release(call: &Call) -> Result<Reply, CommandError> {
     ffi::redact(call, OWNER_ARG);
+    refuse_on_replica(call, "REDLOCK.RELEASE")?;
     let a = args::release(&call.args)?;
     let owner = hash_owner(a.owner);
     let released = update(call, mono_now(), c"redlock.release", |state, now| {
