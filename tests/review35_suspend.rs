@@ -20,10 +20,10 @@
 //! suspended machine's, moved on by well under a second.
 //!
 //! Needs `unshare -m -T` and `mount` (root, or the capabilities); the tests
-//! say so and do nothing elsewhere. The second test is a control that
-//! passes today: with the namespace's offset visible the module reads the
-//! host's boot clock (no integration test of the change covers that
-//! argument).
+//! say so and do nothing elsewhere. The stamp is now on `CLOCK_MONOTONIC`
+//! with the time namespace in its identity (`core::lease_time`): the last
+//! two tests state that rule for restarts in another time namespace, whose
+//! clocks carry their own offsets.
 
 mod common;
 
@@ -45,6 +45,8 @@ suspend)
     exec "$REVIEW_SERVER" "$@"' review-suspend "$@" ;;
 namespace)
   exec unshare -T --boottime "$REVIEW_BOOT_AHEAD_S" "$REVIEW_SERVER" "$@" ;;
+monotonic)
+  exec unshare -T --monotonic "$REVIEW_BOOT_AHEAD_S" "$REVIEW_SERVER" "$@" ;;
 *)
   exec "$REVIEW_SERVER" "$@" ;;
 esac
@@ -121,12 +123,12 @@ fn a_restart_after_a_suspend_keeps_the_lease_the_running_node_would_keep() {
     );
 }
 
-/// Control: the server restarted inside a time namespace whose boot clock
-/// is 30 s ahead, with the offset readable: the module takes it off and
-/// reads the host's boot clock, so the lease keeps what is left of it (the
-/// wall clock 30 s ahead too: only the boot clock can keep it).
+/// A restart inside another time namespace whose boot clock is 30 s ahead
+/// (and the wall clock 30 s ahead too): another clock identity, so the rule
+/// across boots: the lease keeps the time it had left when written, from
+/// the load (never less than what the running node would have left).
 #[test]
-fn a_restart_inside_a_time_namespace_reads_the_hosts_boot_clock() {
+fn a_restart_inside_a_time_namespace_keeps_the_time_left_when_written() {
     if !namespaces_allowed() {
         eprintln!("skipped: unshare -T is not permitted here");
         return;
@@ -141,5 +143,33 @@ fn a_restart_inside_a_time_namespace_reads_the_hosts_boot_clock() {
     let v = inspect(&mut con, "k").unwrap();
     let least = 20_000 - granted.elapsed().as_millis() as i64 - 5;
     assert!(v.held && v.pttl >= least && v.pttl <= 20_000, "{v:?}");
+    assert_eq!(acquire(&mut con, "k", "bob", 1_000), None);
+}
+
+/// A restart inside a time namespace whose MONOTONIC clock (the clock the
+/// stamp is on) is 30 s ahead, same boot, and the wall clock 30 s ahead too
+/// (so that the wall-clock end does not keep the lease by itself): the
+/// stamp's reading would say 30 s passed and free the 20 s lease if the
+/// namespace were not part of the clock's identity. It is another clock,
+/// so the lease keeps the time it had left when written.
+#[test]
+fn a_restart_in_a_namespace_with_the_monotonic_clock_ahead_keeps_the_lease() {
+    if !namespaces_allowed() {
+        eprintln!("skipped: unshare -T is not permitted here");
+        return;
+    }
+    let mut node = durable_node("monotonic");
+    let mut con = node.connection();
+    assert_eq!(acquire(&mut con, "k", "alice", 20_000), Some(1));
+    let granted = Instant::now();
+    drop(con);
+    restart_ahead(&mut node, "monotonic", 30, 30_000);
+    let mut con = node.connection();
+    let v = inspect(&mut con, "k").unwrap();
+    let least = 20_000 - granted.elapsed().as_millis() as i64 - 5;
+    assert!(
+        v.held && v.pttl >= least && v.pttl <= 20_000,
+        "{v:?}: freed by a namespace's clock offset"
+    );
     assert_eq!(acquire(&mut con, "k", "bob", 1_000), None);
 }

@@ -6,19 +6,35 @@
 //! A lease leaves the process with three readings of its end:
 //! - the *remaining* time when it was written;
 //! - its *wall-clock end* (wall clock when written + remaining);
-//! - a *boot stamp*: the kernel's boot id and a `CLOCK_BOOTTIME` reading
-//!   when it was written (encoding v3 on; see [`BootStamp`]).
+//! - a *clock stamp* ([`BootStamp`], encoding v3 on): a reading of the clock
+//!   leases run on (`CLOCK_MONOTONIC`) when it was written, and the identity
+//!   of that clock: the kernel's boot id combined with the identity of the
+//!   process's time namespace ([`clock_id`]).
 //!
-//! `CLOCK_BOOTTIME` runs from the boot of the machine and is never set, so
-//! within one boot `boot now − boot written` is exactly the time since the
-//! record was written, however the wall clock moved and however long the
-//! node was down. A reader on the same boot therefore knows the lease's
-//! real end. On another boot (or with no stamp) only the remaining time
-//! and the wall clock are left, and the older rules hold.
+//! The stamp is on the clock the leases run on, not on `CLOCK_BOOTTIME`: a
+//! suspend of the machine stops `CLOCK_MONOTONIC` (a running node, and a
+//! holder on the same host timing its validity with `Instant`, keep the
+//! lease for its monotonic time left), and a restart that counted the
+//! suspend would free a lease the running node and that holder still count
+//! as held: two holders. On the clock leases run on, a restart ends the
+//! lease exactly when the running node would have.
 //!
-//! | origin | same boot | another boot, or no stamp |
+//! `CLOCK_MONOTONIC` is never set, but a time namespace adds its own offset
+//! to it: two processes of one boot read the same clock only in time
+//! namespaces with the same offset. So the stamp's identity is the boot id
+//! and the namespace (its inode and its monotonic offset, when the kernel
+//! has time namespaces): within one identity `now − written` is exactly the
+//! time the leases ran since the record was written, however the wall clock
+//! moved and however long the node was down. A reading earlier than the
+//! stamp is impossible on one clock; it is not trusted (the identity lied,
+//! e.g. a cloned virtual machine keeps its boot id) and the lease is read as
+//! from another boot. On another boot, another namespace, or with no stamp,
+//! only the remaining time and the wall clock are left, and the older rules
+//! hold.
+//!
+//! | origin | same clock | another clock, or no stamp |
 //! |---|---|---|
-//! | file or `RESTORE` ([`Origin::Disk`]) | the later of its boot-clock end and its wall-clock end | the later of its remaining time and its wall-clock end |
+//! | file or `RESTORE` ([`Origin::Disk`]) | the later of its stamped end and its wall-clock end | the later of its remaining time and its wall-clock end |
 //! | running master ([`Origin::Stream`]) | the remaining time | the remaining time |
 //! | version 1 (no remaining time) | the wall-clock end | the wall-clock end |
 //!
@@ -26,22 +42,24 @@
 //! granted (a clock set back must not hold a lock for hours).
 //!
 //! Why each rule:
-//! - **Disk, same boot.** A lease whose end passed while the node was down
+//! - **Disk, same clock.** A lease whose end passed while the node was down
 //!   comes back free: the previous rule ("never less than the time it had
 //!   left when written") revived every lease whose last record was a grant
 //!   for up to its whole length. The wall-clock end is kept as a second
 //!   opinion: the lease ends only when both clocks say it has. With a
-//!   correct wall clock they agree; a wall clock set back across the
-//!   restart only lengthens the lease (up to the clamp), and a boot clock
-//!   that is not what the id promises (a cloned virtual machine keeps its
-//!   boot id) cannot end it before its wall-clock end.
-//! - **Disk, another boot.** Nothing ties the two machines' (or boots')
+//!   correct wall clock and no suspend they agree; a wall clock set back
+//!   across the restart, or a suspend (which moves the wall clock on),
+//!   only lengthens the lease (up to the clamp), and a clock that is not
+//!   what the identity promises cannot end it before its wall-clock end.
+//! - **Disk, another clock.** Nothing ties the two machines' (or boots')
 //!   clocks together: the wall clock may have stepped forward while the
 //!   node was down, so the lease never ends earlier than the time it had
-//!   left when written (a holder may still use it).
+//!   left when written (a holder may still use it). Such a lease is
+//!   re-stamped once loaded (see `host::restamp`), so that later restarts
+//!   of this boot time it on this clock instead of reviving it.
 //! - **Stream.** A master running now sends the remaining time, which the
 //!   replica adds to its own clock; the transfer delay only lengthens it.
-//!   The boot stamp is not used between two running processes: they may be
+//!   The stamp is not used between two running processes: they may be
 //!   two machines that share a boot id (a cloned virtual machine), and the
 //!   remaining time needs no clock to agree.
 //!
@@ -51,27 +69,59 @@
 
 use crate::core::clock::WallMillis;
 
-/// The kernel's boot id (`/proc/sys/kernel/random/boot_id`), 16 bytes.
+/// The kernel's boot id (`/proc/sys/kernel/random/boot_id`), 16 bytes; in
+/// a [`BootStamp`], the identity of the clock ([`clock_id`]).
 pub type BootId = [u8; 16];
 
-/// A `CLOCK_BOOTTIME` reading and the boot it belongs to.
-///
-/// `ms` is on the machine's own boot clock: a process inside a time
-/// namespace with a boot-time offset has it taken off
-/// ([`host_boot_ms`]), so two processes of one boot read the same clock.
+/// A reading of the clock leases run on (`CLOCK_MONOTONIC`, in the
+/// process's time namespace) and the identity of that clock.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct BootStamp {
-    /// The boot.
+    /// The clock: the boot id combined with the time namespace
+    /// ([`clock_id`]). Two readings with one id are on one clock.
     pub id: BootId,
-    /// Milliseconds since that boot.
+    /// The clock's reading in milliseconds.
     pub ms: u64,
+}
+
+/// What makes `CLOCK_MONOTONIC` readings of two processes of one boot
+/// comparable: their time namespace, named by its inode
+/// (`/proc/self/ns/time`) and the monotonic offset it adds
+/// (`/proc/self/timens_offsets`). The offset is part of the identity so
+/// that an inode reused by a later namespace with another offset is
+/// another clock.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TimeNamespace {
+    /// The namespace's inode.
+    pub inode: u64,
+    /// Its `CLOCK_MONOTONIC` offset in ns.
+    pub monotonic_offset_ns: i128,
+}
+
+/// The identity of the clock a process of boot `boot` in time namespace
+/// `ns` reads (`None`: a kernel without time namespaces, where every
+/// process of a boot reads one clock). The namespace is folded into the
+/// boot id (exclusive or): on one boot two different namespaces give two
+/// different ids; across boots the random boot ids keep them apart.
+pub fn clock_id(boot: BootId, ns: Option<TimeNamespace>) -> BootId {
+    let mut id = boot;
+    if let Some(ns) = ns {
+        // The offset fits 64 bits (the kernel bounds it by KTIME_SEC_MAX).
+        let parts = [ns.inode, ns.monotonic_offset_ns as i64 as u64];
+        for (chunk, part) in id.chunks_exact_mut(8).zip(parts) {
+            for (byte, p) in chunk.iter_mut().zip(part.to_le_bytes()) {
+                *byte ^= p;
+            }
+        }
+    }
+    id
 }
 
 impl BootStamp {
     /// Length of [`BootStamp::to_bytes`].
     pub const BYTES: usize = 24;
 
-    /// The stamp as one value: the boot id, then the boot clock as 8 bytes,
+    /// The stamp as one value: the clock's id, then its reading as 8 bytes,
     /// little-endian (one argument of `REDLOCK.APPLY`).
     pub fn to_bytes(&self) -> [u8; Self::BYTES] {
         let mut out = [0u8; Self::BYTES];
@@ -107,7 +157,7 @@ pub struct Written {
     pub expiry: WallMillis,
     /// Milliseconds left when written; `None` in version-1 records.
     pub remaining: Option<u64>,
-    /// The boot clock when written; `None` before version 3, or when the
+    /// The clock stamp when written; `None` before version 3, or when the
     /// writer could not read it.
     pub boot: Option<BootStamp>,
 }
@@ -125,12 +175,13 @@ pub struct Reading {
 /// the time between them is counted (see the module notes).
 pub const READING_SLACK_MS: u64 = 1;
 
-/// The time since `written`, when `now` is a reading of the same boot.
-/// A reading earlier than the written one (impossible on one boot) counts
-/// as no time at all.
+/// The time since `written`, when `now` is a reading of the same clock
+/// (same identity, and not earlier: a reading earlier than the written one
+/// is impossible on one clock, so the identity is not trusted and the
+/// record is read as from another boot).
 pub fn elapsed_on_same_boot(written: Option<BootStamp>, now: Option<BootStamp>) -> Option<u64> {
     match (written, now) {
-        (Some(w), Some(n)) if w.id == n.id => {
+        (Some(w), Some(n)) if w.id == n.id && n.ms >= w.ms => {
             Some(n.ms.saturating_sub(w.ms).saturating_sub(READING_SLACK_MS))
         }
         _ => None,
@@ -179,31 +230,21 @@ pub fn parse_boot_id(text: &str) -> Option<BootId> {
     (nibbles == 32).then_some(id)
 }
 
-/// The boot-time offset of the process's time namespace in nanoseconds,
-/// from `/proc/self/timens_offsets` (`boottime <seconds> <nanoseconds>`,
-/// seconds possibly negative). `None` when the text has no such line or it
-/// does not parse.
-pub fn parse_boottime_offset(text: &str) -> Option<i128> {
-    let line = text
+/// The offset of clock `clock` (`monotonic` or `boottime`) in the process's
+/// time namespace in nanoseconds, from `/proc/self/timens_offsets` (lines
+/// `<clock> <seconds> <nanoseconds>`, seconds possibly negative). `None`
+/// when the text has no such line or it does not parse.
+pub fn parse_time_offset(text: &str, clock: &str) -> Option<i128> {
+    let mut words = text
         .lines()
         .map(str::split_whitespace)
-        .find_map(|mut words| (words.next()? == "boottime").then_some(words))?;
-    let mut words = line;
+        .find_map(|mut words| (words.next()? == clock).then_some(words))?;
     let secs: i64 = words.next()?.parse().ok()?;
     let nanos: i64 = words.next()?.parse().ok()?;
     if words.next().is_some() {
         return None;
     }
     Some(i128::from(secs) * 1_000_000_000 + i128::from(nanos))
-}
-
-/// The machine's boot clock in ms, from a `CLOCK_BOOTTIME` reading in the
-/// process's time namespace (`local_ns`) and that namespace's boot-time
-/// offset (`offset_ns`, which the namespace adds). `None` when the result
-/// would be negative (the offset does not belong to the reading).
-pub fn host_boot_ms(local_ns: i128, offset_ns: i128) -> Option<u64> {
-    let host_ns = local_ns.checked_sub(offset_ns).filter(|&ns| ns >= 0)?;
-    u64::try_from(host_ns / 1_000_000).ok()
 }
 
 #[cfg(test)]
@@ -320,7 +361,7 @@ mod tests {
             10_000
         );
         assert_eq!(stated_left(&v1, &read(80_000, 0, BOOT)), 10_000);
-        // A reader that cannot read its boot clock: another boot.
+        // A reader that cannot read its clock stamp: another boot.
         let blind = Reading {
             wall: WALL + 50_000,
             boot: None,
@@ -381,25 +422,78 @@ mod tests {
     }
 
     #[test]
-    fn the_time_namespace_offset_is_taken_off() {
-        let text = "monotonic           0         0\nboottime         -5  250000000\n";
-        let offset = parse_boottime_offset(text).unwrap();
-        assert_eq!(offset, -4_750_000_000);
-        // The namespace reads 4.75 s less than the machine.
-        assert_eq!(host_boot_ms(10_000_000_000, offset), Some(14_750));
+    fn the_time_namespace_offsets_parse() {
+        let text = "monotonic          30         0\nboottime         -5  250000000\n";
+        assert_eq!(parse_time_offset(text, "boottime"), Some(-4_750_000_000));
+        assert_eq!(parse_time_offset(text, "monotonic"), Some(30_000_000_000));
         let none = "monotonic 0 0\nboottime 0 0\n";
-        assert_eq!(parse_boottime_offset(none), Some(0));
-        assert_eq!(host_boot_ms(1_999_999, 0), Some(1));
+        assert_eq!(parse_time_offset(none, "monotonic"), Some(0));
         for bad in [
             "",
-            "monotonic 0 0\n",
-            "boottime x 0\n",
-            "boottime 1\n",
-            "boottime 1 2 3\n",
+            "boottime 0 0\n",
+            "monotonic x 0\n",
+            "monotonic 1\n",
+            "monotonic 1 2 3\n",
         ] {
-            assert_eq!(parse_boottime_offset(bad), None, "{bad:?}");
+            assert_eq!(parse_time_offset(bad, "monotonic"), None, "{bad:?}");
         }
-        assert_eq!(host_boot_ms(5, 10), None);
+    }
+
+    #[test]
+    fn another_time_namespace_is_another_clock() {
+        let host = TimeNamespace {
+            inode: 0xEFFF_FFFA,
+            monotonic_offset_ns: 0,
+        };
+        let ahead = TimeNamespace {
+            monotonic_offset_ns: 30_000_000_000,
+            ..host
+        };
+        let reused = TimeNamespace {
+            inode: 0xF000_0001,
+            ..host
+        };
+        let ids = [
+            clock_id(BOOT, None),
+            clock_id(BOOT, Some(host)),
+            clock_id(BOOT, Some(ahead)),
+            clock_id(BOOT, Some(reused)),
+        ];
+        for (i, a) in ids.iter().enumerate() {
+            for b in &ids[i + 1..] {
+                assert_ne!(a, b);
+            }
+        }
+        assert_eq!(clock_id(BOOT, None), BOOT);
+        assert_eq!(clock_id(BOOT, Some(host)), clock_id(BOOT, Some(host)));
+        // A lease written in the host's namespace, read 30 s "later" in a
+        // namespace whose monotonic clock is 30 s ahead: another clock, so
+        // the time it had left when written (the rule across boots).
+        let w = Written {
+            boot: stamp(clock_id(BOOT, Some(host)), 10_000),
+            ..written(20_000)
+        };
+        let now = Reading {
+            wall: WALL + 100,
+            boot: stamp(clock_id(BOOT, Some(ahead)), 40_100),
+        };
+        assert_eq!(lease_left(&w, Origin::Disk, &now, CLAMP), 20_000);
+    }
+
+    #[test]
+    fn a_reading_earlier_than_the_stamp_is_read_as_another_boot() {
+        // Same identity, but the clock reads 5 s before the stamp: not one
+        // clock; the time left when written counts (never less).
+        let w = written(20_000);
+        let earlier = Reading {
+            wall: WALL + 1_000,
+            boot: stamp(BOOT, 5_000),
+        };
+        assert_eq!(elapsed_on_same_boot(w.boot, earlier.boot), None);
+        assert_eq!(lease_left(&w, Origin::Disk, &earlier, CLAMP), 20_000);
+        assert_eq!(stated_left(&w, &earlier), 20_000);
+        // The same reading as the stamp: the same clock, no time passed.
+        assert_eq!(elapsed_on_same_boot(w.boot, stamp(BOOT, 10_000)), Some(0));
     }
 
     proptest! {
@@ -473,6 +567,28 @@ mod tests {
             let left_b = lease_left(&w, Origin::Disk, &b, clamp);
             let end_b = first + gap + left_b;
             prop_assert!(left_b == 0 || end_b <= end_a + READING_SLACK_MS, "{end_b} > {end_a}");
+        }
+
+        /// A reading earlier than the stamp on the same identity is read by
+        /// the rule across boots: never less than the time left when
+        /// written.
+        #[test]
+        fn an_earlier_reading_keeps_the_rule_across_boots(
+            remaining in 1u64..200_000,
+            before in 1u64..10_000,
+            wall_step in -4_000_000i64..4_000_000,
+            clamp in 1u64..120_000,
+        ) {
+            let w = written(remaining);
+            let now = Reading {
+                wall: WALL.saturating_add_signed(wall_step),
+                boot: stamp(BOOT, 10_000 - before),
+            };
+            let by_wall = w.expiry.saturating_sub(now.wall);
+            prop_assert_eq!(
+                lease_left(&w, Origin::Disk, &now, clamp),
+                remaining.max(by_wall).min(clamp)
+            );
         }
 
         /// Boot stamps round-trip through their one-value form, and no

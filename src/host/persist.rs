@@ -4,10 +4,11 @@
 //!
 //! What leaves the process is the counter, the *hash* of the holder (never
 //! the owner id itself, see [`crate::core::owner`]), the lease three ways:
-//! its wall-clock end, the time remaining, and the boot clock when written
-//! (the kernel's boot id and a `CLOCK_BOOTTIME` reading), so that a reader
-//! on the same boot knows exactly how much of it is left, and one on
-//! another boot falls back on the other two ([`crate::core::lease_time`]
+//! its wall-clock end, the time remaining, and a stamp of the clock leases
+//! run on when written (a `CLOCK_MONOTONIC` reading and that clock's
+//! identity: the kernel's boot id with the time namespace), so that a
+//! reader on the same clock knows exactly how much of it is left, and one
+//! on another boot falls back on the other two ([`crate::core::lease_time`]
 //! has the rules; [`Source`] says which one a reader uses);
 //! and, for reclaiming idle records (DESIGN §8), whether the last grant
 //! carried a FLOOR and the idle time of a free lock, twice: the wall-clock
