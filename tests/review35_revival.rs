@@ -37,10 +37,9 @@ fn durable() -> redlock_testkit::NodeBuilder {
 /// Granted for 2 s on one boot; the machine reboots (the fake boot id);
 /// the first restart of the new boot keeps the 2 s (the rule across a
 /// reboot), and they end on this boot. A second restart of the same new
-/// boot, 3 s later, must find the lock free.
-#[test]
-fn a_lease_from_before_a_reboot_is_not_revived_at_every_restart_of_the_new_boot() {
-    let mut node = durable().start();
+/// boot, 3 s later: what it finds (with the module `mutants` switched on).
+fn after_a_reboot_and_a_same_boot_restart(mutants: &str) -> (View, Duration, Option<i64>) {
+    let mut node = durable().env("REDLOCK_TEST_MUTANTS", mutants).start();
     let mut con = node.connection();
     assert_eq!(acquire(&mut con, "k", "alice", 2_000), Some(1));
     drop(con);
@@ -65,14 +64,30 @@ fn a_lease_from_before_a_reboot_is_not_revived_at_every_restart_of_the_new_boot(
     shutdown_and_restart(&mut node);
     let mut con = node.connection();
     let v = inspect(&mut con, "k").unwrap();
+    let since_end = loaded
+        .elapsed()
+        .saturating_sub(Duration::from_millis(2_000));
+    let granted = acquire(&mut con, "k", "bob", 1_000);
+    (v, since_end, granted)
+}
+
+#[test]
+fn a_lease_from_before_a_reboot_is_not_revived_at_every_restart_of_the_new_boot() {
+    let (v, since_end, granted) = after_a_reboot_and_a_same_boot_restart("");
     assert!(
         !v.held,
-        "a lease that ended {:?} ago on this boot is held again after a same-boot restart: {v:?}",
-        loaded
-            .elapsed()
-            .saturating_sub(Duration::from_millis(2_000))
+        "a lease that ended {since_end:?} ago on this boot is held again after a same-boot restart: {v:?}"
     );
-    assert_eq!(acquire(&mut con, "k", "bob", 1_000), Some(2));
+    assert_eq!(granted, Some(2));
+}
+
+/// The `restamp-skipped` mutant (no lease written again after the load)
+/// brings the hole back: the lease is revived, and another owner refused.
+#[test]
+fn the_restamp_skipped_mutant_revives_the_lease() {
+    let (v, _, granted) = after_a_reboot_and_a_same_boot_restart("restamp-skipped");
+    assert!(v.held && v.pttl > 1_000, "{v:?}");
+    assert_eq!(granted, None);
 }
 
 /// A `DUMP` from another boot (another host: `MIGRATE` in a cluster), or of

@@ -216,6 +216,27 @@ pub fn lease_left(w: &Written, origin: Origin, now: &Reading, clamp_ms: u64) -> 
     left.min(clamp_ms)
 }
 
+/// Whether a held lease read by [`lease_left`] (from `origin`, at `now`)
+/// must be written again with the reader's stamp: read from disk by any
+/// rule but the exact one (the stamp of the reader's own clock, its
+/// stamped end chosen), it was timed from this load, and the same record
+/// read again at a later restart of this boot would be timed from that
+/// restart again (revived). `false` when it has ended (0 left) or came from
+/// a running master.
+pub fn restamp_needed(w: &Written, origin: Origin, now: &Reading, clamp_ms: u64) -> bool {
+    if origin != Origin::Disk {
+        return false;
+    }
+    let left = lease_left(w, origin, now, clamp_ms);
+    if left == 0 {
+        return false;
+    }
+    match (w.remaining, elapsed_on_same_boot(w.boot, now.boot)) {
+        (Some(_), Some(_)) => left != stated_left(w, now),
+        _ => true,
+    }
+}
+
 /// The boot id in its text form (`/proc/sys/kernel/random/boot_id`: 32 hex
 /// digits, dashes anywhere, surrounding white space ignored).
 pub fn parse_boot_id(text: &str) -> Option<BootId> {
@@ -481,6 +502,47 @@ mod tests {
     }
 
     #[test]
+    fn leases_timed_by_an_inexact_rule_are_written_again() {
+        let w = written(20_000);
+        let exact = read(5_000, 0, BOOT);
+        assert!(!restamp_needed(&w, Origin::Disk, &exact, CLAMP));
+        assert!(!restamp_needed(&w, Origin::Stream, &exact, CLAMP));
+        // Another boot, no stamp, version 1: timed from this load.
+        let other = read(5_000, 0, OTHER_BOOT);
+        assert!(restamp_needed(&w, Origin::Disk, &other, CLAMP));
+        assert!(!restamp_needed(&w, Origin::Stream, &other, CLAMP));
+        let v2 = Written { boot: None, ..w };
+        assert!(restamp_needed(&v2, Origin::Disk, &exact, CLAMP));
+        let v1 = Written {
+            remaining: None,
+            boot: None,
+            ..w
+        };
+        assert!(restamp_needed(&v1, Origin::Disk, &exact, CLAMP));
+        // The wall-clock end chosen (a wall clock set back), or the clamp.
+        assert!(restamp_needed(
+            &w,
+            Origin::Disk,
+            &read(5_000, -2_000, BOOT),
+            CLAMP
+        ));
+        assert!(restamp_needed(&w, Origin::Disk, &exact, 10_000));
+        // Ended: nothing to write.
+        assert!(!restamp_needed(
+            &w,
+            Origin::Disk,
+            &read(25_000, 0, BOOT),
+            CLAMP
+        ));
+        let free = Written {
+            expiry: 0,
+            remaining: Some(0),
+            boot: None,
+        };
+        assert!(!restamp_needed(&free, Origin::Disk, &other, CLAMP));
+    }
+
+    #[test]
     fn a_reading_earlier_than_the_stamp_is_read_as_another_boot() {
         // Same identity, but the clock reads 5 s before the stamp: not one
         // clock; the time left when written counts (never less).
@@ -589,6 +651,42 @@ mod tests {
                 lease_left(&w, Origin::Disk, &now, clamp),
                 remaining.max(by_wall).min(clamp)
             );
+        }
+
+        /// A lease written again as the reader holds it (its time left,
+        /// the reader's stamp and wall clock) is read back at any later
+        /// restart on the reader's clock exactly, never earlier than the
+        /// reader ends it and never revived past that end (to the slack),
+        /// whatever rule timed the first load.
+        #[test]
+        fn a_restamped_lease_ends_where_the_reader_ended_it(
+            remaining in 1u64..200_000,
+            expiry_ahead in 0u64..400_000,
+            stamped in any::<bool>(),
+            load_after in 0u64..100_000,
+            later in 0u64..400_000,
+            clamp in 1u64..120_000,
+        ) {
+            let w = Written {
+                expiry: WALL + expiry_ahead,
+                remaining: Some(remaining),
+                boot: if stamped { stamp(OTHER_BOOT, 10_000) } else { None },
+            };
+            let load = read(load_after, 0, BOOT);
+            let left = lease_left(&w, Origin::Disk, &load, clamp);
+            prop_assume!(left > 0);
+            prop_assert!(restamp_needed(&w, Origin::Disk, &load, clamp));
+            let again = Written {
+                expiry: load.wall + left,
+                remaining: Some(left),
+                boot: load.boot,
+            };
+            let restart = read(load_after + later, 0, BOOT);
+            let after = lease_left(&again, Origin::Disk, &restart, clamp);
+            let reader_left = left.saturating_sub(later);
+            prop_assert!(after >= reader_left, "ends early: {after} < {reader_left}");
+            prop_assert!(after <= reader_left + READING_SLACK_MS, "revived: {after} > {reader_left}");
+            prop_assert!(after == 0 || !restamp_needed(&again, Origin::Disk, &restart, clamp));
         }
 
         /// Boot stamps round-trip through their one-value form, and no

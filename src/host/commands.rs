@@ -17,7 +17,7 @@
 
 use std::ffi::CStr;
 
-use redis_module::ContextFlags;
+use redis_module::{raw, ContextFlags};
 
 use crate::core::args;
 use crate::core::error::CommandError;
@@ -30,6 +30,7 @@ use crate::host::guard;
 use crate::host::mutant::{self, Mutant};
 use crate::host::node::{self, learn_node_record, node_record};
 use crate::host::persist::{self, Applied, Source};
+use crate::host::restamp;
 use crate::host::store::LockKey;
 use crate::host::wait;
 
@@ -318,6 +319,14 @@ pub fn apply(call: &Call) -> Result<Reply, CommandError> {
     };
     let mono = mono_now();
     let (wall, boot) = (wall_now(), boot_now());
+    if loading && persist::restamp_needed(&p, source, wall, boot) {
+        // Written again once the AOF is loaded (`host::restamp`).
+        if let Some(name) = call.args.get(1) {
+            // SAFETY: ctx belongs to the command invocation in progress.
+            let db = unsafe { raw::RedisModule_GetSelectedDb.map_or(0, |f| f(call.raw())) };
+            restamp::note(db, name);
+        }
+    }
     let state = persist::restore(&p, source, mono, wall, boot);
     let own = persist::persist_at(&state, mono, wall, boot);
     if state.is_held(mono) {

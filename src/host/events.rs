@@ -16,6 +16,7 @@ use crate::host::datatype::{self, Loading};
 use crate::host::guard;
 use crate::host::node;
 use crate::host::replication;
+use crate::host::restamp;
 
 extern "C" fn on_config_change(
     ctx: *mut raw::RedisModuleCtx,
@@ -57,6 +58,7 @@ extern "C" fn on_loading(
                 datatype::learn_unwritten_node_record(&ctx);
             }
             replication::check_server(&ctx);
+            restamp::schedule(ctx.ctx);
         }
         _ => {}
     });

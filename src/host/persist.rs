@@ -245,6 +245,27 @@ pub fn restore(
     LockState::from_parts(p.counter, None, 0, mono.saturating_sub(idle), p.floored)
 }
 
+/// Whether the held lease of `p`, restored from `source` at `wall` / `boot`,
+/// must be written again with this node's stamp once the load is over
+/// ([`crate::core::lease_time::restamp_needed`]; [`crate::host::restamp`]).
+pub fn restamp_needed(
+    p: &Persisted,
+    source: Source,
+    wall: WallMillis,
+    boot: Option<BootStamp>,
+) -> bool {
+    let Source::Disk { clamp_ms } = source else {
+        return false;
+    };
+    p.owner.is_some()
+        && lease_time::restamp_needed(
+            &p.written(),
+            Origin::Disk,
+            &Reading { wall, boot },
+            clamp_ms,
+        )
+}
+
 /// Reads one record of encoding `encver` from an RDB or `DUMP` payload.
 /// `None` on a read error, an unknown version or a value out of range.
 ///

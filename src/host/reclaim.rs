@@ -414,7 +414,7 @@ fn thread_cpu_us() -> u64 {
 /// (`CLIENT PAUSE`, `FAILOVER`, a shutdown waiting for its replicas), as
 /// Redis's own expiry does: the replication offset must hold still then,
 /// and Redis asserts that nothing is propagated.
-fn may_sweep(ctx: *mut raw::RedisModuleCtx) -> bool {
+pub fn may_sweep(ctx: *mut raw::RedisModuleCtx) -> bool {
     // SAFETY: ctx is the tick's context, and the tick holds the module lock
     // (or runs on the main thread): both calls may touch server state.
     let (flags, paused) = unsafe {
