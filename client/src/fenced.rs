@@ -141,7 +141,7 @@ impl LockInfo {
                 };
             }
         }
-        Error::Resource(e.to_string())
+        Error::from_resource(e)
     }
 }
 
