@@ -223,6 +223,7 @@ impl NativeLock {
         self.check_fenceable()?;
         fenced_future(
             Arc::clone(&self.info),
+            self.shared.lost.clone(),
             &self.resources,
             resource,
             guard,
@@ -239,6 +240,7 @@ impl NativeLock {
         self.check_fenceable()?;
         transaction_future(
             Arc::clone(&self.info),
+            self.shared.lost.clone(),
             &self.resources,
             resource,
             guard,
@@ -252,7 +254,13 @@ impl NativeLock {
         guard: String,
     ) -> PyResult<impl Future<Output = PyResult<u64>> + use<>> {
         self.check_fenceable()?;
-        announce_future(Arc::clone(&self.info), &self.resources, resource, guard)
+        announce_future(
+            Arc::clone(&self.info),
+            self.shared.lost.clone(),
+            &self.resources,
+            resource,
+            guard,
+        )
     }
 
     fn release_future(&self) -> PyResult<impl Future<Output = PyResult<bool>> + use<>> {
@@ -473,11 +481,23 @@ impl Drop for NativeLock {
     }
 }
 
+/// The error of a fenced call on the lock `info`, with the lock's `lost`
+/// signal set when the guard had seen a newer token: another holder took
+/// over, so this lock is lost whatever its validity says (its token must
+/// not be used again).
+fn fenced_failure(e: Error, info: &LockInfo, lost: &CancellationToken) -> PyErr {
+    if matches!(e, Error::Stale { .. }) {
+        lost.cancel();
+    }
+    errors::fenced_error(e, info.key())
+}
+
 /// The fenced command `args` (a list of `bytes`) on `resource` with the
 /// lock `info` (an `Arc<LockInfo>` or a `LockGuard`), as a future that owns
-/// what it needs.
+/// what it needs; a stale token sets `lost`.
 fn fenced_future<I: Deref<Target = LockInfo> + Send + 'static>(
     info: I,
+    lost: CancellationToken,
     resources: &Arc<Resources>,
     resource: &Bound<'_, PyAny>,
     guard: String,
@@ -490,14 +510,16 @@ fn fenced_future<I: Deref<Target = LockInfo> + Send + 'static>(
         resources
             .fenced(&info, &target, &guard, &args)
             .await
-            .map_err(|e| errors::fenced_error(e, info.key()))
+            .map_err(|e| fenced_failure(e, &info, &lost))
     })
 }
 
 /// The fenced transaction `commands` (a list of lists of `bytes`) on
-/// `resource`, as a future that owns what it needs.
+/// `resource`, as a future that owns what it needs; a stale token sets
+/// `lost`.
 fn transaction_future<I: Deref<Target = LockInfo> + Send + 'static>(
     info: I,
+    lost: CancellationToken,
     resources: &Arc<Resources>,
     resource: &Bound<'_, PyAny>,
     guard: String,
@@ -513,7 +535,7 @@ fn transaction_future<I: Deref<Target = LockInfo> + Send + 'static>(
         resources
             .fenced_transaction(&info, &target, &guard, &commands)
             .await
-            .map_err(|e| errors::fenced_error(e, info.key()))
+            .map_err(|e| fenced_failure(e, &info, &lost))
     })
 }
 
@@ -524,9 +546,11 @@ fn byte_args(args: &Bound<'_, PyList>) -> PyResult<Vec<Vec<u8>>> {
         .collect()
 }
 
-/// `REDLOCK.GUARD` on `resource`, as a future that owns what it needs.
+/// `REDLOCK.GUARD` on `resource`, as a future that owns what it needs; a
+/// stale token sets `lost`.
 fn announce_future<I: Deref<Target = LockInfo> + Send + 'static>(
     info: I,
+    lost: CancellationToken,
     resources: &Arc<Resources>,
     resource: &Bound<'_, PyAny>,
     guard: String,
@@ -537,7 +561,7 @@ fn announce_future<I: Deref<Target = LockInfo> + Send + 'static>(
         resources
             .announce(&info, &target, &guard)
             .await
-            .map_err(|e| errors::fenced_error(e, info.key()))
+            .map_err(|e| fenced_failure(e, &info, &lost))
     })
 }
 
@@ -765,7 +789,14 @@ impl NativeGuard {
         args: &Bound<'_, PyList>,
     ) -> PyResult<Py<PyAny>> {
         self.check_fenceable()?;
-        let fut = fenced_future(self.guard.clone(), &self.resources, resource, guard, args)?;
+        let fut = fenced_future(
+            self.guard.clone(),
+            self.guard.lost_token(),
+            &self.resources,
+            resource,
+            guard,
+            args,
+        )?;
         dispatch(py, None, OnCancel::Drop, fut)
     }
 
@@ -780,7 +811,14 @@ impl NativeGuard {
         args: &Bound<'_, PyList>,
     ) -> PyResult<Py<PyAny>> {
         self.check_fenceable()?;
-        let fut = fenced_future(self.guard.clone(), &self.resources, resource, guard, args)?;
+        let fut = fenced_future(
+            self.guard.clone(),
+            self.guard.lost_token(),
+            &self.resources,
+            resource,
+            guard,
+            args,
+        )?;
         dispatch(py, Some((&bridge, id)), OnCancel::Drop, fut)
     }
 
@@ -793,7 +831,13 @@ impl NativeGuard {
         guard: String,
     ) -> PyResult<Py<PyAny>> {
         self.check_fenceable()?;
-        let fut = announce_future(self.guard.clone(), &self.resources, resource, guard)?;
+        let fut = announce_future(
+            self.guard.clone(),
+            self.guard.lost_token(),
+            &self.resources,
+            resource,
+            guard,
+        )?;
         dispatch(py, None, OnCancel::Drop, fut)
     }
 
@@ -807,7 +851,13 @@ impl NativeGuard {
         guard: String,
     ) -> PyResult<Py<PyAny>> {
         self.check_fenceable()?;
-        let fut = announce_future(self.guard.clone(), &self.resources, resource, guard)?;
+        let fut = announce_future(
+            self.guard.clone(),
+            self.guard.lost_token(),
+            &self.resources,
+            resource,
+            guard,
+        )?;
         dispatch(py, Some((&bridge, id)), OnCancel::Drop, fut)
     }
 
@@ -823,6 +873,7 @@ impl NativeGuard {
         self.check_fenceable()?;
         let fut = transaction_future(
             self.guard.clone(),
+            self.guard.lost_token(),
             &self.resources,
             resource,
             guard,
@@ -844,6 +895,7 @@ impl NativeGuard {
         self.check_fenceable()?;
         let fut = transaction_future(
             self.guard.clone(),
+            self.guard.lost_token(),
             &self.resources,
             resource,
             guard,

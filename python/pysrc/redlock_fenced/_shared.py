@@ -52,9 +52,10 @@ def current_guard() -> LockGuard | None:
 
 
 class LostSignal:
-    """Set when the lock is lost (its validity ran out or an extension
-    failed); once set it stays set. `wait()` blocks (GIL released, Ctrl-C
-    works); `await signal` waits in asyncio."""
+    """Set when the lock is lost (its validity ran out, an extension failed,
+    or a fenced command met a newer holder: `StaleTokenError`); once set it
+    stays set. `wait()` blocks (GIL released, Ctrl-C works); `await signal`
+    waits in asyncio."""
 
     __slots__ = ("_native",)
 
@@ -80,8 +81,8 @@ class LostSignal:
 
 def lost_error(key: str, token: int) -> LockLostError:
     return LockLostError(
-        f"the lock on {key!r} (token {token}) is lost: its validity ran out or an "
-        "extension failed; stop using its token",
+        f"the lock on {key!r} (token {token}) is lost: its validity ran out, an "
+        "extension failed or a fenced command met a newer holder; stop using its token",
         key,
         token,
     )
@@ -166,8 +167,9 @@ def release_forgotten(native: _native.NativeLock | None, kind: str) -> None:
 
 class LockGuard:
     """What `hold()` gives: the lock, kept alive in the background while the
-    block runs. `lost` is set when an extension fails or the validity runs
-    out; stop using the token then."""
+    block runs. `lost` is set when an extension fails, the validity runs out
+    or a fenced command meets a newer holder (`StaleTokenError`); stop using
+    the token then. Under `AsyncRedlock.hold`, that cancels the block."""
 
     __slots__ = ("_lost", "_native")
 
