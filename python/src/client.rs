@@ -12,7 +12,7 @@ use redlock_client::{Error, Member, NodeState, Redlock, RetryPolicy};
 use crate::errors;
 use crate::fenced::Resources;
 use crate::lock::{NativeGuard, NativeLock, DAY, MIN_TTL};
-use crate::runtime::{dispatch, Bridge, OnCancel};
+use crate::runtime::{dispatch, Asyncio, Bridge, OnCancel};
 
 /// One member's view of a key: `(node, state, held, ttl, token, error,
 /// shard)`, `state` one of `"missing"`, `"present"`, `"error"`.
@@ -148,7 +148,7 @@ impl Client {
     #[allow(clippy::too_many_arguments)]
     fn connect_impl(
         py: Python<'_>,
-        asyncio: Option<(&Bridge, u64)>,
+        asyncio: Option<Asyncio<'_, '_>>,
         members: &Bound<'_, PyList>,
         node_timeout: f64,
         connect_timeout: f64,
@@ -187,7 +187,7 @@ impl Client {
     fn acquire_impl(
         &self,
         py: Python<'_>,
-        asyncio: Option<(&Bridge, u64)>,
+        asyncio: Option<Asyncio<'_, '_>>,
         key: String,
         ttl_s: f64,
         wait_s: Option<f64>,
@@ -214,7 +214,7 @@ impl Client {
     fn try_acquire_impl(
         &self,
         py: Python<'_>,
-        asyncio: Option<(&Bridge, u64)>,
+        asyncio: Option<Asyncio<'_, '_>>,
         key: String,
         ttl_s: f64,
     ) -> PyResult<Py<PyAny>> {
@@ -231,7 +231,7 @@ impl Client {
     fn hold_impl(
         &self,
         py: Python<'_>,
-        asyncio: Option<(&Bridge, u64)>,
+        asyncio: Option<Asyncio<'_, '_>>,
         key: String,
         ttl_s: f64,
         wait_s: Option<f64>,
@@ -255,7 +255,7 @@ impl Client {
     fn release_owner_impl(
         &self,
         py: Python<'_>,
-        asyncio: Option<(&Bridge, u64)>,
+        asyncio: Option<Asyncio<'_, '_>>,
         key: String,
         owner: String,
     ) -> PyResult<Py<PyAny>> {
@@ -271,7 +271,7 @@ impl Client {
     fn inspect_impl(
         &self,
         py: Python<'_>,
-        asyncio: Option<(&Bridge, u64)>,
+        asyncio: Option<Asyncio<'_, '_>>,
         key: String,
     ) -> PyResult<Py<PyAny>> {
         let redlock = self.get()?;
@@ -339,11 +339,10 @@ impl Client {
     /// Connects (asyncio future).
     #[staticmethod]
     #[allow(clippy::too_many_arguments)]
-    #[pyo3(signature = (bridge, id, members, node_timeout, connect_timeout, attempts, base_delay, jitter, drift_factor, clock_floor, tls_ca_file=None, tls_client_cert=None))]
+    #[pyo3(signature = (bridge, members, node_timeout, connect_timeout, attempts, base_delay, jitter, drift_factor, clock_floor, tls_ca_file=None, tls_client_cert=None))]
     fn connect_async(
         py: Python<'_>,
-        bridge: PyRef<'_, Bridge>,
-        id: u64,
+        bridge: &Bound<'_, Bridge>,
         members: &Bound<'_, PyList>,
         node_timeout: f64,
         connect_timeout: f64,
@@ -357,7 +356,7 @@ impl Client {
     ) -> PyResult<Py<PyAny>> {
         Self::connect_impl(
             py,
-            Some((&bridge, id)),
+            Some(Asyncio::new(bridge)),
             members,
             node_timeout,
             connect_timeout,
@@ -383,18 +382,19 @@ impl Client {
         self.acquire_impl(py, None, key, ttl, wait)
     }
 
-    /// Takes the lock (asyncio future).
-    #[pyo3(signature = (bridge, id, key, ttl, wait=None))]
+    /// Takes the lock (asyncio future); its result is `wrap(lock)` when
+    /// `wrap` is given.
+    #[pyo3(signature = (bridge, key, ttl, wait=None, wrap=None))]
     fn acquire_async(
         &self,
         py: Python<'_>,
-        bridge: PyRef<'_, Bridge>,
-        id: u64,
+        bridge: &Bound<'_, Bridge>,
         key: String,
         ttl: f64,
         wait: Option<f64>,
+        wrap: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Py<PyAny>> {
-        self.acquire_impl(py, Some((&bridge, id)), key, ttl, wait)
+        self.acquire_impl(py, Some(Asyncio { bridge, wrap }), key, ttl, wait)
     }
 
     /// One attempt (blocking); None when busy.
@@ -406,12 +406,11 @@ impl Client {
     fn try_acquire_async(
         &self,
         py: Python<'_>,
-        bridge: PyRef<'_, Bridge>,
-        id: u64,
+        bridge: &Bound<'_, Bridge>,
         key: String,
         ttl: f64,
     ) -> PyResult<Py<PyAny>> {
-        self.try_acquire_impl(py, Some((&bridge, id)), key, ttl)
+        self.try_acquire_impl(py, Some(Asyncio::new(bridge)), key, ttl)
     }
 
     /// Acquires and keeps the lock alive in the background (blocking).
@@ -427,17 +426,16 @@ impl Client {
     }
 
     /// Acquires and keeps the lock alive in the background (asyncio future).
-    #[pyo3(signature = (bridge, id, key, ttl, wait=None))]
+    #[pyo3(signature = (bridge, key, ttl, wait=None))]
     fn hold_async(
         &self,
         py: Python<'_>,
-        bridge: PyRef<'_, Bridge>,
-        id: u64,
+        bridge: &Bound<'_, Bridge>,
         key: String,
         ttl: f64,
         wait: Option<f64>,
     ) -> PyResult<Py<PyAny>> {
-        self.hold_impl(py, Some((&bridge, id)), key, ttl, wait)
+        self.hold_impl(py, Some(Asyncio::new(bridge)), key, ttl, wait)
     }
 
     /// Releases `key` for an owner id (blocking).
@@ -449,12 +447,11 @@ impl Client {
     fn release_owner_async(
         &self,
         py: Python<'_>,
-        bridge: PyRef<'_, Bridge>,
-        id: u64,
+        bridge: &Bound<'_, Bridge>,
         key: String,
         owner: String,
     ) -> PyResult<Py<PyAny>> {
-        self.release_owner_impl(py, Some((&bridge, id)), key, owner)
+        self.release_owner_impl(py, Some(Asyncio::new(bridge)), key, owner)
     }
 
     /// Every member's view of `key` (blocking).
@@ -466,11 +463,10 @@ impl Client {
     fn inspect_async(
         &self,
         py: Python<'_>,
-        bridge: PyRef<'_, Bridge>,
-        id: u64,
+        bridge: &Bound<'_, Bridge>,
         key: String,
     ) -> PyResult<Py<PyAny>> {
-        self.inspect_impl(py, Some((&bridge, id)), key)
+        self.inspect_impl(py, Some(Asyncio::new(bridge)), key)
     }
 
     /// Drops the connections; later calls raise `LockStateError`. Locks

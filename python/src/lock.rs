@@ -15,7 +15,7 @@ use tokio::task::JoinHandle;
 
 use crate::errors;
 use crate::fenced::{Reply, Resources, Target};
-use crate::runtime::{self, dispatch, Bridge, OnCancel};
+use crate::runtime::{self, dispatch, Asyncio, Bridge, OnCancel};
 
 /// One day: the longest ttl or wait a call accepts (the module's own ceiling
 /// for `redlock.max-ttl-ms`).
@@ -323,12 +323,11 @@ impl NativeLock {
     fn extend_async(
         &self,
         py: Python<'_>,
-        bridge: PyRef<'_, Bridge>,
-        id: u64,
+        bridge: &Bound<'_, Bridge>,
         ttl: f64,
     ) -> PyResult<Py<PyAny>> {
         let fut = self.extend_future(ttl)?;
-        dispatch(py, Some((&bridge, id)), OnCancel::Drop, fut)
+        dispatch(py, Some(Asyncio::new(bridge)), OnCancel::Drop, fut)
     }
 
     /// Releases (blocking): True when it was still held.
@@ -339,14 +338,9 @@ impl NativeLock {
 
     /// Releases (asyncio future); a cancelled caller stops waiting, the
     /// release goes on.
-    fn release_async(
-        &self,
-        py: Python<'_>,
-        bridge: PyRef<'_, Bridge>,
-        id: u64,
-    ) -> PyResult<Py<PyAny>> {
+    fn release_async(&self, py: Python<'_>, bridge: &Bound<'_, Bridge>) -> PyResult<Py<PyAny>> {
         let fut = self.release_future()?;
-        dispatch(py, Some((&bridge, id)), OnCancel::Finish, fut)
+        dispatch(py, Some(Asyncio::new(bridge)), OnCancel::Finish, fut)
     }
 
     /// Runs `args` on the resource server `resource` (a URL), fenced by this
@@ -366,14 +360,13 @@ impl NativeLock {
     fn fenced_async(
         &self,
         py: Python<'_>,
-        bridge: PyRef<'_, Bridge>,
-        id: u64,
+        bridge: &Bound<'_, Bridge>,
         resource: &Bound<'_, PyAny>,
         guard: String,
         args: &Bound<'_, PyList>,
     ) -> PyResult<Py<PyAny>> {
         let fut = self.fenced_future(resource, guard, args)?;
-        dispatch(py, Some((&bridge, id)), OnCancel::Drop, fut)
+        dispatch(py, Some(Asyncio::new(bridge)), OnCancel::Drop, fut)
     }
 
     /// Shows this lock's token to `guard` on `resource` (blocking): the
@@ -392,13 +385,12 @@ impl NativeLock {
     fn announce_async(
         &self,
         py: Python<'_>,
-        bridge: PyRef<'_, Bridge>,
-        id: u64,
+        bridge: &Bound<'_, Bridge>,
         resource: &Bound<'_, PyAny>,
         guard: String,
     ) -> PyResult<Py<PyAny>> {
         let fut = self.announce_future(resource, guard)?;
-        dispatch(py, Some((&bridge, id)), OnCancel::Drop, fut)
+        dispatch(py, Some(Asyncio::new(bridge)), OnCancel::Drop, fut)
     }
 
     /// Runs `commands` (lists of `bytes`), each fenced by this lock's token
@@ -419,14 +411,13 @@ impl NativeLock {
     fn fenced_transaction_async(
         &self,
         py: Python<'_>,
-        bridge: PyRef<'_, Bridge>,
-        id: u64,
+        bridge: &Bound<'_, Bridge>,
         resource: &Bound<'_, PyAny>,
         guard: String,
         commands: &Bound<'_, PyList>,
     ) -> PyResult<Py<PyAny>> {
         let fut = self.transaction_future(resource, guard, commands)?;
-        dispatch(py, Some((&bridge, id)), OnCancel::Drop, fut)
+        dispatch(py, Some(Asyncio::new(bridge)), OnCancel::Drop, fut)
     }
 
     /// Starts a release in the background (for a lock nobody released);
@@ -627,14 +618,9 @@ impl Signal {
     }
 
     /// An asyncio future that completes when the event is set.
-    fn wait_async(
-        &self,
-        py: Python<'_>,
-        bridge: PyRef<'_, Bridge>,
-        id: u64,
-    ) -> PyResult<Py<PyAny>> {
+    fn wait_async(&self, py: Python<'_>, bridge: &Bound<'_, Bridge>) -> PyResult<Py<PyAny>> {
         let token = self.token()?;
-        dispatch(py, Some((&bridge, id)), OnCancel::Drop, async move {
+        dispatch(py, Some(Asyncio::new(bridge)), OnCancel::Drop, async move {
             token.cancelled_owned().await;
             Ok(())
         })
@@ -804,8 +790,7 @@ impl NativeGuard {
     fn fenced_async(
         &self,
         py: Python<'_>,
-        bridge: PyRef<'_, Bridge>,
-        id: u64,
+        bridge: &Bound<'_, Bridge>,
         resource: &Bound<'_, PyAny>,
         guard: String,
         args: &Bound<'_, PyList>,
@@ -819,7 +804,7 @@ impl NativeGuard {
             guard,
             args,
         )?;
-        dispatch(py, Some((&bridge, id)), OnCancel::Drop, fut)
+        dispatch(py, Some(Asyncio::new(bridge)), OnCancel::Drop, fut)
     }
 
     /// Shows this lock's token to `guard` on `resource` (blocking): the
@@ -845,8 +830,7 @@ impl NativeGuard {
     fn announce_async(
         &self,
         py: Python<'_>,
-        bridge: PyRef<'_, Bridge>,
-        id: u64,
+        bridge: &Bound<'_, Bridge>,
         resource: &Bound<'_, PyAny>,
         guard: String,
     ) -> PyResult<Py<PyAny>> {
@@ -858,7 +842,7 @@ impl NativeGuard {
             resource,
             guard,
         )?;
-        dispatch(py, Some((&bridge, id)), OnCancel::Drop, fut)
+        dispatch(py, Some(Asyncio::new(bridge)), OnCancel::Drop, fut)
     }
 
     /// Runs `commands`, each fenced by this lock's token on `guard`, in one
@@ -886,8 +870,7 @@ impl NativeGuard {
     fn fenced_transaction_async(
         &self,
         py: Python<'_>,
-        bridge: PyRef<'_, Bridge>,
-        id: u64,
+        bridge: &Bound<'_, Bridge>,
         resource: &Bound<'_, PyAny>,
         guard: String,
         commands: &Bound<'_, PyList>,
@@ -901,7 +884,7 @@ impl NativeGuard {
             guard,
             commands,
         )?;
-        dispatch(py, Some((&bridge, id)), OnCancel::Drop, fut)
+        dispatch(py, Some(Asyncio::new(bridge)), OnCancel::Drop, fut)
     }
 
     /// Ends the block (blocking): stops the keeper, which releases the lock,
@@ -911,15 +894,10 @@ impl NativeGuard {
     }
 
     /// Ends the block (asyncio future).
-    fn exit_async(
-        &self,
-        py: Python<'_>,
-        bridge: PyRef<'_, Bridge>,
-        id: u64,
-    ) -> PyResult<Py<PyAny>> {
+    fn exit_async(&self, py: Python<'_>, bridge: &Bound<'_, Bridge>) -> PyResult<Py<PyAny>> {
         dispatch(
             py,
-            Some((&bridge, id)),
+            Some(Asyncio::new(bridge)),
             OnCancel::Finish,
             self.exit_future(),
         )

@@ -2,14 +2,18 @@
 //! runs a Rust future: blocking (GIL released, Ctrl-C checked) or as an
 //! asyncio future.
 
+use std::collections::HashMap;
 use std::future::Future;
 use std::io::{Read, Write};
 use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixStream;
-use std::sync::{Arc, Condvar, Mutex, OnceLock};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
+use pyo3::intern;
 use pyo3::prelude::*;
+use pyo3::types::PyWeakrefReference;
 use pyo3::IntoPyObjectExt;
 use tokio::runtime::Runtime;
 use tokio_util::task::TaskTracker;
@@ -19,9 +23,15 @@ use crate::errors;
 /// How often a blocking call wakes up to let Python handle signals.
 const SIGNAL_POLL: Duration = Duration::from_millis(50);
 
-/// The pid of the process that started the runtime. Tokio's threads do not
-/// survive `fork()`: a child must never use a runtime its parent started.
-static RUNTIME_PID: OnceLock<u32> = OnceLock::new();
+/// Set in a fork child of a process that started the runtime (by a
+/// `pthread_atfork` handler registered when it starts). Tokio's threads do
+/// not survive `fork()`: a child must never use a runtime its parent
+/// started. A flag, not a pid compared on every call: `getpid()` is a
+/// system call, and every call of the package asked.
+static FORKED: AtomicBool = AtomicBool::new(false);
+
+/// Whether the fork handler is registered (at the first use of the runtime).
+static FORK_HANDLER: OnceLock<()> = OnceLock::new();
 
 /// Background releases (garbage-collected locks), waited for at exit.
 static BACKGROUND: OnceLock<TaskTracker> = OnceLock::new();
@@ -30,17 +40,19 @@ static BACKGROUND: OnceLock<TaskTracker> = OnceLock::new();
 /// at import time, so that importing before `fork()` is harmless).
 static RUNTIME: OnceLock<Runtime> = OnceLock::new();
 
+/// The child side of `fork()`: only an atomic store (async-signal-safe).
+extern "C" fn mark_forked() {
+    FORKED.store(true, Ordering::Relaxed);
+}
+
 /// Whether this process is a fork child of the one that started the runtime.
 pub(crate) fn forked() -> bool {
-    RUNTIME_PID
-        .get()
-        .is_some_and(|pid| *pid != std::process::id())
+    FORKED.load(Ordering::Relaxed)
 }
 
 /// The runtime, or `LockStateError` in a fork child of its process.
 pub(crate) fn runtime() -> PyResult<&'static Runtime> {
-    let pid = *RUNTIME_PID.get_or_init(std::process::id);
-    if pid != std::process::id() {
+    if forked() {
         return Err(errors::state(
             "this process was forked after the redlock client started: tokio's threads do not survive fork(); create clients only after fork(), or use the spawn/forkserver start method",
         ));
@@ -48,6 +60,13 @@ pub(crate) fn runtime() -> PyResult<&'static Runtime> {
     if let Some(rt) = RUNTIME.get() {
         return Ok(rt);
     }
+    FORK_HANDLER.get_or_init(|| {
+        // SAFETY: registers a handler that only stores an atomic; it stays
+        // valid for the life of the process (a static function).
+        unsafe {
+            libc::pthread_atfork(None, None, Some(mark_forked));
+        }
+    });
     let built = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -152,12 +171,28 @@ where
     outcome
 }
 
-/// Runs `fut` blocking (see [`block`]) or, when `bridge` is given, starts it
-/// for asyncio: the result is delivered through the bridge under `id`, and
-/// the returned [`Pending`] can cancel it.
+/// How an asyncio call hands its result back: through the event loop's
+/// `bridge`, passed to `wrap` (a Python callable, e.g. the class that wraps
+/// a native lock) when one is given.
+pub(crate) struct Asyncio<'a, 'py> {
+    pub(crate) bridge: &'a Bound<'py, Bridge>,
+    pub(crate) wrap: Option<&'a Bound<'py, PyAny>>,
+}
+
+impl<'a, 'py> Asyncio<'a, 'py> {
+    /// Results as they are.
+    pub(crate) fn new(bridge: &'a Bound<'py, Bridge>) -> Self {
+        Asyncio { bridge, wrap: None }
+    }
+}
+
+/// Runs `fut` blocking (see [`block`]) or, for asyncio, starts it and
+/// returns the event loop's future for its result, completed by
+/// [`Bridge::drain`]; cancelling that future drops the work when
+/// `on_cancel` allows it.
 pub(crate) fn dispatch<F, T>(
     py: Python<'_>,
-    asyncio: Option<(&Bridge, u64)>,
+    asyncio: Option<Asyncio<'_, '_>>,
     on_cancel: OnCancel,
     fut: F,
 ) -> PyResult<Py<PyAny>>
@@ -165,12 +200,22 @@ where
     F: Future<Output = PyResult<T>> + Send + 'static,
     T: for<'py> IntoPyObject<'py> + Send + 'static,
 {
-    let Some((bridge, id)) = asyncio else {
+    let Some(Asyncio { bridge, wrap }) = asyncio else {
         return block(py, on_cancel, fut)??.into_py_any(py);
     };
     let rt = runtime()?;
+    let native = bridge.get();
+    let future = native.create_future(py)?;
+    let id = native.next_id.fetch_add(1, Ordering::Relaxed);
+    native.waiting().insert(
+        id,
+        Waiting {
+            future: future.clone().unbind(),
+            wrap: wrap.map(|w| w.clone().unbind()),
+        },
+    );
     let mut report = Report {
-        inner: Arc::clone(&bridge.inner),
+        inner: Arc::clone(&native.inner),
         id,
         sent: false,
     };
@@ -180,11 +225,13 @@ where
         let done: Done = Box::new(move |py| result.and_then(|v| v.into_py_any(py)));
         report.inner.push(id, done);
     });
-    let abort = (on_cancel == OnCancel::Drop).then(|| task.abort_handle());
-    Pending {
-        abort: Mutex::new(abort),
+    if on_cancel == OnCancel::Drop {
+        let canceller = Canceller {
+            abort: task.abort_handle(),
+        };
+        future.call_method1(intern!(py, "add_done_callback"), (canceller,))?;
     }
-    .into_py_any(py)
+    Ok(future.unbind())
 }
 
 /// Reports a call that ended without a result (its task panicked or was
@@ -233,20 +280,69 @@ impl BridgeInner {
     }
 }
 
+/// An asyncio call in flight: its future, and what wraps its result.
+struct Waiting {
+    future: Py<PyAny>,
+    wrap: Option<Py<PyAny>>,
+}
+
 /// Delivers the results of asyncio calls to one event loop without ever
 /// taking the GIL on a runtime thread: results queue up here and a byte on
-/// a socket pair wakes the loop, which collects them (`drain`) and completes
-/// its futures.
+/// a socket pair wakes the loop, whose reader (`drain`, registered with
+/// `loop.add_reader`) completes the calls' futures in the loop's thread.
+/// Creating, tracking and completing the futures is done here rather than
+/// in Python: it is the event loop thread's work per call, and the asyncio
+/// throughput is bound by that thread.
 #[pyclass(frozen, module = "redlock_fenced._native")]
 pub(crate) struct Bridge {
     inner: Arc<BridgeInner>,
     watch: UnixStream,
+    /// The event loop, held weakly: the package's map from loops to bridges
+    /// must not keep a finished loop alive.
+    event_loop: Py<PyWeakrefReference>,
+    /// The calls in flight, by id (touched only in the loop's thread).
+    waiting: Mutex<HashMap<u64, Waiting>>,
+    next_id: AtomicU64,
+}
+
+impl Bridge {
+    fn waiting(&self) -> MutexGuard<'_, HashMap<u64, Waiting>> {
+        self.waiting.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A new future of the bridge's event loop (`loop.create_future()`).
+    fn create_future<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let Some(event_loop) = self.event_loop.bind(py).upgrade() else {
+            return Err(errors::state("the event loop of this call is gone"));
+        };
+        event_loop.call_method0(intern!(py, "create_future"))
+    }
+
+    /// Completes one call's future (unless its caller cancelled it: the
+    /// result is then dropped, which releases a lock in it).
+    fn complete(py: Python<'_>, waiting: Waiting, finish: Done) -> PyResult<()> {
+        let future = waiting.future.bind(py);
+        if future.call_method0(intern!(py, "done"))?.is_truthy()? {
+            return Ok(());
+        }
+        let value = finish(py).and_then(|v| match &waiting.wrap {
+            Some(wrap) => wrap.call1(py, (v,)),
+            None => Ok(v),
+        });
+        match value {
+            Ok(v) => future.call_method1(intern!(py, "set_result"), (v,))?,
+            Err(e) => future.call_method1(intern!(py, "set_exception"), (e.into_value(py),))?,
+        };
+        Ok(())
+    }
 }
 
 #[pymethods]
 impl Bridge {
+    /// A bridge to `event_loop`; the caller registers `drain` as the reader
+    /// of `fileno()` on that loop.
     #[new]
-    fn new() -> PyResult<Self> {
+    fn new(event_loop: &Bound<'_, PyAny>) -> PyResult<Self> {
         let (watch, wake) =
             UnixStream::pair().map_err(|e| errors::internal(&format!("socket pair: {e}")))?;
         for end in [&watch, &wake] {
@@ -259,6 +355,9 @@ impl Bridge {
                 wake,
             }),
             watch,
+            event_loop: PyWeakrefReference::new(event_loop)?.unbind(),
+            waiting: Mutex::new(HashMap::new()),
+            next_id: AtomicU64::new(0),
         })
     }
 
@@ -267,35 +366,46 @@ impl Bridge {
         self.watch.as_raw_fd()
     }
 
-    /// The finished calls: `(id, ok, value)`, `value` the result or the
-    /// exception.
-    fn drain(&self, py: Python<'_>) -> Vec<(u64, bool, Py<PyAny>)> {
+    /// Completes the futures of the finished calls (the loop's reader).
+    fn drain(&self, py: Python<'_>) {
         let mut buf = [0u8; 256];
         while matches!((&self.watch).read(&mut buf), Ok(n) if n > 0) {}
         let done = std::mem::take(&mut *self.inner.done.lock().unwrap_or_else(|p| p.into_inner()));
-        done.into_iter()
-            .map(|(id, finish)| match finish(py) {
-                Ok(value) => (id, true, value),
-                Err(e) => (id, false, e.into_value(py).into_any()),
-            })
-            .collect()
+        for (id, finish) in done {
+            let Some(waiting) = self.waiting().remove(&id) else {
+                continue;
+            };
+            // One failure (a future in an unexpected state) must not keep
+            // the others from being completed.
+            if let Err(e) = Self::complete(py, waiting, finish) {
+                e.write_unraisable(py, None);
+            }
+        }
+    }
+
+    /// How many calls are in flight on this loop.
+    fn pending(&self) -> usize {
+        self.waiting().len()
     }
 }
 
-/// A started asyncio call; `cancel()` drops the work when it may be dropped
-/// (see [`OnCancel`]) and does nothing otherwise.
+/// Aborts a call's task when its future is cancelled (the future's done
+/// callback, for the calls that may be dropped: see [`OnCancel`]).
 #[pyclass(frozen, module = "redlock_fenced._native")]
-pub(crate) struct Pending {
-    abort: Mutex<Option<tokio::task::AbortHandle>>,
+pub(crate) struct Canceller {
+    abort: tokio::task::AbortHandle,
 }
 
 #[pymethods]
-impl Pending {
-    /// Stops the work if it may be dropped.
-    fn cancel(&self) {
-        if let Some(abort) = self.abort.lock().unwrap_or_else(|p| p.into_inner()).take() {
-            abort.abort();
+impl Canceller {
+    fn __call__(&self, future: &Bound<'_, PyAny>) -> PyResult<()> {
+        if future
+            .call_method0(intern!(future.py(), "cancelled"))?
+            .is_truthy()?
+        {
+            self.abort.abort();
         }
+        Ok(())
     }
 }
 
@@ -303,7 +413,7 @@ impl Pending {
 /// garbage-collected locks (called at interpreter exit).
 #[pyfunction]
 pub(crate) fn flush_background(py: Python<'_>, timeout: f64) -> PyResult<()> {
-    if forked() || RUNTIME_PID.get().is_none() {
+    if forked() || RUNTIME.get().is_none() {
         return Ok(());
     }
     let wait = Duration::try_from_secs_f64(timeout).unwrap_or(Duration::ZERO);

@@ -82,6 +82,24 @@ async def test_cancelled_waiting_acquire_leaves_no_grant(
     assert not await held_by_any(aredlock, key)
 
 
+async def test_a_cancelled_waiting_acquire_stops_waiting(
+    aredlock: rf.AsyncRedlock, key: str
+) -> None:
+    # A waiter that went on after its caller's cancellation would take the
+    # lock once the holder lets go (its result then dropped and released in
+    # the background): the nodes' token counters would move on.
+    holder = await aredlock.acquire(key, 10)
+    waiter = asyncio.ensure_future(aredlock.acquire(key, 5, wait=5))
+    await asyncio.sleep(0.1)
+    waiter.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await waiter
+    counters = [v.token for v in await aredlock.inspect(key)]
+    assert await holder.release() is True
+    await asyncio.sleep(0.5)
+    assert [v.token for v in await aredlock.inspect(key)] == counters
+
+
 async def test_cancelled_plain_acquire_finishes_and_releases(
     aredlock: rf.AsyncRedlock, key: str
 ) -> None:

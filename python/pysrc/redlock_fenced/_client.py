@@ -17,7 +17,7 @@ from contextlib import (
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 from . import _native
-from ._bridge import call
+from ._bridge import bridge
 from ._lock import AcquireContext, AsyncLock, Lock
 from ._shared import LockGuard, StrPath, connect_args, current, lost_error, views
 from ._types import (
@@ -203,7 +203,7 @@ class AsyncRedlock:
             members, node_timeout, connect_timeout, retry, drift_factor, clock_floor,
             tls_ca_file, tls_client_cert,
         )
-        client: _native.Client = await call(lambda b, i: _native.Client.connect_async(b, i, *args))
+        client: _native.Client = await _native.Client.connect_async(bridge(), *args)
         return cls(client)
 
     @property
@@ -219,26 +219,19 @@ class AsyncRedlock:
     def acquire(self, key: str, ttl: Seconds, *, wait: Seconds | None = None) -> AcquireContext:
         """Takes the lock: `lock = await redlock.acquire(...)` or
         `async with redlock.acquire(...) as lock:`. `wait` as in
-        `Redlock.acquire`."""
-        k, t, w = check_key(key), ttl_seconds(ttl), wait_seconds(wait)
-        client = self._client
-
-        def start() -> asyncio.Future[AsyncLock]:
-            # Without a wait the round is never cut (see the module docs).
-            return call(
-                lambda b, i: client.acquire_async(b, i, k, t, w),
-                wrap=AsyncLock,
-                cancellable=w is not None,
-            )
-
-        return AcquireContext(start)
+        `Redlock.acquire`. Without a wait the round is never cut when the
+        caller is cancelled: it finishes and its lock is released at once."""
+        return AcquireContext(
+            self._client,
+            key if type(key) is str else check_key(key),
+            ttl_seconds(ttl),
+            None if wait is None else wait_seconds(wait),
+        )
 
     async def try_acquire(self, key: str, ttl: Seconds) -> AsyncLock | None:
         """One attempt: the lock, or None when another owner holds it."""
         k, t = check_key(key), ttl_seconds(ttl)
-        native: _native.NativeLock | None = await call(
-            lambda b, i: self._client.try_acquire_async(b, i, k, t), cancellable=False
-        )
+        native: _native.NativeLock | None = await self._client.try_acquire_async(bridge(), k, t)
         return None if native is None else AsyncLock(native)
 
     def hold(
@@ -268,10 +261,7 @@ class AsyncRedlock:
         raise_on_lost: bool,
         cancel_on_lost: bool,
     ) -> AsyncIterator[LockGuard]:
-        native: _native.NativeGuard = await call(
-            lambda b, i: self._client.hold_async(b, i, key, ttl, wait),
-            cancellable=wait is not None,
-        )
+        native: _native.NativeGuard = await self._client.hold_async(bridge(), key, ttl, wait)
         guard = LockGuard(native)
         task = asyncio.current_task()
         cancelled_by_us = False
@@ -296,7 +286,7 @@ class AsyncRedlock:
             if watcher is not None:
                 watcher.cancel()
                 await asyncio.gather(watcher, return_exceptions=True)
-            await call(native.exit_async, cancellable=False)
+            await native.exit_async(bridge())
         if raise_on_lost and guard.lost.is_set():
             if cancelled_by_us and task is not None:
                 task.uncancel()
@@ -335,15 +325,13 @@ class AsyncRedlock:
         if not isinstance(owner, str):
             raise TypeError(f"owner must be a str, got {type(owner).__name__}")
         k = check_key(key)
-        freed: bool = await call(
-            lambda b, i: self._client.release_owner_async(b, i, k, owner), cancellable=False
-        )
+        freed: bool = await self._client.release_owner_async(bridge(), k, owner)
         return freed
 
     async def inspect(self, key: str) -> list[NodeView]:
         """Every member's view of `key` (read-only)."""
         k = check_key(key)
-        rows: list[Any] = await call(lambda b, i: self._client.inspect_async(b, i, k))
+        rows: list[Any] = await self._client.inspect_async(bridge(), k)
         return views(rows)
 
     def as_sync(self) -> Redlock:

@@ -4,13 +4,13 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Generator, Sequence
+from collections.abc import Awaitable, Generator, Sequence
 from contextlib import AbstractAsyncContextManager
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from . import _native
-from ._bridge import call
+from ._bridge import bridge
 from ._shared import LostSignal, lost_error, release_forgotten
 from ._types import (
     Arg,
@@ -213,12 +213,12 @@ class AsyncLock(_HeldLock):
         nodes' extensions finish in the background and the old (shorter)
         validity stays."""
         t = ttl_seconds(ttl)
-        await call(lambda b, i: self._native.extend_async(b, i, t))
+        await self._native.extend_async(bridge(), t)
 
     async def release(self) -> bool:
         """Releases the lock: True when it was still held. When cancelled, the
         release still goes on."""
-        held: bool = await call(self._native.release_async, cancellable=False)
+        held: bool = await self._native.release_async(bridge())
         return held
 
     async def fenced(self, resource: Resource, guard: str, *command: Arg) -> Any:
@@ -227,7 +227,7 @@ class AsyncLock(_HeldLock):
         (the outcome is then unknown)."""
         r, g = check_fenced(resource, guard)
         args = command_args(command)
-        return await call(lambda b, i: self._native.fenced_async(b, i, r, g, args))
+        return await self._native.fenced_async(bridge(), r, g, args)
 
     async def fenced_transaction(
         self, resource: Resource, guard: str, commands: Sequence[Sequence[Arg]]
@@ -239,16 +239,14 @@ class AsyncLock(_HeldLock):
         waiting for the reply (the outcome is then unknown)."""
         r, g = check_fenced(resource, guard)
         cmds = transaction_args(commands)
-        replies: list[Any] = await call(
-            lambda b, i: self._native.fenced_transaction_async(b, i, r, g, cmds)
-        )
+        replies: list[Any] = await self._native.fenced_transaction_async(bridge(), r, g, cmds)
         return replies
 
     async def announce(self, resource: Resource, guard: str) -> int:
         """Shows this lock's token to `guard`; returns the guard's highest
         token. As `Lock.announce`."""
         r, g = check_fenced(resource, guard)
-        highest: int = await call(lambda b, i: self._native.announce_async(b, i, r, g))
+        highest: int = await self._native.announce_async(bridge(), r, g)
         return highest
 
     async def __aenter__(self) -> Self:
@@ -263,7 +261,7 @@ class AsyncLock(_HeldLock):
         if self._native.state() in ("released", "detached"):
             return
         try:
-            held = await call(self._native.release_async, cancellable=False)
+            held = await self._native.release_async(bridge())
         except Exception as problem:
             _release_failed(self, problem, exc)
             return
@@ -275,17 +273,23 @@ class AcquireContext(Awaitable[AsyncLock], AbstractAsyncContextManager[AsyncLock
     use it with `async with` (released on exit). Nothing starts until it is
     awaited or entered."""
 
-    __slots__ = ("_lock", "_start")
+    __slots__ = ("_client", "_key", "_lock", "_ttl", "_wait")
 
-    def __init__(self, start: Callable[[], asyncio.Future[AsyncLock]]) -> None:
-        self._start = start
+    def __init__(self, client: _native.Client, key: str, ttl: float, wait: float | None) -> None:
+        self._client = client
+        self._key = key
+        self._ttl = ttl
+        self._wait = wait
         self._lock: AsyncLock | None = None
 
     def __await__(self) -> Generator[Any, None, AsyncLock]:
-        return self._start().__await__()
+        future: asyncio.Future[AsyncLock] = self._client.acquire_async(
+            bridge(), self._key, self._ttl, self._wait, AsyncLock
+        )
+        return future.__await__()
 
     async def __aenter__(self) -> AsyncLock:
-        self._lock = await self._start()
+        self._lock = await self
         return self._lock
 
     async def __aexit__(

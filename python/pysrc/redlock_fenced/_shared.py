@@ -11,7 +11,7 @@ from collections.abc import Generator, Sequence
 from typing import Any
 
 from . import _native
-from ._bridge import call
+from ._bridge import bridge
 from ._types import (
     Arg,
     Cluster,
@@ -73,7 +73,7 @@ class LostSignal:
         return self._native.wait(limit)
 
     def __await__(self) -> Generator[Any, None, None]:
-        yield from call(self._native.wait_async).__await__()
+        yield from self._native.wait_async(bridge()).__await__()
 
     def __repr__(self) -> str:
         return f"<LostSignal is_set={self.is_set()}>"
@@ -218,7 +218,7 @@ class LockGuard:
         """`fenced` as a coroutine (for `AsyncRedlock.hold`)."""
         r, g = check_fenced(resource, guard)
         args = command_args(command)
-        return await call(lambda b, i: self._native.fenced_async(b, i, r, g, args))
+        return await self._native.fenced_async(bridge(), r, g, args)
 
     def fenced_transaction(
         self, resource: Resource, guard: str, commands: Sequence[Sequence[Arg]]
@@ -237,9 +237,7 @@ class LockGuard:
         """`fenced_transaction` as a coroutine (for `AsyncRedlock.hold`)."""
         r, g = check_fenced(resource, guard)
         cmds = transaction_args(commands)
-        replies: list[Any] = await call(
-            lambda b, i: self._native.fenced_transaction_async(b, i, r, g, cmds)
-        )
+        replies: list[Any] = await self._native.fenced_transaction_async(bridge(), r, g, cmds)
         return replies
 
     def announce(self, resource: Resource, guard: str) -> int:
@@ -251,7 +249,7 @@ class LockGuard:
     async def aannounce(self, resource: Resource, guard: str) -> int:
         """`announce` as a coroutine (for `AsyncRedlock.hold`)."""
         r, g = check_fenced(resource, guard)
-        highest: int = await call(lambda b, i: self._native.announce_async(b, i, r, g))
+        highest: int = await self._native.announce_async(bridge(), r, g)
         return highest
 
     def __repr__(self) -> str:
