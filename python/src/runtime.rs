@@ -7,10 +7,13 @@ use std::future::Future;
 use std::io::{Read, Write};
 use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixStream;
+use std::panic::AssertUnwindSafe;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
+use futures_util::FutureExt;
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::PyWeakrefReference;
@@ -219,18 +222,22 @@ where
         id,
         sent: false,
     };
-    let task = rt.spawn(async move {
+    let body = async move {
         let result = fut.await;
         report.sent = true;
         let done: Done = Box::new(move |py| result.and_then(|v| v.into_py_any(py)));
         report.inner.push(id, done);
-    });
-    if on_cancel == OnCancel::Drop {
-        let canceller = Canceller {
-            abort: task.abort_handle(),
-        };
-        future.call_method1(intern!(py, "add_done_callback"), (canceller,))?;
-    }
+    };
+    let job: Job = if on_cancel == OnCancel::Drop {
+        let (body, abort) = futures_util::future::abortable(body);
+        future.call_method1(intern!(py, "add_done_callback"), (Canceller { abort },))?;
+        Box::pin(async move {
+            let _ = body.await;
+        })
+    } else {
+        Box::pin(body)
+    };
+    Bridge::submit(bridge, rt, job)?;
     Ok(future.unbind())
 }
 
@@ -280,6 +287,9 @@ impl BridgeInner {
     }
 }
 
+/// The work of one asyncio call, waiting to be started.
+type Job = Pin<Box<dyn Future<Output = ()> + Send>>;
+
 /// An asyncio call in flight: its future, and what wraps its result.
 struct Waiting {
     future: Py<PyAny>,
@@ -303,19 +313,74 @@ pub(crate) struct Bridge {
     /// The calls in flight, by id (touched only in the loop's thread).
     waiting: Mutex<HashMap<u64, Waiting>>,
     next_id: AtomicU64,
+    /// The calls started during this turn of the event loop, started
+    /// together by `flush` (scheduled with `call_soon` by the first).
+    queued: Mutex<Vec<Job>>,
 }
 
 impl Bridge {
+    /// Queues a call's work; the first of a turn schedules `flush`. All the
+    /// calls the loop's tasks make in one turn then start as one runtime
+    /// task: their commands reach each node's connection before it writes,
+    /// so they go out in one write per node (as the Rust client's own tasks
+    /// do), and the runtime is woken once, not once per call.
+    fn submit(bridge: &Bound<'_, Bridge>, rt: &'static Runtime, job: Job) -> PyResult<()> {
+        let native = bridge.get();
+        let first = {
+            let mut queued = native.queued.lock().unwrap_or_else(|p| p.into_inner());
+            queued.push(job);
+            queued.len() == 1
+        };
+        if first {
+            let py = bridge.py();
+            let scheduled = native.event_loop(py).and_then(|event_loop| {
+                event_loop.call_method1(
+                    intern!(py, "call_soon"),
+                    (bridge.getattr(intern!(py, "flush"))?,),
+                )
+            });
+            if let Err(e) = scheduled {
+                // No turn to come (the loop is closed or gone): start the
+                // work now; its result is dropped with the bridge.
+                native.start_queued(rt);
+                return Err(e);
+            }
+        }
+        Ok(())
+    }
+
+    /// Starts the queued calls as one task.
+    fn start_queued(&self, rt: &'static Runtime) {
+        let mut jobs = std::mem::take(&mut *self.queued.lock().unwrap_or_else(|p| p.into_inner()));
+        if jobs.len() > 1 {
+            // A panic in one call ends only that call (its report then says
+            // so), not the others of the batch.
+            let jobs = jobs
+                .into_iter()
+                .map(|job| AssertUnwindSafe(job).catch_unwind());
+            rt.spawn(async move {
+                futures_util::future::join_all(jobs).await;
+            });
+        } else if let Some(job) = jobs.pop() {
+            rt.spawn(job);
+        }
+    }
+
+    fn event_loop<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        self.event_loop
+            .bind(py)
+            .upgrade()
+            .ok_or_else(|| errors::state("the event loop of this call is gone"))
+    }
+
     fn waiting(&self) -> MutexGuard<'_, HashMap<u64, Waiting>> {
         self.waiting.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// A new future of the bridge's event loop (`loop.create_future()`).
     fn create_future<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        let Some(event_loop) = self.event_loop.bind(py).upgrade() else {
-            return Err(errors::state("the event loop of this call is gone"));
-        };
-        event_loop.call_method0(intern!(py, "create_future"))
+        self.event_loop(py)?
+            .call_method0(intern!(py, "create_future"))
     }
 
     /// Completes one call's future (unless its caller cancelled it: the
@@ -358,6 +423,7 @@ impl Bridge {
             event_loop: PyWeakrefReference::new(event_loop)?.unbind(),
             waiting: Mutex::new(HashMap::new()),
             next_id: AtomicU64::new(0),
+            queued: Mutex::new(Vec::new()),
         })
     }
 
@@ -383,9 +449,33 @@ impl Bridge {
         }
     }
 
+    /// Starts the calls queued during this turn of the loop (scheduled by
+    /// the first of them).
+    fn flush(&self) -> PyResult<()> {
+        self.start_queued(runtime()?);
+        Ok(())
+    }
+
     /// How many calls are in flight on this loop.
     fn pending(&self) -> usize {
         self.waiting().len()
+    }
+}
+
+impl Drop for Bridge {
+    fn drop(&mut self) {
+        // Calls queued in the loop's last turn (a loop closed before its
+        // `flush` ran) still run: a release among them must not be lost.
+        let queued = !self
+            .queued
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_empty();
+        if queued {
+            if let Ok(rt) = runtime() {
+                self.start_queued(rt);
+            }
+        }
     }
 }
 
@@ -393,7 +483,7 @@ impl Bridge {
 /// callback, for the calls that may be dropped: see [`OnCancel`]).
 #[pyclass(frozen, module = "redlock_fenced._native")]
 pub(crate) struct Canceller {
-    abort: tokio::task::AbortHandle,
+    abort: futures_util::future::AbortHandle,
 }
 
 #[pymethods]

@@ -100,6 +100,30 @@ async def test_a_cancelled_waiting_acquire_stops_waiting(
     assert [v.token for v in await aredlock.inspect(key)] == counters
 
 
+async def test_calls_of_one_turn_start_together_and_cancel_alone(
+    aredlock: rf.AsyncRedlock, key: str
+) -> None:
+    # Calls made in one turn of the loop start as one batch of work: a
+    # cancelled waiting call in the batch is dropped alone.
+    holder = await aredlock.acquire(f"{key}-held", 10)
+    plain = [asyncio.ensure_future(aredlock.acquire(f"{key}-{i}", 5)) for i in range(12)]
+    waiter = asyncio.ensure_future(aredlock.acquire(f"{key}-held", 5, wait=5))
+    more = [asyncio.ensure_future(aredlock.try_acquire(f"{key}-t{i}", 5)) for i in range(4)]
+    await asyncio.sleep(0.05)
+    waiter.cancel()
+    locks = await asyncio.gather(*plain, *more)
+    with pytest.raises(asyncio.CancelledError):
+        await waiter
+    keys = [f"{key}-{i}" for i in range(12)] + [f"{key}-t{i}" for i in range(4)]
+    assert [lock.key if lock is not None else None for lock in locks] == keys
+    released = await asyncio.gather(*(lock.release() for lock in locks if lock is not None))
+    assert all(released)
+    counters = [v.token for v in await aredlock.inspect(f"{key}-held")]
+    assert await holder.release() is True
+    await asyncio.sleep(0.5)
+    assert [v.token for v in await aredlock.inspect(f"{key}-held")] == counters
+
+
 async def test_cancelled_plain_acquire_finishes_and_releases(
     aredlock: rf.AsyncRedlock, key: str
 ) -> None:
