@@ -9,10 +9,11 @@ use pyo3::prelude::*;
 use pyo3::types::{PyList, PyString};
 use redlock_client::{Error, Member, NodeState, Redlock, RetryPolicy};
 
+use crate::bridge::{dispatch, Asyncio, Bridge};
 use crate::errors;
 use crate::fenced::Resources;
 use crate::lock::{NativeGuard, NativeLock, DAY, MIN_TTL};
-use crate::runtime::{dispatch, Asyncio, Bridge, OnCancel};
+use crate::runtime::OnCancel;
 
 /// One member's view of a key: `(node, state, held, ttl, token, error,
 /// shard)`, `state` one of `"missing"`, `"present"`, `"error"`.

@@ -13,9 +13,10 @@ use redlock_client::{CancellationToken, Error, Lock, LockGuard, LockInfo};
 use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
 
+use crate::bridge::{dispatch, Asyncio, Bridge};
 use crate::errors;
 use crate::fenced::{Reply, Resources, Target};
-use crate::runtime::{self, dispatch, Asyncio, Bridge, OnCancel};
+use crate::runtime::{self, OnCancel};
 
 /// One day: the longest ttl or wait a call accepts (the module's own ceiling
 /// for `redlock.max-ttl-ms`).

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Awaitable, Generator, Sequence
 from contextlib import AbstractAsyncContextManager
 from types import TracebackType
@@ -283,7 +282,7 @@ class AcquireContext(Awaitable[AsyncLock], AbstractAsyncContextManager[AsyncLock
         self._lock: AsyncLock | None = None
 
     def __await__(self) -> Generator[Any, None, AsyncLock]:
-        future: asyncio.Future[AsyncLock] = self._client.acquire_async(
+        future: _native.NativeFuture[AsyncLock] = self._client.acquire_async(
             bridge(), self._key, self._ttl, self._wait, AsyncLock
         )
         return future.__await__()
