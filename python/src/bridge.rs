@@ -28,6 +28,7 @@ use pyo3::exceptions::{PyException, PyStopIteration};
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::pyclass::{PyTraverseError, PyVisit};
+use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyDict, PyWeakrefReference};
 use pyo3::IntoPyObjectExt;
 use tokio::runtime::Runtime;
@@ -41,20 +42,40 @@ mod asyncio_errors {
 }
 use asyncio_errors::{CancelledError, InvalidStateError};
 
-/// How an asyncio call hands its result back: through the event loop's
-/// `bridge`, passed to `wrap` (a Python callable, e.g. the class that wraps
-/// a native lock) when one is given.
+/// How an asyncio call hands its result back: through the running event
+/// loop's `bridge`, passed to `wrap` (a Python callable, e.g. the class
+/// that wraps a native lock) when one is given.
 pub(crate) struct Asyncio<'a, 'py> {
-    pub(crate) bridge: &'a Bound<'py, Bridge>,
+    pub(crate) bridge: Bound<'py, Bridge>,
     pub(crate) wrap: Option<&'a Bound<'py, PyAny>>,
 }
 
 impl<'a, 'py> Asyncio<'a, 'py> {
-    /// Results as they are.
-    pub(crate) fn new(bridge: &'a Bound<'py, Bridge>) -> Self {
-        Asyncio { bridge, wrap: None }
+    /// Through the running loop's bridge, results as they are. Raises
+    /// `RuntimeError` outside a running event loop.
+    pub(crate) fn current(py: Python<'py>) -> PyResult<Self> {
+        Ok(Asyncio {
+            bridge: Bridge::current(py)?,
+            wrap: None,
+        })
+    }
+
+    /// As [`Asyncio::current`], each result passed to `wrap` when given.
+    pub(crate) fn wrapped(py: Python<'py>, wrap: Option<&'a Bound<'py, PyAny>>) -> PyResult<Self> {
+        Ok(Asyncio {
+            bridge: Bridge::current(py)?,
+            wrap,
+        })
     }
 }
+
+/// The bridges of the event loops that made calls, each with its loop held
+/// weakly; a finished loop's entry goes when the next loop registers.
+/// Touched with the GIL held only.
+static BRIDGES: Mutex<Vec<(Py<PyWeakrefReference>, Py<Bridge>)>> = Mutex::new(Vec::new());
+
+/// `asyncio.get_running_loop`, looked up once.
+static GET_RUNNING_LOOP: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
 
 /// Runs `fut` blocking (see [`block`]) or, for asyncio, starts it and
 /// returns a [`NativeFuture`] for its result; cancelling that future drops
@@ -72,6 +93,7 @@ where
     let Some(Asyncio { bridge, wrap }) = asyncio else {
         return block(py, on_cancel, fut)??.into_py_any(py);
     };
+    let bridge = &bridge;
     let rt = runtime()?;
     let native = bridge.get();
     let id = native.next_id.fetch_add(1, Ordering::Relaxed);
@@ -194,6 +216,35 @@ pub(crate) struct Bridge {
 }
 
 impl Bridge {
+    /// The running event loop's bridge, made and registered (its reader
+    /// added to the loop) on the loop's first call. Raises `RuntimeError`
+    /// outside a running loop.
+    fn current(py: Python<'_>) -> PyResult<Bound<'_, Bridge>> {
+        let get_running_loop = GET_RUNNING_LOOP.get_or_try_init(py, || {
+            py.import("asyncio")?
+                .getattr("get_running_loop")
+                .map(Bound::unbind)
+        })?;
+        let event_loop = get_running_loop.call0(py)?.into_bound(py);
+        let mut bridges = BRIDGES.lock().unwrap_or_else(|p| p.into_inner());
+        for (weak, bridge) in bridges.iter() {
+            if weak.bind(py).upgrade().is_some_and(|l| l.is(&event_loop)) {
+                return Ok(bridge.bind(py).clone());
+            }
+        }
+        bridges.retain(|(weak, _)| weak.bind(py).upgrade().is_some());
+        let bridge = Bound::new(py, Bridge::new(&event_loop)?)?;
+        event_loop.call_method1(
+            intern!(py, "add_reader"),
+            (bridge.get().fileno(), bridge.getattr(intern!(py, "drain"))?),
+        )?;
+        bridges.push((
+            PyWeakrefReference::new(&event_loop)?.unbind(),
+            bridge.clone().unbind(),
+        ));
+        Ok(bridge)
+    }
+
     /// Queues a call's work. All the calls the loop's tasks make in one turn
     /// start as one runtime task: their commands reach each node's
     /// connection before it writes, so they go out in one write per node
@@ -276,7 +327,7 @@ impl Bridge {
 #[pymethods]
 impl Bridge {
     /// A bridge to `event_loop`; the caller registers `drain` as the reader
-    /// of `fileno()` on that loop.
+    /// of `fileno()` on that loop (`Bridge::current` does both).
     #[new]
     fn new(event_loop: &Bound<'_, PyAny>) -> PyResult<Self> {
         let (watch, wake) =

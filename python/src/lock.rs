@@ -7,13 +7,14 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+use pyo3::exceptions::PyResourceWarning;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList};
 use redlock_client::{CancellationToken, Error, Lock, LockGuard, LockInfo};
 use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
 
-use crate::bridge::{dispatch, Asyncio, Bridge};
+use crate::bridge::{dispatch, Asyncio};
 use crate::errors;
 use crate::fenced::{Reply, Resources, Target};
 use crate::runtime::{self, OnCancel};
@@ -158,6 +159,26 @@ pub(crate) struct NativeLock {
     info: Arc<LockInfo>,
     /// The client's connections to resource servers.
     resources: Arc<Resources>,
+    /// Whether it was handed to the caller ([`Handout`]): a lock dropped
+    /// while still held then warns (`ResourceWarning`) as it is released
+    /// in the background. A result nobody received (a cancelled call) is
+    /// released without a warning.
+    handed_out: AtomicBool,
+}
+
+/// A fresh lock on its way to the caller: converting it into a Python object
+/// marks it handed out (see `NativeLock::handed_out`).
+pub(crate) struct Handout(pub(crate) NativeLock);
+
+impl<'py> IntoPyObject<'py> for Handout {
+    type Target = NativeLock;
+    type Output = Bound<'py, NativeLock>;
+    type Error = PyErr;
+
+    fn into_pyobject(self, py: Python<'py>) -> PyResult<Bound<'py, NativeLock>> {
+        self.0.handed_out.store(true, Ordering::Relaxed);
+        Bound::new(py, self.0)
+    }
 }
 
 impl NativeLock {
@@ -172,6 +193,7 @@ impl NativeLock {
             owner: lock.owner().to_string(),
             info: Arc::clone(lock.info()),
             resources,
+            handed_out: AtomicBool::new(false),
             shared: Arc::new(Shared {
                 slot: Mutex::new(Slot::Held(lock)),
                 deadline: tx,
@@ -321,14 +343,9 @@ impl NativeLock {
 
     /// Extends the lease (asyncio future). On cancellation the nodes'
     /// extends finish in the background and the old deadline stays.
-    fn extend_async(
-        &self,
-        py: Python<'_>,
-        bridge: &Bound<'_, Bridge>,
-        ttl: f64,
-    ) -> PyResult<Py<PyAny>> {
+    fn extend_async(&self, py: Python<'_>, ttl: f64) -> PyResult<Py<PyAny>> {
         let fut = self.extend_future(ttl)?;
-        dispatch(py, Some(Asyncio::new(bridge)), OnCancel::Drop, fut)
+        dispatch(py, Some(Asyncio::current(py)?), OnCancel::Drop, fut)
     }
 
     /// Releases (blocking): True when it was still held.
@@ -339,9 +356,9 @@ impl NativeLock {
 
     /// Releases (asyncio future); a cancelled caller stops waiting, the
     /// release goes on.
-    fn release_async(&self, py: Python<'_>, bridge: &Bound<'_, Bridge>) -> PyResult<Py<PyAny>> {
+    fn release_async(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
         let fut = self.release_future()?;
-        dispatch(py, Some(Asyncio::new(bridge)), OnCancel::Finish, fut)
+        dispatch(py, Some(Asyncio::current(py)?), OnCancel::Finish, fut)
     }
 
     /// Runs `args` on the resource server `resource` (a URL), fenced by this
@@ -361,13 +378,12 @@ impl NativeLock {
     fn fenced_async(
         &self,
         py: Python<'_>,
-        bridge: &Bound<'_, Bridge>,
         resource: &Bound<'_, PyAny>,
         guard: String,
         args: &Bound<'_, PyList>,
     ) -> PyResult<Py<PyAny>> {
         let fut = self.fenced_future(resource, guard, args)?;
-        dispatch(py, Some(Asyncio::new(bridge)), OnCancel::Drop, fut)
+        dispatch(py, Some(Asyncio::current(py)?), OnCancel::Drop, fut)
     }
 
     /// Shows this lock's token to `guard` on `resource` (blocking): the
@@ -386,12 +402,11 @@ impl NativeLock {
     fn announce_async(
         &self,
         py: Python<'_>,
-        bridge: &Bound<'_, Bridge>,
         resource: &Bound<'_, PyAny>,
         guard: String,
     ) -> PyResult<Py<PyAny>> {
         let fut = self.announce_future(resource, guard)?;
-        dispatch(py, Some(Asyncio::new(bridge)), OnCancel::Drop, fut)
+        dispatch(py, Some(Asyncio::current(py)?), OnCancel::Drop, fut)
     }
 
     /// Runs `commands` (lists of `bytes`), each fenced by this lock's token
@@ -412,32 +427,12 @@ impl NativeLock {
     fn fenced_transaction_async(
         &self,
         py: Python<'_>,
-        bridge: &Bound<'_, Bridge>,
         resource: &Bound<'_, PyAny>,
         guard: String,
         commands: &Bound<'_, PyList>,
     ) -> PyResult<Py<PyAny>> {
         let fut = self.transaction_future(resource, guard, commands)?;
-        dispatch(py, Some(Asyncio::new(bridge)), OnCancel::Drop, fut)
-    }
-
-    /// Starts a release in the background (for a lock nobody released);
-    /// True when there was a held lock to release.
-    fn release_background(&self) -> PyResult<bool> {
-        let Ok(mut taken) = self.shared.take("release") else {
-            return Ok(false);
-        };
-        let Some(lock) = taken.lock.take() else {
-            return Ok(false);
-        };
-        *taken.shared.slot() = Slot::Released;
-        taken.shared.deadline.send_replace(None);
-        let rt = runtime::runtime()?;
-        let _enter = rt.enter();
-        runtime::background().spawn(async move {
-            let _ = lock.release().await;
-        });
-        Ok(true)
+        dispatch(py, Some(Asyncio::current(py)?), OnCancel::Drop, fut)
     }
 
     /// Stops tracking the lock without releasing it; returns the owner id.
@@ -468,6 +463,37 @@ impl Drop for NativeLock {
             let _enter = rt.enter();
             runtime::background().spawn(async move {
                 let _ = lock.release().await;
+            });
+        }
+        if self.handed_out.load(Ordering::Relaxed) {
+            // Dropped with its Python object, so attached; not at all
+            // during interpreter shutdown. A warning turned into an error
+            // cannot be raised from here: it is dropped, as an exception in
+            // `__del__` would be.
+            let message = format!(
+                "a lock on {:?} (token {}) was garbage-collected while held: released in the background; release it explicitly or use `with` / `async with`",
+                self.key, self.token
+            );
+            Python::try_attach(|py| {
+                let Ok(message) = std::ffi::CString::new(message) else {
+                    return;
+                };
+                // The object may be dropped while an exception is on its
+                // way (a Ctrl-C that interrupted the caller): it is set
+                // aside around the warning and put back, as CPython's own
+                // deallocators do (and `__del__` gets done for it).
+                let (mut kind, mut value, mut traceback) = (
+                    std::ptr::null_mut(),
+                    std::ptr::null_mut(),
+                    std::ptr::null_mut(),
+                );
+                // SAFETY: attached; the three pointers are handed back
+                // unchanged by `PyErr_Restore` (which takes their references).
+                unsafe { pyo3::ffi::PyErr_Fetch(&mut kind, &mut value, &mut traceback) };
+                let category = py.get_type::<PyResourceWarning>();
+                let _ = PyErr::warn(py, &category, &message, 1);
+                // SAFETY: as above.
+                unsafe { pyo3::ffi::PyErr_Restore(kind, value, traceback) };
             });
         }
     }
@@ -619,12 +645,17 @@ impl Signal {
     }
 
     /// An asyncio future that completes when the event is set.
-    fn wait_async(&self, py: Python<'_>, bridge: &Bound<'_, Bridge>) -> PyResult<Py<PyAny>> {
+    fn wait_async(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
         let token = self.token()?;
-        dispatch(py, Some(Asyncio::new(bridge)), OnCancel::Drop, async move {
-            token.cancelled_owned().await;
-            Ok(())
-        })
+        dispatch(
+            py,
+            Some(Asyncio::current(py)?),
+            OnCancel::Drop,
+            async move {
+                token.cancelled_owned().await;
+                Ok(())
+            },
+        )
     }
 }
 
@@ -791,7 +822,6 @@ impl NativeGuard {
     fn fenced_async(
         &self,
         py: Python<'_>,
-        bridge: &Bound<'_, Bridge>,
         resource: &Bound<'_, PyAny>,
         guard: String,
         args: &Bound<'_, PyList>,
@@ -805,7 +835,7 @@ impl NativeGuard {
             guard,
             args,
         )?;
-        dispatch(py, Some(Asyncio::new(bridge)), OnCancel::Drop, fut)
+        dispatch(py, Some(Asyncio::current(py)?), OnCancel::Drop, fut)
     }
 
     /// Shows this lock's token to `guard` on `resource` (blocking): the
@@ -831,7 +861,6 @@ impl NativeGuard {
     fn announce_async(
         &self,
         py: Python<'_>,
-        bridge: &Bound<'_, Bridge>,
         resource: &Bound<'_, PyAny>,
         guard: String,
     ) -> PyResult<Py<PyAny>> {
@@ -843,7 +872,7 @@ impl NativeGuard {
             resource,
             guard,
         )?;
-        dispatch(py, Some(Asyncio::new(bridge)), OnCancel::Drop, fut)
+        dispatch(py, Some(Asyncio::current(py)?), OnCancel::Drop, fut)
     }
 
     /// Runs `commands`, each fenced by this lock's token on `guard`, in one
@@ -871,7 +900,6 @@ impl NativeGuard {
     fn fenced_transaction_async(
         &self,
         py: Python<'_>,
-        bridge: &Bound<'_, Bridge>,
         resource: &Bound<'_, PyAny>,
         guard: String,
         commands: &Bound<'_, PyList>,
@@ -885,7 +913,7 @@ impl NativeGuard {
             guard,
             commands,
         )?;
-        dispatch(py, Some(Asyncio::new(bridge)), OnCancel::Drop, fut)
+        dispatch(py, Some(Asyncio::current(py)?), OnCancel::Drop, fut)
     }
 
     /// Ends the block (blocking): stops the keeper, which releases the lock,
@@ -895,10 +923,10 @@ impl NativeGuard {
     }
 
     /// Ends the block (asyncio future).
-    fn exit_async(&self, py: Python<'_>, bridge: &Bound<'_, Bridge>) -> PyResult<Py<PyAny>> {
+    fn exit_async(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
         dispatch(
             py,
-            Some(Asyncio::new(bridge)),
+            Some(Asyncio::current(py)?),
             OnCancel::Finish,
             self.exit_future(),
         )

@@ -17,7 +17,6 @@ from contextlib import (
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 from . import _native
-from ._bridge import bridge
 from ._lock import AcquireContext, AsyncLock, Lock
 from ._shared import LockGuard, StrPath, connect_args, current, lost_error, views
 from ._types import (
@@ -203,7 +202,7 @@ class AsyncRedlock:
             members, node_timeout, connect_timeout, retry, drift_factor, clock_floor,
             tls_ca_file, tls_client_cert,
         )
-        client: _native.Client = await _native.Client.connect_async(bridge(), *args)
+        client: _native.Client = await _native.Client.connect_async(*args)
         return cls(client)
 
     @property
@@ -231,7 +230,7 @@ class AsyncRedlock:
     async def try_acquire(self, key: str, ttl: Seconds) -> AsyncLock | None:
         """One attempt: the lock, or None when another owner holds it."""
         k, t = check_key(key), ttl_seconds(ttl)
-        native: _native.NativeLock | None = await self._client.try_acquire_async(bridge(), k, t)
+        native: _native.NativeLock | None = await self._client.try_acquire_async(k, t)
         return None if native is None else AsyncLock(native)
 
     def hold(
@@ -261,7 +260,7 @@ class AsyncRedlock:
         raise_on_lost: bool,
         cancel_on_lost: bool,
     ) -> AsyncIterator[LockGuard]:
-        native: _native.NativeGuard = await self._client.hold_async(bridge(), key, ttl, wait)
+        native: _native.NativeGuard = await self._client.hold_async(key, ttl, wait)
         guard = LockGuard(native)
         task = asyncio.current_task()
         cancelled_by_us = False
@@ -286,7 +285,7 @@ class AsyncRedlock:
             if watcher is not None:
                 watcher.cancel()
                 await asyncio.gather(watcher, return_exceptions=True)
-            await native.exit_async(bridge())
+            await native.exit_async()
         if raise_on_lost and guard.lost.is_set():
             if cancelled_by_us and task is not None:
                 task.uncancel()
@@ -325,13 +324,13 @@ class AsyncRedlock:
         if not isinstance(owner, str):
             raise TypeError(f"owner must be a str, got {type(owner).__name__}")
         k = check_key(key)
-        freed: bool = await self._client.release_owner_async(bridge(), k, owner)
+        freed: bool = await self._client.release_owner_async(k, owner)
         return freed
 
     async def inspect(self, key: str) -> list[NodeView]:
         """Every member's view of `key` (read-only)."""
         k = check_key(key)
-        rows: list[Any] = await self._client.inspect_async(bridge(), k)
+        rows: list[Any] = await self._client.inspect_async(k)
         return views(rows)
 
     def as_sync(self) -> Redlock:

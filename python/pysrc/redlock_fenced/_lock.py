@@ -9,8 +9,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from . import _native
-from ._bridge import bridge
-from ._shared import LostSignal, lost_error, release_forgotten
+from ._shared import LostSignal, lost_error
 from ._types import (
     Arg,
     Resource,
@@ -28,7 +27,9 @@ __all__ = ["AcquireContext", "AsyncLock", "Lock"]
 
 
 class _HeldLock:
-    """What `Lock` and `AsyncLock` share: the read-only view of the lock."""
+    """What `Lock` and `AsyncLock` share: the read-only view of the lock. A
+    lock garbage-collected while held is released in the background with a
+    `ResourceWarning` (by the native lock)."""
 
     __slots__ = ("__weakref__", "_lost", "_native")
 
@@ -86,9 +87,6 @@ class _HeldLock:
             f"{type(self).__name__} objects cannot be pickled: pass lock.detach()'s owner id "
             "instead"
         )
-
-    def __del__(self) -> None:
-        release_forgotten(self._native, type(self).__name__)
 
 
 def _after_release(lock: _HeldLock, held: bool, exc: BaseException | None) -> None:
@@ -212,12 +210,12 @@ class AsyncLock(_HeldLock):
         nodes' extensions finish in the background and the old (shorter)
         validity stays."""
         t = ttl_seconds(ttl)
-        await self._native.extend_async(bridge(), t)
+        await self._native.extend_async(t)
 
     async def release(self) -> bool:
         """Releases the lock: True when it was still held. When cancelled, the
         release still goes on."""
-        held: bool = await self._native.release_async(bridge())
+        held: bool = await self._native.release_async()
         return held
 
     async def fenced(self, resource: Resource, guard: str, *command: Arg) -> Any:
@@ -226,7 +224,7 @@ class AsyncLock(_HeldLock):
         (the outcome is then unknown)."""
         r, g = check_fenced(resource, guard)
         args = command_args(command)
-        return await self._native.fenced_async(bridge(), r, g, args)
+        return await self._native.fenced_async(r, g, args)
 
     async def fenced_transaction(
         self, resource: Resource, guard: str, commands: Sequence[Sequence[Arg]]
@@ -238,14 +236,14 @@ class AsyncLock(_HeldLock):
         waiting for the reply (the outcome is then unknown)."""
         r, g = check_fenced(resource, guard)
         cmds = transaction_args(commands)
-        replies: list[Any] = await self._native.fenced_transaction_async(bridge(), r, g, cmds)
+        replies: list[Any] = await self._native.fenced_transaction_async(r, g, cmds)
         return replies
 
     async def announce(self, resource: Resource, guard: str) -> int:
         """Shows this lock's token to `guard`; returns the guard's highest
         token. As `Lock.announce`."""
         r, g = check_fenced(resource, guard)
-        highest: int = await self._native.announce_async(bridge(), r, g)
+        highest: int = await self._native.announce_async(r, g)
         return highest
 
     async def __aenter__(self) -> Self:
@@ -260,7 +258,7 @@ class AsyncLock(_HeldLock):
         if self._native.state() in ("released", "detached"):
             return
         try:
-            held = await self._native.release_async(bridge())
+            held = await self._native.release_async()
         except Exception as problem:
             _release_failed(self, problem, exc)
             return
@@ -283,7 +281,7 @@ class AcquireContext(Awaitable[AsyncLock], AbstractAsyncContextManager[AsyncLock
 
     def __await__(self) -> Generator[Any, None, AsyncLock]:
         future: _native.NativeFuture[AsyncLock] = self._client.acquire_async(
-            bridge(), self._key, self._ttl, self._wait, AsyncLock
+            self._key, self._ttl, self._wait, AsyncLock
         )
         return future.__await__()
 

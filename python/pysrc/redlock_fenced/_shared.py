@@ -6,12 +6,10 @@ from __future__ import annotations
 
 import contextvars
 import os
-import warnings
 from collections.abc import Generator, Sequence
 from typing import Any
 
 from . import _native
-from ._bridge import bridge
 from ._types import (
     Arg,
     Cluster,
@@ -34,7 +32,6 @@ __all__ = [
     "current",
     "current_guard",
     "lost_error",
-    "release_forgotten",
     "views",
 ]
 
@@ -73,7 +70,7 @@ class LostSignal:
         return self._native.wait(limit)
 
     def __await__(self) -> Generator[Any, None, None]:
-        yield from self._native.wait_async(bridge()).__await__()
+        yield from self._native.wait_async().__await__()
 
     def __repr__(self) -> str:
         return f"<LostSignal is_set={self.is_set()}>"
@@ -150,21 +147,6 @@ def views(rows: list[Any]) -> list[NodeView]:
     return [NodeView(*row) for row in rows]
 
 
-def release_forgotten(native: _native.NativeLock | None, kind: str) -> None:
-    """For `__del__`: a lock nobody released is released in the background,
-    with a ResourceWarning."""
-    try:
-        if native is not None and native.state() == "held" and native.release_background():
-            warnings.warn(
-                f"{kind} on {native.key!r} (token {native.token}) was garbage-collected while "
-                "held: released in the background; release it explicitly or use `with`",
-                ResourceWarning,
-                stacklevel=2,
-            )
-    except Exception:
-        pass
-
-
 class LockGuard:
     """What `hold()` gives: the lock, kept alive in the background while the
     block runs. `lost` is set when an extension fails, the validity runs out
@@ -218,7 +200,7 @@ class LockGuard:
         """`fenced` as a coroutine (for `AsyncRedlock.hold`)."""
         r, g = check_fenced(resource, guard)
         args = command_args(command)
-        return await self._native.fenced_async(bridge(), r, g, args)
+        return await self._native.fenced_async(r, g, args)
 
     def fenced_transaction(
         self, resource: Resource, guard: str, commands: Sequence[Sequence[Arg]]
@@ -237,7 +219,7 @@ class LockGuard:
         """`fenced_transaction` as a coroutine (for `AsyncRedlock.hold`)."""
         r, g = check_fenced(resource, guard)
         cmds = transaction_args(commands)
-        replies: list[Any] = await self._native.fenced_transaction_async(bridge(), r, g, cmds)
+        replies: list[Any] = await self._native.fenced_transaction_async(r, g, cmds)
         return replies
 
     def announce(self, resource: Resource, guard: str) -> int:
@@ -249,7 +231,7 @@ class LockGuard:
     async def aannounce(self, resource: Resource, guard: str) -> int:
         """`announce` as a coroutine (for `AsyncRedlock.hold`)."""
         r, g = check_fenced(resource, guard)
-        highest: int = await self._native.announce_async(bridge(), r, g)
+        highest: int = await self._native.announce_async(r, g)
         return highest
 
     def __repr__(self) -> str:
