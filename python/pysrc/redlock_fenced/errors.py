@@ -116,8 +116,9 @@ class LockLostError(LockError):
 class StaleTokenError(LockLostError):
     """A fenced command was refused: the resource's `guard` has seen
     `highest`, a newer token of the lock on `key` than this lock's `token`,
-    so another holder took over. Nothing ran and nothing changed. Stop using
-    this lock; never retry with the same token."""
+    so another holder took over. Nothing ran and nothing changed. The lock's
+    `lost` signal is set (under `AsyncRedlock.hold` that cancels the block).
+    Stop using this lock; never retry with the same token."""
 
     def __init__(
         self,
