@@ -226,22 +226,36 @@ impl Bridge {
                 .map(Bound::unbind)
         })?;
         let event_loop = get_running_loop.call0(py)?.into_bound(py);
-        let mut bridges = BRIDGES.lock().unwrap_or_else(|p| p.into_inner());
-        for (weak, bridge) in bridges.iter() {
-            if weak.bind(py).upgrade().is_some_and(|l| l.is(&event_loop)) {
-                return Ok(bridge.bind(py).clone());
+        // The lock is never held across Python code: another thread can take
+        // the GIL there and block on the lock with it (a deadlock).
+        let finished: Vec<_> = {
+            let mut bridges = BRIDGES.lock().unwrap_or_else(|p| p.into_inner());
+            for (weak, bridge) in bridges.iter() {
+                if weak.bind(py).upgrade().is_some_and(|l| l.is(&event_loop)) {
+                    return Ok(bridge.bind(py).clone());
+                }
             }
-        }
-        bridges.retain(|(weak, _)| weak.bind(py).upgrade().is_some());
+            let (alive, finished) = std::mem::take(&mut *bridges)
+                .into_iter()
+                .partition(|(weak, _)| weak.bind(py).upgrade().is_some());
+            *bridges = alive;
+            finished
+        };
+        // Dropped outside the lock: a finished loop's bridge may hold the
+        // last references to coroutines, whose finalization runs Python.
+        drop(finished);
+        // Only this thread runs this loop, so no other thread registers it
+        // meanwhile.
         let bridge = Bound::new(py, Bridge::new(&event_loop)?)?;
         event_loop.call_method1(
             intern!(py, "add_reader"),
             (bridge.get().fileno(), bridge.getattr(intern!(py, "drain"))?),
         )?;
-        bridges.push((
-            PyWeakrefReference::new(&event_loop)?.unbind(),
-            bridge.clone().unbind(),
-        ));
+        let weak = PyWeakrefReference::new(&event_loop)?.unbind();
+        BRIDGES
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push((weak, bridge.clone().unbind()));
         Ok(bridge)
     }
 
@@ -690,8 +704,12 @@ impl NativeFuture {
     }
 
     fn __clear__(&self) {
-        let mut state = self.state();
-        state.callbacks.clear();
-        state.outcome = None;
+        // Dropped outside the lock: a dropped object's finalizer may call
+        // back into this future.
+        let dropped = {
+            let mut state = self.state();
+            (std::mem::take(&mut state.callbacks), state.outcome.take())
+        };
+        drop(dropped);
     }
 }

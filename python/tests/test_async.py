@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import subprocess
+import sys
 import time
 import warnings
 
@@ -230,3 +232,43 @@ async def test_a_garbage_collected_async_lock_is_released_with_a_warning(
     while await held_by_any(aredlock, key):
         assert time.monotonic() < deadline, "the lock was not released within 1 s"
         await asyncio.sleep(0.02)
+
+
+LOOPS_IN_THREADS = """
+import asyncio, sys, threading
+import redlock_fenced as rf
+
+client = rf.Redlock.connect(sys.argv[1:]).as_async()
+done = []
+
+async def cycle(thread, round_):
+    lock = await client.acquire(f"loops-{thread}-{round_}", 5)
+    assert await lock.release()
+
+def run(thread):
+    for round_ in range(150):
+        asyncio.run(cycle(thread, round_))  # a new event loop each time
+    done.append(thread)
+
+sys.setswitchinterval(1e-6)
+threads = [threading.Thread(target=run, args=(t,)) for t in range(8)]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
+assert len(done) == 8, done
+print("ok")
+"""
+
+
+def test_event_loops_in_several_threads(urls: list[str]) -> None:
+    # Threads run event loops one after another, each loop's first call
+    # registering its bridge (which runs Python code, `loop.add_reader`);
+    # with a tiny switch interval the threads switch there as anywhere. A
+    # lock held across that code deadlocked the whole process, hence the
+    # separate process with a deadline.
+    result = subprocess.run(
+        [sys.executable, "-c", LOOPS_IN_THREADS, *urls[:3]],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr[-2000:]
