@@ -216,6 +216,29 @@ pub(crate) struct Bridge {
 }
 
 impl Bridge {
+    /// A bridge to `event_loop`; the caller registers `drain` as the reader
+    /// of the socket on that loop (`Bridge::current` does both).
+    fn new(event_loop: &Bound<'_, PyAny>) -> PyResult<Self> {
+        let (watch, wake) =
+            UnixStream::pair().map_err(|e| errors::internal(&format!("socket pair: {e}")))?;
+        for end in [&watch, &wake] {
+            end.set_nonblocking(true)
+                .map_err(|e| errors::internal(&format!("socket pair: {e}")))?;
+        }
+        Ok(Bridge {
+            inner: Arc::new(BridgeInner {
+                done: Mutex::new(Vec::new()),
+                wake,
+            }),
+            watch,
+            event_loop: PyWeakrefReference::new(event_loop)?.unbind(),
+            waiting: Mutex::new(HashMap::new()),
+            next_id: AtomicU64::new(0),
+            queued: Mutex::new(Vec::new()),
+            draining: AtomicBool::new(false),
+        })
+    }
+
     /// The running event loop's bridge, made and registered (its reader
     /// added to the loop) on the loop's first call. Raises `RuntimeError`
     /// outside a running loop.
@@ -249,7 +272,10 @@ impl Bridge {
         let bridge = Bound::new(py, Bridge::new(&event_loop)?)?;
         event_loop.call_method1(
             intern!(py, "add_reader"),
-            (bridge.get().fileno(), bridge.getattr(intern!(py, "drain"))?),
+            (
+                bridge.get().watch.as_raw_fd(),
+                bridge.getattr(intern!(py, "drain"))?,
+            ),
         )?;
         let weak = PyWeakrefReference::new(&event_loop)?.unbind();
         BRIDGES
@@ -340,35 +366,6 @@ impl Bridge {
 
 #[pymethods]
 impl Bridge {
-    /// A bridge to `event_loop`; the caller registers `drain` as the reader
-    /// of `fileno()` on that loop (`Bridge::current` does both).
-    #[new]
-    fn new(event_loop: &Bound<'_, PyAny>) -> PyResult<Self> {
-        let (watch, wake) =
-            UnixStream::pair().map_err(|e| errors::internal(&format!("socket pair: {e}")))?;
-        for end in [&watch, &wake] {
-            end.set_nonblocking(true)
-                .map_err(|e| errors::internal(&format!("socket pair: {e}")))?;
-        }
-        Ok(Bridge {
-            inner: Arc::new(BridgeInner {
-                done: Mutex::new(Vec::new()),
-                wake,
-            }),
-            watch,
-            event_loop: PyWeakrefReference::new(event_loop)?.unbind(),
-            waiting: Mutex::new(HashMap::new()),
-            next_id: AtomicU64::new(0),
-            queued: Mutex::new(Vec::new()),
-            draining: AtomicBool::new(false),
-        })
-    }
-
-    /// The descriptor the event loop watches for results.
-    fn fileno(&self) -> i32 {
-        self.watch.as_raw_fd()
-    }
-
     /// Completes the futures of the finished calls (the loop's reader);
     /// the tasks awaiting them run their next step from here, and the calls
     /// they make start together at the end.
@@ -398,11 +395,6 @@ impl Bridge {
     fn flush(&self) -> PyResult<()> {
         self.start_queued(runtime()?);
         Ok(())
-    }
-
-    /// How many calls are in flight on this loop.
-    fn pending(&self) -> usize {
-        self.waiting().len()
     }
 }
 

@@ -24,7 +24,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<lock::NativeLock>()?;
     m.add_class::<lock::NativeGuard>()?;
     m.add_class::<lock::Signal>()?;
-    m.add_class::<bridge::Bridge>()?;
     m.add_class::<bridge::NativeFuture>()?;
     m.add_function(wrap_pyfunction!(runtime::flush_background, m)?)?;
     m.add_function(wrap_pyfunction!(log::set_log_level, m)?)?;

@@ -7,7 +7,6 @@ from os import PathLike
 from typing import Any, Generic, Literal, TypeVar, final, overload
 
 __all__ = [
-    "Bridge",
     "Client",
     "NativeGuard",
     "NativeFuture",
@@ -29,14 +28,6 @@ _View = tuple[
 _Path = str | PathLike[str]
 _Resource = str | list[str]
 _T = TypeVar("_T")
-
-@final
-class Bridge:
-    def __new__(cls, event_loop: AbstractEventLoop) -> Bridge: ...
-    def fileno(self) -> int: ...
-    def drain(self) -> None: ...
-    def flush(self) -> None: ...
-    def pending(self) -> int: ...
 
 @final
 class NativeFuture(Generic[_T]):
