@@ -55,6 +55,7 @@ test-valkey: deps valkey test-valkey-module
 VALKEY_NO_TLS := --skip tls_with_ca_and_client_certificate --skip tls_errors_say_what_is_wrong
 
 lint:
+	python3 scripts/import-cycles.py --self-check
 	python3 scripts/import-cycles.py
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
