@@ -3,7 +3,7 @@
 //! exist on no master". RELEASE still runs on a writable replica: it frees
 //! the lock there while the master holds it (the replica's `INSPECT` and
 //! `WAIT` say free, `DEBUG DIGEST` differs from the master's), and nothing
-//! from the master puts it back until the key's next effect. Expected here:
+//! from the master puts it back until the key's next effect. Now:
 //! `READONLY`, as for the other lock writes, and nothing changed.
 
 mod common;

@@ -20,10 +20,11 @@
 //! suspended machine's, moved on by well under a second.
 //!
 //! Needs `unshare -m -T` and `mount` (root, or the capabilities); the tests
-//! say so and do nothing elsewhere. The second test is a control that
-//! passes today: with the namespace's offset visible the module reads the
-//! host's boot clock (no integration test of the change covers that
-//! argument).
+//! say so and do nothing elsewhere. The first test failed before the stamp
+//! moved to `CLOCK_MONOTONIC` (the lease came back free). The second: a
+//! restart inside a time namespace whose monotonic (and boot) clock reads
+//! 30 s ahead, with the offset visible: the module takes it off and reads
+//! the machine's clock (without that the lease would come back free).
 
 mod common;
 
@@ -44,7 +45,7 @@ suspend)
     printf "%s\n" "$REVIEW_BOOT_ID" > /proc/sys/kernel/random/boot_id &&
     exec "$REVIEW_SERVER" "$@"' review-suspend "$@" ;;
 namespace)
-  exec unshare -T --boottime "$REVIEW_BOOT_AHEAD_S" "$REVIEW_SERVER" "$@" ;;
+  exec unshare -T --monotonic "$REVIEW_BOOT_AHEAD_S" --boottime "$REVIEW_BOOT_AHEAD_S" "$REVIEW_SERVER" "$@" ;;
 *)
   exec "$REVIEW_SERVER" "$@" ;;
 esac
@@ -121,9 +122,9 @@ fn a_restart_after_a_suspend_keeps_the_lease_the_running_node_would_keep() {
     );
 }
 
-/// Control: the server restarted inside a time namespace whose boot clock
-/// is 30 s ahead, with the offset readable: the module takes it off and
-/// reads the host's boot clock, so the lease keeps what is left of it (the
+/// The server restarted inside a time namespace whose monotonic and boot
+/// clocks are 30 s ahead, with the offsets readable: the module takes the
+/// monotonic one off and reads the machine's clock, so the lease keeps what is left of it (the
 /// wall clock 30 s ahead too: only the boot clock can keep it).
 #[test]
 fn a_restart_inside_a_time_namespace_reads_the_hosts_boot_clock() {
