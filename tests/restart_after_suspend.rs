@@ -1,4 +1,4 @@
-//! Review of issue 35 item 1: leases run on the monotonic clock (DESIGN §2,
+//! Issue 35 item 1, found by its review: leases run on the monotonic clock (DESIGN §2,
 //! `host/clock.rs::mono_now`, `std::time::Instant` = `CLOCK_MONOTONIC`),
 //! but a record read back on the same boot is timed by `CLOCK_BOOTTIME`
 //! (`host/clock.rs::boot_now`). The two differ by the time the machine was
@@ -63,7 +63,7 @@ fn wrapper(test: &str) -> PathBuf {
     // Cargo's scratch folder for integration tests (under target/).
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
     std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join(format!("review35-server-{test}-{}.sh", std::process::id()));
+    let path = dir.join(format!("suspend-server-{test}-{}.sh", std::process::id()));
     std::fs::write(&path, WRAPPER).unwrap();
     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
     path

@@ -1,4 +1,4 @@
-//! Review of issue 35 item 1 (same-boot restarts exact): a record whose
+//! Issue 35 item 1, found by its review (same-boot restarts exact): a record whose
 //! boot stamp is not this boot's is read by the older rule ("the time it had
 //! left when written", counted from the load) at EVERY load of this boot, as
 //! long as the file still holds that record. Nothing re-stamps it: an AOF
