@@ -168,11 +168,11 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
     clock::load_wall_offset_from_env();
     #[cfg(feature = "test-hooks")]
     clock::load_boot_id_from_env();
-    // The boot id and the time namespace are read once, here (not in the
-    // first child process that saves a record).
+    // The boot id and the time namespace's offset are read once, here
+    // (not in the first child process that saves a record).
     if clock::boot_now().is_none() {
         ctx.log_warning(
-            "cannot read the boot id, the time namespace or CLOCK_MONOTONIC: leases read back from disk are timed as if written on another boot",
+            "cannot read the boot id or CLOCK_MONOTONIC: leases read back from disk are timed as if written on another boot",
         );
     }
     #[cfg(feature = "test-hooks")]

@@ -48,12 +48,10 @@ fn rdb_version() -> u16 {
     }
 }
 
-/// The module's clock stamp now, as it reads it (src/host/clock.rs,
-/// src/core/lease_time.rs `clock_id`; the test runs in the server's time
-/// namespace): the boot id with the time namespace's inode and monotonic
-/// offset folded in, and `CLOCK_MONOTONIC` in ms.
+/// This machine's boot id and its boot clock now, in ms, as the module reads
+/// them (src/host/clock.rs; the test runs in the server's time namespace,
+/// whose boot-time offset both take off).
 fn boot_now() -> (Vec<u8>, u64) {
-    use std::os::unix::fs::MetadataExt;
     let text = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap();
     let hex: Vec<u8> = text
         .trim()
@@ -61,24 +59,17 @@ fn boot_now() -> (Vec<u8>, u64) {
         .filter(|c| *c != '-')
         .map(|c| c.to_digit(16).unwrap() as u8)
         .collect();
-    let mut id: Vec<u8> = hex.chunks(2).map(|p| (p[0] << 4) | p[1]).collect();
-    if let Ok(ns) = std::fs::metadata("/proc/self/ns/time") {
-        let offsets = std::fs::read_to_string("/proc/self/timens_offsets").unwrap();
-        let line = offsets
-            .lines()
-            .find(|l| l.split_whitespace().next() == Some("monotonic"))
-            .unwrap();
-        let mut w = line.split_whitespace().skip(1);
-        let secs: i64 = w.next().unwrap().parse().unwrap();
-        let nanos: i64 = w.next().unwrap().parse().unwrap();
-        let offset = secs * 1_000_000_000 + nanos;
-        let parts = [ns.ino(), offset as u64];
-        for (chunk, part) in id.chunks_mut(8).zip(parts) {
-            for (byte, p) in chunk.iter_mut().zip(part.to_le_bytes()) {
-                *byte ^= p;
-            }
-        }
-    }
+    let id = hex.chunks(2).map(|p| (p[0] << 4) | p[1]).collect();
+    let offset_ns: i128 = std::fs::read_to_string("/proc/self/timens_offsets")
+        .ok()
+        .and_then(|t| {
+            let line = t.lines().find(|l| l.starts_with("monotonic"))?.to_string();
+            let mut w = line.split_whitespace().skip(1);
+            let secs: i128 = w.next()?.parse().ok()?;
+            let nanos: i128 = w.next()?.parse().ok()?;
+            Some(secs * 1_000_000_000 + nanos)
+        })
+        .unwrap_or(0);
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
@@ -88,7 +79,7 @@ fn boot_now() -> (Vec<u8>, u64) {
         unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) },
         0
     );
-    let ns = i128::from(ts.tv_sec) * 1_000_000_000 + i128::from(ts.tv_nsec);
+    let ns = i128::from(ts.tv_sec) * 1_000_000_000 + i128::from(ts.tv_nsec) - offset_ns;
     (id, (ns / 1_000_000) as u64)
 }
 

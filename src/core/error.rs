@@ -59,7 +59,7 @@ pub enum CommandError {
     OwnerHashLength(usize),
     /// A boot stamp in `REDLOCK.APPLY` that is neither empty nor 24 bytes.
     #[error(
-        "ERR invalid boot stamp: must be 24 bytes (clock id and reading) or empty, got {0} bytes"
+        "ERR invalid boot stamp: must be 24 bytes (boot id and boot clock) or empty, got {0} bytes"
     )]
     BootStampLength(usize),
     /// Recording the longest lease failed, so it cannot be granted safely.

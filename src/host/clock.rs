@@ -1,14 +1,14 @@
 //! The node's clocks, read: the monotonic clock leases run on, the wall
 //! clock persisted state carries (the conversion between them is
-//! [`crate::core::clock`]), and the clock stamp a persisted lease carries:
-//! the same monotonic clock with its identity (how a reader uses it is
-//! [`crate::core::lease_time`]).
+//! [`crate::core::clock`]), and the boot clock (the machine's
+//! `CLOCK_MONOTONIC`) a persisted lease is stamped with (how a reader uses
+//! it is [`crate::core::lease_time`]).
 
 use std::sync::OnceLock;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use crate::core::clock::WallMillis;
-use crate::core::lease_time::{self, BootId, BootStamp, TimeNamespace};
+use crate::core::lease_time::{self, BootId, BootStamp};
 use crate::core::lock::MonoMillis;
 
 static MONO_EPOCH: OnceLock<Instant> = OnceLock::new();
@@ -43,71 +43,58 @@ pub fn wall_now_us() -> u64 {
 
 /// Where the kernel says which boot this is.
 const BOOT_ID_FILE: &str = "/proc/sys/kernel/random/boot_id";
-/// The process's time namespace (Linux 5.6+ with time namespaces; missing
-/// on kernels without them, where every process reads one clock).
-const TIME_NAMESPACE_LINK: &str = "/proc/self/ns/time";
-/// The offsets of the process's time namespace.
-const TIME_OFFSETS_FILE: &str = "/proc/self/timens_offsets";
+/// The offsets of the process's time namespace (Linux 5.6+; missing on
+/// kernels without time namespaces, where no offset exists).
+const TIME_NAMESPACE_FILE: &str = "/proc/self/timens_offsets";
 
-/// The boot id and the time namespace of this process, which make the
-/// identity of the clock it reads ([`lease_time::clock_id`]), read once;
-/// `None` when they cannot be read (persisted leases are then stamped with
-/// no clock, and read back as from another boot).
-static CLOCK: OnceLock<Option<(BootId, Option<TimeNamespace>)>> = OnceLock::new();
+/// This boot's id and the monotonic offset of the process's time namespace
+/// (ns), read once; `None` when either cannot be read (persisted leases are
+/// then stamped with no boot, and read back as from another boot).
+static BOOT: OnceLock<Option<(BootId, i128)>> = OnceLock::new();
 
-fn time_namespace() -> Result<Option<TimeNamespace>, ()> {
-    use std::os::unix::fs::MetadataExt;
-    let inode = match std::fs::metadata(TIME_NAMESPACE_LINK) {
-        Ok(m) => m.ino(),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(_) => return Err(()),
-    };
-    let text = std::fs::read_to_string(TIME_OFFSETS_FILE).map_err(|_| ())?;
-    let monotonic_offset_ns = lease_time::parse_time_offset(&text, "monotonic").ok_or(())?;
-    Ok(Some(TimeNamespace {
-        inode,
-        monotonic_offset_ns,
-    }))
-}
-
-fn clock_identity() -> Option<(BootId, Option<TimeNamespace>)> {
-    *CLOCK.get_or_init(|| {
-        let boot = lease_time::parse_boot_id(&std::fs::read_to_string(BOOT_ID_FILE).ok()?)?;
-        Some((boot, time_namespace().ok()?))
+fn boot_identity() -> Option<(BootId, i128)> {
+    *BOOT.get_or_init(|| {
+        let id = lease_time::parse_boot_id(&std::fs::read_to_string(BOOT_ID_FILE).ok()?)?;
+        let offset = match std::fs::read_to_string(TIME_NAMESPACE_FILE) {
+            Ok(text) => lease_time::parse_monotonic_offset(&text)?,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => 0,
+            Err(_) => return None,
+        };
+        Some((id, offset))
     })
 }
 
-/// The stamp of a persisted lease now: [`mono_now`]'s clock
-/// (`CLOCK_MONOTONIC`, which `Instant` reads, in this process's time
-/// namespace; it stops during a suspend, as the leases do) with its
-/// identity (the test build's fake boot id, when one is set, in place of
-/// the kernel's); `None` when the identity cannot be read. Read after the
-/// monotonic clock of the same event: the stamp is then a little late,
-/// which can only make a reader count the lease a little longer.
-pub fn boot_now() -> Option<BootStamp> {
-    let (boot, namespace) = clock_identity()?;
-    Some(BootStamp {
-        id: lease_time::clock_id(fake_boot_id().unwrap_or(boot), namespace),
-        ms: monotonic_ns()? / 1_000_000,
-    })
-}
-
-/// `CLOCK_MONOTONIC` in the process's time namespace, in ns (the clock
-/// `Instant`, hence [`mono_now`], reads).
-fn monotonic_ns() -> Option<u64> {
+/// `CLOCK_MONOTONIC` in the process's time namespace, in ns: the clock
+/// `std::time::Instant`, and so every lease of the node and every holder's
+/// validity, runs on (not `CLOCK_BOOTTIME`, which also counts suspends:
+/// see [`crate::core::lease_time`]).
+#[cfg(target_os = "linux")]
+fn monotonic_ns() -> Option<i128> {
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
     };
     // SAFETY: clock_gettime writes the timespec it is given.
     let status = unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    if status != 0 {
-        return None;
-    }
-    u64::try_from(ts.tv_sec)
-        .ok()?
-        .checked_mul(1_000_000_000)?
-        .checked_add(u64::try_from(ts.tv_nsec).ok()?)
+    (status == 0).then(|| i128::from(ts.tv_sec) * 1_000_000_000 + i128::from(ts.tv_nsec))
+}
+
+#[cfg(not(target_os = "linux"))]
+fn monotonic_ns() -> Option<i128> {
+    None
+}
+
+/// The boot clock now, with this boot's id (the test build's fake id when
+/// one is set); `None` when it cannot be read. Read after the monotonic
+/// clock of the same event: the stamp is then a little late, which can
+/// only make a reader count the lease a little longer.
+pub fn boot_now() -> Option<BootStamp> {
+    let (id, offset) = boot_identity()?;
+    let ms = lease_time::host_boot_ms(monotonic_ns()?, offset)?;
+    Some(BootStamp {
+        id: fake_boot_id().unwrap_or(id),
+        ms,
+    })
 }
 
 /// Test builds: a boot id that replaces the kernel's (`None`: the real one).
@@ -197,10 +184,10 @@ mod tests {
 
     #[cfg(target_os = "linux")]
     #[test]
-    fn the_clock_stamp_reads_one_clock_and_moves_forward() {
-        let a = boot_now().expect("clock stamp on Linux");
+    fn the_boot_clock_reads_this_boot_and_moves_forward() {
+        let a = boot_now().expect("boot clock on Linux");
         std::thread::sleep(std::time::Duration::from_millis(20));
-        let b = boot_now().expect("clock stamp on Linux");
+        let b = boot_now().expect("boot clock on Linux");
         assert_eq!(a.id, b.id);
         assert!(b.ms >= a.ms + 19, "{a:?} → {b:?}");
     }

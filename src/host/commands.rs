@@ -17,7 +17,7 @@
 
 use std::ffi::CStr;
 
-use redis_module::{raw, ContextFlags};
+use redis_module::ContextFlags;
 
 use crate::core::args;
 use crate::core::error::CommandError;
@@ -30,7 +30,6 @@ use crate::host::guard;
 use crate::host::mutant::{self, Mutant};
 use crate::host::node::{self, learn_node_record, node_record};
 use crate::host::persist::{self, Applied, Source};
-use crate::host::restamp;
 use crate::host::store::LockKey;
 use crate::host::wait;
 
@@ -69,12 +68,10 @@ pub mod stats {
 /// Position of the owner argument in ACQUIRE, RELEASE, EXTEND and FENCE.
 const OWNER_ARG: usize = 2;
 
-/// Refuses ACQUIRE, RELEASE, EXTEND and FENCE on a replica. With
-/// `replica-read-only no` Redis lets clients write to a replica; a lock
-/// granted, lengthened or fenced there would exist on no master, and one
-/// released there would read free on the replica (INSPECT, WAIT) while the
-/// master holds it, until the key's next effect (the master's stream
-/// overwrites it, and a promotion keeps it), so a replica answers them as Redis
+/// Refuses ACQUIRE, RELEASE, EXTEND and FENCE on a replica. With `replica-read-only
+/// no` Redis lets clients write to a replica; a lock granted, lengthened,
+/// fenced or released there would exist (or be free) on no master (the master's stream overwrites
+/// it, and a promotion keeps it), so a replica answers them as Redis
 /// answers a write with `replica-read-only yes` (`READONLY`). The master's
 /// effects arrive as `REDLOCK.APPLY`, which is not refused. This is the
 /// one read of the context flags these commands make (INSPECT and WAIT
@@ -319,15 +316,10 @@ pub fn apply(call: &Call) -> Result<Reply, CommandError> {
     };
     let mono = mono_now();
     let (wall, boot) = (wall_now(), boot_now());
-    if loading && persist::restamp_needed(&p, source, wall, boot) {
-        // Written again once the AOF is loaded (`host::restamp`).
-        if let Some(name) = call.args.get(1) {
-            // SAFETY: ctx belongs to the command invocation in progress.
-            let db = unsafe { raw::RedisModule_GetSelectedDb.map_or(0, |f| f(call.raw())) };
-            restamp::note(db, name);
-        }
-    }
     let state = persist::restore(&p, source, mono, wall, boot);
+    if persist::restamp_needed(&p, source, wall, boot) {
+        crate::host::restamp::note();
+    }
     let own = persist::persist_at(&state, mono, wall, boot);
     if state.is_held(mono) {
         wait::reservation_over(call, mono);

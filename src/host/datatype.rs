@@ -16,7 +16,6 @@ use crate::host::guard;
 use crate::host::mutant::{self, Mutant};
 use crate::host::node::{learn_node_record, node_record};
 use crate::host::persist::{self, NodeRecord, Source, ENCODING_V1, ENCODING_V2, ENCODING_VERSION};
-use crate::host::restamp;
 
 /// The registered data type.
 pub static LOCK_TYPE: RedisType = RedisType::new(
@@ -111,41 +110,6 @@ fn restored_lease_ms(p: &persist::Persisted) -> u64 {
     )
 }
 
-/// Notes the key being loaded for [`restamp`]: its lease was timed by an
-/// inexact rule. A `RESTORE` (nothing else loading) schedules the pass at
-/// once; a file's load schedules it when the load ends
-/// ([`crate::host::events`]).
-///
-/// # Safety
-/// `rdb` must be the IO handle Redis passed to `rdb_load`.
-unsafe fn note_restamp(rdb: *mut raw::RedisModuleIO) {
-    let (Some(name_of), Some(db_of), Some(ptr_len)) = (
-        raw::RedisModule_GetKeyNameFromIO,
-        raw::RedisModule_GetDbIdFromIO,
-        raw::RedisModule_StringPtrLen,
-    ) else {
-        return;
-    };
-    let name = name_of(rdb);
-    if name.is_null() {
-        return;
-    }
-    let mut len = 0usize;
-    let ptr = ptr_len(name, &mut len);
-    if ptr.is_null() {
-        return;
-    }
-    restamp::note(
-        db_of(rdb),
-        std::slice::from_raw_parts(ptr.cast::<u8>(), len),
-    );
-    if loading() == Loading::Nothing {
-        if let Some(context_of) = raw::RedisModule_GetContextFromIO {
-            restamp::schedule(context_of(rdb));
-        }
-    }
-}
-
 /// Whether this node is a replica now, asked through the context of the
 /// load in progress (Redis 7.0 needs a context, even for server flags).
 ///
@@ -209,10 +173,24 @@ unsafe extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *m
             _ => {}
         }
         let source = load_source();
-        let mono = mono_now();
-        let (wall, boot) = (wall_now(), boot_now());
+        let (mono, wall, boot) = (mono_now(), wall_now(), boot_now());
         if persist::restamp_needed(&p, source, wall, boot) {
-            note_restamp(rdb);
+            match loading() {
+                // Written again when the load ends (`events`).
+                Loading::File => crate::host::restamp::note(),
+                // A RESTORE on a master: written again right after it (a
+                // replica's master writes its own).
+                Loading::Nothing if !is_replica(rdb) => {
+                    crate::host::restamp::note();
+                    if let Some(context_of) = raw::RedisModule_GetContextFromIO {
+                        let ctx = context_of(rdb);
+                        if !ctx.is_null() {
+                            crate::host::restamp::schedule(ctx);
+                        }
+                    }
+                }
+                _ => {}
+            }
         }
         Some(persist::restore(&p, source, mono, wall, boot))
     }));

@@ -16,7 +16,6 @@ use crate::host::datatype::{self, Loading};
 use crate::host::guard;
 use crate::host::node;
 use crate::host::replication;
-use crate::host::restamp;
 
 extern "C" fn on_config_change(
     ctx: *mut raw::RedisModuleCtx,
@@ -57,8 +56,9 @@ extern "C" fn on_loading(
             if RDB_LOAD.swap(false, Relaxed) {
                 datatype::learn_unwritten_node_record(&ctx);
             }
+            // SAFETY: the event's context, on the main thread.
+            unsafe { crate::host::restamp::schedule(ctx.ctx) };
             replication::check_server(&ctx);
-            restamp::schedule(ctx.ctx);
         }
         _ => {}
     });

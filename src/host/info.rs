@@ -48,7 +48,7 @@ fn write_info(ctx: *mut raw::RedisModuleInfoCtx) {
         (c"expired_leases", stats::EXPIRED.load(Relaxed)),
         (
             c"leases_restamped",
-            crate::host::restamp::RESTAMPED.load(Relaxed),
+            crate::host::restamp::WRITTEN.load(Relaxed),
         ),
         (c"wait_calls", wait::stats::WAITS.load(Relaxed)),
         (c"wait_free_at_once", wait::stats::WAIT_FREE.load(Relaxed)),

@@ -4,11 +4,10 @@
 //!
 //! What leaves the process is the counter, the *hash* of the holder (never
 //! the owner id itself, see [`crate::core::owner`]), the lease three ways:
-//! its wall-clock end, the time remaining, and a stamp of the clock leases
-//! run on when written (a `CLOCK_MONOTONIC` reading and that clock's
-//! identity: the kernel's boot id with the time namespace), so that a
-//! reader on the same clock knows exactly how much of it is left, and one
-//! on another boot falls back on the other two ([`crate::core::lease_time`]
+//! its wall-clock end, the time remaining, and the boot clock when written
+//! (the kernel's boot id and a `CLOCK_MONOTONIC` reading), so that a reader
+//! on the same boot knows exactly how much of it is left, and one on
+//! another boot falls back on the other two ([`crate::core::lease_time`]
 //! has the rules; [`Source`] says which one a reader uses);
 //! and, for reclaiming idle records (DESIGN §8), whether the last grant
 //! carried a FLOOR and the idle time of a free lock, twice: the wall-clock
@@ -245,25 +244,24 @@ pub fn restore(
     LockState::from_parts(p.counter, None, 0, mono.saturating_sub(idle), p.floored)
 }
 
-/// Whether the held lease of `p`, restored from `source` at `wall` / `boot`,
-/// must be written again with this node's stamp once the load is over
-/// ([`crate::core::lease_time::restamp_needed`]; [`crate::host::restamp`]).
+/// Whether the lease `p`, read from `source` at `wall` / `boot`, must be
+/// written again with this boot's stamp ([`lease_time::restamp_needed`];
+/// [`crate::host::restamp`] writes it).
 pub fn restamp_needed(
     p: &Persisted,
     source: Source,
     wall: WallMillis,
     boot: Option<BootStamp>,
 ) -> bool {
-    let Source::Disk { clamp_ms } = source else {
-        return false;
-    };
-    p.owner.is_some()
-        && lease_time::restamp_needed(
+    match source {
+        Source::Disk { clamp_ms } if p.owner.is_some() => lease_time::restamp_needed(
             &p.written(),
             Origin::Disk,
             &Reading { wall, boot },
             clamp_ms,
-        )
+        ),
+        _ => false,
+    }
 }
 
 /// Reads one record of encoding `encver` from an RDB or `DUMP` payload.

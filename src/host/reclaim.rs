@@ -179,6 +179,11 @@ pub fn on_fork(ctx: &Context) {
 /// Number of databases (`databases`), read at load.
 static DATABASES: AtomicI32 = AtomicI32::new(16);
 
+/// The server's number of databases (`databases`, read at load).
+pub(crate) fn databases() -> c_int {
+    DATABASES.load(Relaxed).max(1)
+}
+
 /// The scan position: a cursor and the database it walks, kept by the one
 /// thread that runs the ticks (the sweep thread, or the main thread with
 /// timers).
@@ -414,7 +419,7 @@ fn thread_cpu_us() -> u64 {
 /// (`CLIENT PAUSE`, `FAILOVER`, a shutdown waiting for its replicas), as
 /// Redis's own expiry does: the replication offset must hold still then,
 /// and Redis asserts that nothing is propagated.
-pub fn may_sweep(ctx: *mut raw::RedisModuleCtx) -> bool {
+fn may_sweep(ctx: *mut raw::RedisModuleCtx) -> bool {
     // SAFETY: ctx is the tick's context, and the tick holds the module lock
     // (or runs on the main thread): both calls may touch server state.
     let (flags, paused) = unsafe {
@@ -473,7 +478,7 @@ unsafe fn visit(
 /// Whether the key holds a lock record. The type handle is a `RefCell` in
 /// redis-module; reading it from the sweep thread is safe because every
 /// reader, on either thread, holds Redis's module lock.
-unsafe fn is_lock(key: *mut raw::RedisModuleKey) -> bool {
+pub(crate) unsafe fn is_lock(key: *mut raw::RedisModuleKey) -> bool {
     let key_type = raw::RedisModule_KeyType.map_or(0, |f| f(key));
     key_type == raw::REDISMODULE_KEYTYPE_MODULE as c_int
         && raw::RedisModule_ModuleTypeGetType.map_or(std::ptr::null_mut(), |f| f(key))

@@ -1,145 +1,160 @@
-//! Re-stamping leases that a load timed by an inexact rule (issue 35).
+//! Writing again the leases a load timed by any rule but the exact same-boot
+//! one ([`crate::core::lease_time::restamp_needed`]).
 //!
-//! A lease read from disk is timed exactly only from a stamp of this
-//! node's own clock ([`crate::core::lease_time`]). One read by any other
-//! rule (written on another boot or in another time namespace, without a
-//! stamp, a `RESTORE` of such a payload, a wall-clock end later than the
-//! stamped end, the clamp) is timed from this load. The file still holds
-//! the record as it came (an AOF is not rewritten at `SHUTDOWN`, and a
-//! `RESTORE` goes to the AOF as it came), so every later restart of this
-//! boot would time it from that restart again: the lease would come back
-//! held long after it ended here. So once the load is over, the master
-//! writes each such lease again, as it holds it now, to its AOF and
-//! replicas (`REDLOCK.APPLY … v3` with this node's stamp): a later restart
-//! of this boot reads that record last and times the lease exactly. The
-//! record in memory needs nothing: an RDB save or an AOF rewrite writes it
-//! with the stamp of the moment.
+//! Such a lease (from another boot, without a boot stamp, after a wall
+//! clock set back, cut to the clamp; read from the AOF, an RDB or a
+//! `RESTORE` payload) would be timed again from the time of every later
+//! load of the same record, and come back held long after it ended: the
+//! AOF keeps the record as it was loaded (a restart does not rewrite it),
+//! and Redis passes a `RESTORE` on as it came. So after the load (or the
+//! `RESTORE`) a master appends the state of every held lock as it runs now,
+//! `REDLOCK.APPLY … v3` with this boot's stamp, to its AOF and replication
+//! stream; replaying the file later reads that record last.
 //!
-//! Why this never shortens a lease a holder relies on: what is written is
-//! the lease exactly as this running node times it in memory (its deadline
-//! on the monotonic clock, as remaining time, wall-clock end and stamp of
-//! the same moment). This node frees the lock, and grants it to another
-//! owner, at that deadline whatever the file says, so no holder can rely on
-//! the lease past it; the older record could only make a later restart hold
-//! it past the deadline the running node already kept. A later restart on
-//! the same clock reads the stamped end (to the millisecond slack) or a
-//! later wall-clock end; one on another clock, the remaining time from then
-//! (later still). A replica receiving it times it by the remaining time,
-//! as it does every effect.
+//! Why this cannot shorten a lease a holder relies on: the record written
+//! is the lease the node runs, its time left now and this boot's clock
+//! now, so a later load on this boot ends it where the running node would
+//! have (to the reading slack, never earlier), a later load on another boot
+//! keeps at least that time left, and a replica times it from the time left
+//! on its own clock (the transfer delay only lengthens it).
 //!
-//! Sequences: a command that changes the lock between the load and the
-//! pass writes its own effect first (with a fresh stamp); the pass writes
-//! the lock's state at the pass, which is the truth then, and skips it when
-//! it is no longer held. A replica never writes it (its master's stream is
-//! its history); nor does a master whose writes are paused, which retries.
+//! The walk is one pass over every database, from a timer on the main
+//! thread: it runs once per load that needed it (after a reboot, a clock
+//! set back, a `RESTORE` from elsewhere), never on the path of a command.
 
 use std::os::raw::{c_int, c_void};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
-use std::sync::Mutex;
 
-use redis_module::raw;
+use redis_module::{raw, ContextFlags};
 
 use crate::host::clock::{boot_now, mono_now, wall_now};
-use crate::host::mutant::{self, Mutant};
-use crate::host::persist;
+use crate::host::reclaim;
 use crate::host::store::LockKey;
+use crate::host::{persist, replication};
 
-/// Keys (database, name) loaded with a lease to write again.
-static PENDING: Mutex<Vec<(c_int, Vec<u8>)>> = Mutex::new(Vec::new());
-/// A pass is scheduled.
+/// Leases loaded since the last pass that must be written again.
+static PENDING: AtomicU64 = AtomicU64::new(0);
+/// A pass is scheduled and has not run yet.
 static SCHEDULED: AtomicBool = AtomicBool::new(false);
-/// Leases written again since the module loaded (`INFO redlock`).
-pub static RESTAMPED: AtomicU64 = AtomicU64::new(0);
 
-/// How long a pass waits while the master's writes are paused.
-const PAUSED_RETRY_MS: i64 = 100;
-
-fn pending() -> std::sync::MutexGuard<'static, Vec<(c_int, Vec<u8>)>> {
-    PENDING.lock().unwrap_or_else(|p| p.into_inner())
+/// Counts one lease that must be written again (the load in progress, or a
+/// `RESTORE`, read it).
+pub fn note() {
+    PENDING.fetch_add(1, Relaxed);
 }
 
-/// Notes that the lock `key` of database `db`, just loaded, is held by a
-/// lease timed by an inexact rule
-/// ([`crate::core::lease_time::restamp_needed`]).
-pub fn note(db: c_int, key: &[u8]) {
-    if mutant::on(Mutant::RestampSkipped) {
+/// Schedules a pass when a lease is waiting for one (after a load ends, or
+/// after a `RESTORE`, with that command's context).
+///
+/// # Safety
+/// `ctx` must be a context Redis handed to the module on the main thread.
+pub unsafe fn schedule(ctx: *mut raw::RedisModuleCtx) {
+    if PENDING.load(Relaxed) == 0 || SCHEDULED.swap(true, Relaxed) {
         return;
     }
-    pending().push((db, key.to_vec()));
+    match raw::RedisModule_CreateTimer {
+        Some(create) => {
+            create(ctx, 0, Some(on_timer), std::ptr::null_mut());
+        }
+        None => SCHEDULED.store(false, Relaxed),
+    }
 }
 
-/// Schedules a pass over the noted keys at the next turn of the event loop
-/// (after the load, or after the `RESTORE` in progress), unless one is.
-pub fn schedule(ctx: *mut raw::RedisModuleCtx) {
-    if ctx.is_null() || pending().is_empty() || SCHEDULED.swap(true, Relaxed) {
+/// Leases written again since the module loaded (`INFO redlock`
+/// `redlock_leases_restamped`).
+pub static WRITTEN: AtomicU64 = AtomicU64::new(0);
+
+unsafe extern "C" fn on_timer(ctx: *mut raw::RedisModuleCtx, _data: *mut c_void) {
+    SCHEDULED.store(false, Relaxed);
+    let _ = catch_unwind(AssertUnwindSafe(|| pass(ctx)));
+}
+
+/// Names of the lock records one database holds, collected by the scan.
+struct Found(Vec<*mut raw::RedisModuleString>);
+
+fn pass(ctx: *mut raw::RedisModuleCtx) {
+    let context = redis_module::Context::new(ctx);
+    let flags = context.get_flags();
+    // A replica takes its leases from its master, which writes them again
+    // itself; a node still loading is scheduled again when it ends.
+    if flags.intersects(ContextFlags::SLAVE | ContextFlags::LOADING) {
+        PENDING.store(0, Relaxed);
         return;
     }
-    arm(ctx, 0);
-}
-
-fn arm(ctx: *mut raw::RedisModuleCtx, after_ms: i64) {
-    // SAFETY: a plain module API call with a live context.
-    let armed = unsafe {
-        raw::RedisModule_CreateTimer.is_some_and(|create| {
-            create(ctx, after_ms, Some(pass), std::ptr::null_mut());
-            true
-        })
-    };
-    if !armed {
-        SCHEDULED.store(false, Relaxed);
+    PENDING.store(0, Relaxed);
+    if !replication::needed(&context) {
+        return;
     }
-}
-
-unsafe extern "C" fn pass(ctx: *mut raw::RedisModuleCtx, _data: *mut c_void) {
-    let _ = catch_unwind(AssertUnwindSafe(|| {
-        let flags = raw::RedisModule_GetContextFlags.map_or(0, |f| f(ctx)) as u32;
-        if flags & raw::REDISMODULE_CTX_FLAGS_SLAVE != 0 {
-            pending().clear();
-            SCHEDULED.store(false, Relaxed);
+    // SAFETY: ctx is the timer's context on the main thread; the cursor and
+    // the retained names are ours and freed below.
+    unsafe {
+        let (Some(create), Some(destroy), Some(scan), Some(select), Some(current)) = (
+            raw::RedisModule_ScanCursorCreate,
+            raw::RedisModule_ScanCursorDestroy,
+            raw::RedisModule_Scan,
+            raw::RedisModule_SelectDb,
+            raw::RedisModule_GetSelectedDb,
+        ) else {
             return;
-        }
-        if !crate::host::reclaim::may_sweep(ctx) {
-            arm(ctx, PAUSED_RETRY_MS);
-            return;
-        }
-        let keys = std::mem::take(&mut *pending());
-        SCHEDULED.store(false, Relaxed);
-        let context = redis_module::Context::new(ctx);
-        let replicate = crate::host::replication::needed(&context);
-        for (db, name) in keys {
-            if replicate {
-                write_again(ctx, db, &name);
+        };
+        let selected = current(ctx);
+        for db in 0..reclaim::databases() {
+            if select(ctx, db) != raw::REDISMODULE_OK as c_int {
+                continue;
+            }
+            let cursor = create();
+            if cursor.is_null() {
+                continue;
+            }
+            let mut found = Found(Vec::new());
+            while scan(ctx, cursor, Some(on_key), (&mut found as *mut Found).cast()) != 0 {}
+            destroy(cursor);
+            for name in found.0.drain(..) {
+                write_again(ctx, name);
+                if let Some(free) = raw::RedisModule_FreeString {
+                    free(std::ptr::null_mut(), name);
+                }
             }
         }
-    }));
+        select(ctx, selected);
+    }
 }
 
-/// Writes the lock `name` of database `db` as held now, if it is.
-unsafe fn write_again(ctx: *mut raw::RedisModuleCtx, db: c_int, name: &[u8]) {
-    let (Some(select), Some(create), Some(free)) = (
-        raw::RedisModule_SelectDb,
-        raw::RedisModule_CreateString,
-        raw::RedisModule_FreeString,
-    ) else {
-        return;
+/// Appends the held lock at `name` as it runs now.
+///
+/// # Safety
+/// `ctx` is the timer's context and `name` a live string.
+unsafe fn write_again(ctx: *mut raw::RedisModuleCtx, name: *mut raw::RedisModuleString) {
+    let state = match LockKey::read(ctx, name).get() {
+        Ok(Some(state)) => state,
+        _ => return,
     };
-    if select(ctx, db) != raw::REDISMODULE_OK as c_int {
-        return;
-    }
-    let key = create(ctx, name.as_ptr().cast(), name.len());
-    if key.is_null() {
-        return;
-    }
-    let state = LockKey::read(ctx, key).get().ok().flatten();
     let mono = mono_now();
-    if let (Some(state), Some(boot)) = (state.filter(|s| s.is_held(mono)), boot_now()) {
-        persist::replicate(
-            ctx,
-            key,
-            &persist::persist_at(&state, mono, wall_now(), Some(boot)),
-        );
-        RESTAMPED.fetch_add(1, Relaxed);
+    if !state.is_held(mono) {
+        return;
     }
-    free(ctx, key);
+    let written = persist::persist_at(&state, mono, wall_now(), boot_now());
+    persist::replicate(ctx, name, &written);
+    WRITTEN.fetch_add(1, Relaxed);
+}
+
+unsafe extern "C" fn on_key(
+    _ctx: *mut raw::RedisModuleCtx,
+    keyname: *mut raw::RedisModuleString,
+    key: *mut raw::RedisModuleKey,
+    privdata: *mut c_void,
+) {
+    let _ = catch_unwind(AssertUnwindSafe(|| {
+        let Some(found) = privdata.cast::<Found>().as_mut() else {
+            return;
+        };
+        if key.is_null() || !reclaim::is_lock(key) {
+            return;
+        }
+        if let Some(retain) = raw::RedisModule_RetainString {
+            retain(std::ptr::null_mut(), keyname);
+            found.0.push(keyname);
+        }
+    }));
 }

@@ -1,9 +1,9 @@
-//! Review of issue 35 item 2: a replica refuses ACQUIRE, EXTEND and FENCE
+//! Issue 35 item 2, found by its review: a replica refuses ACQUIRE, EXTEND and FENCE
 //! whatever `replica-read-only` says, because a lock changed there "would
 //! exist on no master". RELEASE still runs on a writable replica: it frees
 //! the lock there while the master holds it (the replica's `INSPECT` and
 //! `WAIT` say free, `DEBUG DIGEST` differs from the master's), and nothing
-//! from the master puts it back until the key's next effect. Expected here:
+//! from the master puts it back until the key's next effect. Now:
 //! `READONLY`, as for the other lock writes, and nothing changed.
 
 mod common;
