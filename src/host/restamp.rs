@@ -37,6 +37,8 @@ use crate::host::{persist, replication};
 static PENDING: AtomicU64 = AtomicU64::new(0);
 /// A pass is scheduled and has not run yet.
 static SCHEDULED: AtomicBool = AtomicBool::new(false);
+/// How long a pass waits before it looks again while clients are paused.
+const PAUSED_RETRY_MS: i64 = 100;
 
 /// Counts one lease that must be written again (the load in progress, or a
 /// `RESTORE`, read it).
@@ -80,6 +82,24 @@ fn pass(ctx: *mut raw::RedisModuleCtx) {
     // itself; a node still loading is scheduled again when it ends.
     if flags.intersects(ContextFlags::SLAVE | ContextFlags::LOADING) {
         PENDING.store(0, Relaxed);
+        return;
+    }
+    // Nothing may be propagated while clients are paused (`CLIENT PAUSE`,
+    // `FAILOVER`, a shutdown waiting for its replicas): Redis asserts it
+    // (the dataset must hold still for a failover), and a `RESTORE`
+    // pipelined with a `CLIENT PAUSE … WRITE` ran this pass inside the
+    // pause and took the server down. The pass waits for the pause to end;
+    // until then the lease runs in memory as loaded.
+    // SAFETY: a plain module API call on the main thread.
+    if unsafe { raw::RedisModule_AvoidReplicaTraffic.is_some_and(|f| f() != 0) } {
+        SCHEDULED.store(true, Relaxed);
+        // SAFETY: ctx is the timer's context on the main thread.
+        match unsafe { raw::RedisModule_CreateTimer } {
+            Some(create) => unsafe {
+                create(ctx, PAUSED_RETRY_MS, Some(on_timer), std::ptr::null_mut());
+            },
+            None => SCHEDULED.store(false, Relaxed),
+        }
         return;
     }
     PENDING.store(0, Relaxed);
