@@ -90,8 +90,7 @@ fn pass(ctx: *mut raw::RedisModuleCtx) {
     // pipelined with a `CLIENT PAUSE … WRITE` ran this pass inside the
     // pause and took the server down. The pass waits for the pause to end;
     // until then the lease runs in memory as loaded.
-    // SAFETY: a plain module API call on the main thread.
-    if unsafe { raw::RedisModule_AvoidReplicaTraffic.is_some_and(|f| f() != 0) } {
+    if replication::writes_paused() {
         SCHEDULED.store(true, Relaxed);
         // SAFETY: ctx is the timer's context on the main thread.
         match unsafe { raw::RedisModule_CreateTimer } {
