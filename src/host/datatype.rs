@@ -3,7 +3,7 @@
 
 use std::os::raw::{c_int, c_void};
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicU8, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering::Relaxed};
 
 use redis_module::native_types::RedisType;
 use redis_module::raw;
@@ -110,6 +110,17 @@ fn restored_lease_ms(p: &persist::Persisted) -> u64 {
     )
 }
 
+/// Leases loaded since the last pass of [`crate::host::restamp`] that must
+/// be written again with this node's stamp.
+pub static RESTAMP_PENDING: AtomicU64 = AtomicU64::new(0);
+
+/// Counts one lease that must be written again (the load in progress, or a
+/// `RESTORE`, read it); the pass runs when the load ends, or after the
+/// `RESTORE` (`host::restamp`).
+pub fn note_restamp() {
+    RESTAMP_PENDING.fetch_add(1, Relaxed);
+}
+
 /// Whether this node is a replica now, asked through the context of the
 /// load in progress (Redis 7.0 needs a context, even for server flags).
 ///
@@ -177,18 +188,11 @@ unsafe extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *m
         if persist::restamp_needed(&p, source, wall, boot) {
             match loading() {
                 // Written again when the load ends (`events`).
-                Loading::File => crate::host::restamp::note(),
-                // A RESTORE on a master: written again right after it (a
-                // replica's master writes its own).
-                Loading::Nothing if !is_replica(rdb) => {
-                    crate::host::restamp::note();
-                    if let Some(context_of) = raw::RedisModule_GetContextFromIO {
-                        let ctx = context_of(rdb);
-                        if !ctx.is_null() {
-                            crate::host::restamp::schedule(ctx);
-                        }
-                    }
-                }
+                Loading::File => note_restamp(),
+                // A RESTORE on a master: written again right after it (its
+                // keyspace event schedules the pass; a replica's master
+                // writes its own).
+                Loading::Nothing if !is_replica(rdb) => note_restamp(),
                 _ => {}
             }
         }

@@ -153,7 +153,8 @@ pub fn subscribe(ctx: &Context) {
             replication::someone_may_listen();
         }
     }
-    // Generic keyspace events: a waited-on key that MIGRATE moved away.
+    // Generic keyspace events: a waited-on key that MIGRATE moved away, and
+    // a RESTORE whose lease is to be written again (`host::restamp`).
     // SAFETY: called from OnLoad with a valid context.
     unsafe {
         if let Some(subscribe) = raw::RedisModule_SubscribeToKeyspaceEvents {
@@ -161,6 +162,11 @@ pub fn subscribe(ctx: &Context) {
                 ctx.ctx,
                 raw::REDISMODULE_NOTIFY_GENERIC,
                 Some(crate::host::wait::on_generic_event),
+            );
+            subscribe(
+                ctx.ctx,
+                raw::REDISMODULE_NOTIFY_GENERIC,
+                Some(crate::host::restamp::on_generic_event),
             );
         }
     }
