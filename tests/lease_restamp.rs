@@ -180,3 +180,34 @@ fn a_restamp_pass_during_a_client_pause_waits_for_it() {
         std::thread::sleep(Duration::from_millis(50));
     }
 }
+
+/// The `restamp-skipped` mutant (no lease written again after a load that
+/// timed it by the rule across a reboot) brings the revival back: the
+/// lease from before the reboot is held again at a later restart of the
+/// new boot, after it ended there, and another owner is refused.
+#[test]
+fn the_restamp_skipped_mutant_revives_the_lease() {
+    let mut node = durable()
+        .env("REDLOCK_TEST_MUTANTS", "restamp-skipped")
+        .start();
+    let mut con = node.connection();
+    assert_eq!(acquire(&mut con, "k", "alice", 2_000), Some(1));
+    drop(con);
+    std::thread::sleep(Duration::from_millis(3_000));
+    node.set_env("REDLOCK_TEST_BOOT_ID", OTHER_BOOT);
+    shutdown_and_restart(&mut node);
+    let mut con = node.connection();
+    assert!(inspect(&mut con, "k").unwrap().held);
+    std::thread::sleep(Duration::from_millis(2_500));
+    assert!(!inspect(&mut con, "k").unwrap().held);
+    assert_eq!(
+        info_field(&mut con, "redlock", "redlock_leases_restamped").as_deref(),
+        Some("0")
+    );
+    drop(con);
+    shutdown_and_restart(&mut node);
+    let mut con = node.connection();
+    let v = inspect(&mut con, "k").unwrap();
+    assert!(v.held && v.pttl > 1_000, "{v:?}");
+    assert_eq!(acquire(&mut con, "k", "bob", 1_000), None);
+}

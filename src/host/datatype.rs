@@ -118,6 +118,9 @@ pub static RESTAMP_PENDING: AtomicU64 = AtomicU64::new(0);
 /// `RESTORE`, read it); the pass runs when the load ends, or after the
 /// `RESTORE` (`host::restamp`).
 pub fn note_restamp() {
+    if mutant::on(Mutant::RestampSkipped) {
+        return;
+    }
     RESTAMP_PENDING.fetch_add(1, Relaxed);
 }
 
