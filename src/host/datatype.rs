@@ -59,6 +59,29 @@ pub enum Loading {
 
 static LOADING: AtomicU8 = AtomicU8::new(Loading::Nothing as u8);
 
+/// Leases read since the last pass of [`crate::host::restamp`] that it
+/// must write again.
+static RESTAMP_PENDING: AtomicU64 = AtomicU64::new(0);
+
+/// Counts one lease read by a rule other than the exact same-boot one
+/// ([`crate::host::persist::restamp_needed`]).
+pub fn note_restamp() {
+    if mutant::on(Mutant::RestampSkipped) {
+        return;
+    }
+    RESTAMP_PENDING.fetch_add(1, Relaxed);
+}
+
+/// The leases counted by [`note_restamp`] since the last call, reset.
+pub fn take_restamp_pending() -> u64 {
+    RESTAMP_PENDING.swap(0, Relaxed)
+}
+
+/// Whether leases wait for [`crate::host::restamp`].
+pub fn restamp_pending() -> bool {
+    RESTAMP_PENDING.load(Relaxed) > 0
+}
+
 /// What the server is loading now, as told by the loading events
 /// ([`crate::host::events`] calls [`set_loading`]).
 pub fn loading() -> Loading {
@@ -108,20 +131,6 @@ fn restored_lease_ms(p: &persist::Persisted) -> u64 {
             boot: boot_now(),
         },
     )
-}
-
-/// Leases loaded since the last pass of [`crate::host::restamp`] that must
-/// be written again with this node's stamp.
-pub static RESTAMP_PENDING: AtomicU64 = AtomicU64::new(0);
-
-/// Counts one lease that must be written again (the load in progress, or a
-/// `RESTORE`, read it); the pass runs when the load ends, or after the
-/// `RESTORE` (`host::restamp`).
-pub fn note_restamp() {
-    if mutant::on(Mutant::RestampSkipped) {
-        return;
-    }
-    RESTAMP_PENDING.fetch_add(1, Relaxed);
 }
 
 /// Whether this node is a replica now, asked through the context of the
@@ -190,11 +199,10 @@ unsafe extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *m
         let (mono, wall, boot) = (mono_now(), wall_now(), boot_now());
         if persist::restamp_needed(&p, source, wall, boot) {
             match loading() {
-                // Written again when the load ends (`events`).
+                // Written again when the load ends, or right after the
+                // RESTORE (its keyspace event); a replica's master writes
+                // its own ([`crate::host::restamp`]).
                 Loading::File => note_restamp(),
-                // A RESTORE on a master: written again right after it (its
-                // keyspace event schedules the pass; a replica's master
-                // writes its own).
                 Loading::Nothing if !is_replica(rdb) => note_restamp(),
                 _ => {}
             }

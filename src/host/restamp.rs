@@ -29,10 +29,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use redis_module::{raw, ContextFlags};
 
 use crate::host::clock::{boot_now, mono_now, wall_now};
-use crate::host::datatype;
-use crate::host::reclaim;
 use crate::host::store::LockKey;
-use crate::host::{persist, replication};
+use crate::host::{datatype, persist, reclaim, replication};
 
 /// A pass is scheduled and has not run yet.
 static SCHEDULED: AtomicBool = AtomicBool::new(false);
@@ -41,12 +39,12 @@ const PAUSED_RETRY_MS: i64 = 100;
 
 /// Schedules a pass when a lease is waiting for one
 /// ([`datatype::note_restamp`]): after a load ends, or after a `RESTORE`
-/// ([`on_generic_event`]).
+/// (its keyspace event).
 ///
 /// # Safety
 /// `ctx` must be a context Redis handed to the module on the main thread.
 pub unsafe fn schedule(ctx: *mut raw::RedisModuleCtx) {
-    if datatype::RESTAMP_PENDING.load(Relaxed) == 0 || SCHEDULED.swap(true, Relaxed) {
+    if !datatype::restamp_pending() || SCHEDULED.swap(true, Relaxed) {
         return;
     }
     match raw::RedisModule_CreateTimer {
@@ -55,28 +53,6 @@ pub unsafe fn schedule(ctx: *mut raw::RedisModuleCtx) {
         }
         None => SCHEDULED.store(false, Relaxed),
     }
-}
-
-/// The generic keyspace events: a `RESTORE` that noted a lease schedules a
-/// pass right after it (the loading code does not schedule it itself, so
-/// that it does not depend on the pass, which reads keys through it).
-///
-/// # Safety
-/// Called by Redis with a valid context and a NUL-terminated event name.
-pub unsafe extern "C" fn on_generic_event(
-    ctx: *mut raw::RedisModuleCtx,
-    _type: c_int,
-    event: *const std::os::raw::c_char,
-    _key: *mut raw::RedisModuleString,
-) -> c_int {
-    if datatype::RESTAMP_PENDING.load(Relaxed) != 0 && !event.is_null() && !ctx.is_null() {
-        let _ = catch_unwind(AssertUnwindSafe(|| {
-            if std::ffi::CStr::from_ptr(event).to_bytes() == b"restore" {
-                schedule(ctx);
-            }
-        }));
-    }
-    raw::REDISMODULE_OK as c_int
 }
 
 /// Leases written again since the module loaded (`INFO redlock`
@@ -97,7 +73,7 @@ fn pass(ctx: *mut raw::RedisModuleCtx) {
     // A replica takes its leases from its master, which writes them again
     // itself; a node still loading is scheduled again when it ends.
     if flags.intersects(ContextFlags::SLAVE | ContextFlags::LOADING) {
-        datatype::RESTAMP_PENDING.store(0, Relaxed);
+        datatype::take_restamp_pending();
         return;
     }
     // Nothing may be propagated while clients are paused (`CLIENT PAUSE`,
@@ -117,7 +93,7 @@ fn pass(ctx: *mut raw::RedisModuleCtx) {
         }
         return;
     }
-    datatype::RESTAMP_PENDING.store(0, Relaxed);
+    datatype::take_restamp_pending();
     if !replication::needed(&context) {
         return;
     }
