@@ -133,6 +133,7 @@ fn mutant_write_back_off_is_caught() {
 }
 
 #[test]
+#[ignore = "full run only: make safety runs it (the safety quick run in make test runs the correct code under these faults)"]
 fn control_write_back_on_passes_the_same_faults() {
     let (mut cfg, _dir) = config("write_back_on_control", FaultType::PartitionRotate, 8);
     cfg.client.clock_floor = false;
@@ -156,6 +157,7 @@ fn mutant_floor_off_with_restart_empty_nodes_is_caught() {
 }
 
 #[test]
+#[ignore = "full run only: make safety runs it (the safety quick run in make test runs the correct code under these faults)"]
 fn control_floor_on_with_restart_empty_nodes_passes() {
     let (mut cfg, _dir) = config("floor_on_control", FaultType::KillAll, 10);
     cfg.max_ttl_ms = 1_000;
@@ -220,6 +222,7 @@ fn caught_with_one_of_three_seeds(cfg: &mut RunConfig, caught: impl Fn(&Report) 
 }
 
 #[test]
+#[ignore = "full run only: make safety runs it (the safety quick run in make test runs the correct code under these faults)"]
 fn control_promotion_guard_on_passes_the_same_faults() {
     let (mut cfg, _dir) = config(
         "promotion_guard_on_control",
