@@ -23,17 +23,25 @@ pub enum Mutant {
     /// record (issue 39: a replica whose `max-ttl-ms` is smaller than its
     /// master's guards too short once promoted).
     AuxWriterBaseline = 16,
+    /// A master counts only the replicas online now for the replica-sync
+    /// check (Redisson's rule, redisson#5256), not every replica of its life.
+    SyncCountsOnline = 64,
+    /// A replica counts every announcement of its master as fresh, also one
+    /// replayed from the backlog after a restart.
+    SyncAnyAnnouncement = 128,
 }
 
 impl Mutant {
     /// Every mutant with its name (as in `REDLOCK.TESTHOOK MUTANT name 0|1`
     /// and the `REDLOCK_TEST_MUTANTS` variable).
-    pub const ALL: [(&'static str, Mutant); 5] = [
+    pub const ALL: [(&'static str, Mutant); 7] = [
         ("config-exemption", Mutant::ConfigExemption),
         ("disk-lease-from-wall", Mutant::DiskLeaseFromWall),
         ("no-reclaimed-floor", Mutant::NoReclaimedFloor),
         ("replica-own-lease", Mutant::ReplicaOwnLease),
         ("aux-writer-baseline", Mutant::AuxWriterBaseline),
+        ("sync-counts-online", Mutant::SyncCountsOnline),
+        ("sync-any-announcement", Mutant::SyncAnyAnnouncement),
     ];
 
     /// The mutant of that name (ASCII case-insensitive).
