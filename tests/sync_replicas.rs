@@ -415,6 +415,48 @@ fn raising_r_from_zero_holds_for_the_leases_granted_without_the_check() {
     assert!(grace_of(&mut r).starts_with("GRACE"));
 }
 
+/// The commands the node on `port` runs from now on (`MONITOR`), read until
+/// `done` says enough or `timeout` passes.
+fn monitor(port: u16, timeout: Duration, done: impl Fn(&[String]) -> bool + 'static) -> MonitorLines {
+    use std::io::{BufRead, BufReader, Write};
+    let mut sock = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    sock.write_all(b"MONITOR\r\n").unwrap();
+    sock.set_read_timeout(Some(Duration::from_millis(100)))
+        .unwrap();
+    let mut reader = BufReader::new(sock);
+    let mut first = String::new();
+    reader.read_line(&mut first).unwrap();
+    assert_eq!(first.trim(), "+OK");
+    MonitorLines {
+        reader,
+        timeout,
+        done: Box::new(done),
+    }
+}
+
+struct MonitorLines {
+    reader: std::io::BufReader<std::net::TcpStream>,
+    timeout: Duration,
+    done: Box<dyn Fn(&[String]) -> bool>,
+}
+
+impl MonitorLines {
+    fn collect(mut self) -> Vec<String> {
+        use std::io::BufRead;
+        let deadline = std::time::Instant::now() + self.timeout;
+        let mut lines = Vec::new();
+        while std::time::Instant::now() < deadline && !(self.done)(&lines) {
+            let mut line = String::new();
+            match self.reader.read_line(&mut line) {
+                Ok(0) => break,
+                Ok(_) => lines.push(line),
+                Err(_) => {}
+            }
+        }
+        lines
+    }
+}
+
 #[test]
 fn lowering_r_to_zero_reaches_the_replicas_before_any_unchecked_write() {
     let m = master(1);
@@ -422,8 +464,14 @@ fn lowering_r_to_zero_reaches_the_replicas_before_any_unchecked_write() {
     let replica = replica_of(&m, 1);
     let mut r = replica.connection();
     wait_current(&mut r);
-    // CONFIG SET and the first unchecked grant in one pipeline: the grant's
-    // effect must not reach the replica before the new R does.
+    let grant = |l: &String| l.contains("\"REDLOCK.APPLY\" \"k\" \"v");
+    let announcement = |l: &String| l.contains("\"sync\" ") && l.contains(" \"0\" ");
+    let watch = monitor(replica.port(), Duration::from_secs(10), move |lines| {
+        lines.iter().any(grant) && lines.iter().any(announcement)
+    });
+    // CONFIG SET and the first unchecked grant in one pipeline (one read on
+    // the master, before any timer): the grant's effect must not reach the
+    // replica before the new R does.
     let (_, token): ((), Option<i64>) = redis::pipe()
         .cmd("CONFIG")
         .arg("SET")
@@ -436,7 +484,13 @@ fn lowering_r_to_zero_reaches_the_replicas_before_any_unchecked_write() {
         .query(&mut c)
         .unwrap();
     assert_eq!(token, Some(1));
-    wait_replicated(&mut c);
+    let lines = watch.collect();
+    let at = |f: &dyn Fn(&String) -> bool| lines.iter().position(f);
+    let (said, granted) = (at(&announcement), at(&grant));
+    assert!(
+        said.is_some() && granted.is_some() && said < granted,
+        "the replica saw the grant before the R 0 announcement: {lines:#?}"
+    );
     assert_eq!(redlock_info(&mut r, "sync_master_replicas"), 0);
     promote(&mut r);
     assert_eq!(redlock_info(&mut r, "sync_last_promotion"), 3);
