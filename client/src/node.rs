@@ -51,6 +51,7 @@ use redis::{AsyncConnectionConfig, Client, Cmd, Value};
 
 use crate::core::error::{Error, NodeFailure};
 use crate::identity::{parse_run_id, Endpoint, ServerId};
+use crate::sync_check::{self, LockWrite, SyncState};
 use crate::tls::TlsSettings;
 
 /// The settings of every node's connection; see the module docs for what
@@ -95,6 +96,9 @@ pub(crate) struct Node {
     /// go through the shared connection: a blocked command would stall
     /// every command queued behind it.
     blocking: Mutex<Vec<MultiplexedConnection>>,
+    /// The replica-sync check: the R this node's member states, learned
+    /// from the nodes (shared by every node a Sentinel member resolves).
+    sync: Arc<SyncState>,
 }
 
 /// Most idle blocking connections kept per node.
@@ -144,6 +148,7 @@ impl Node {
         timeout: Duration,
         connect_timeout: Duration,
         tls_settings: Option<&TlsSettings>,
+        sync: Arc<SyncState>,
     ) -> Result<Arc<Self>, Error> {
         crate::tls::check_url(url, &redact(url), tls_settings)?;
         if url
@@ -168,6 +173,7 @@ impl Node {
             tls,
             state: Mutex::new(ConnState::default()),
             blocking: Mutex::new(Vec::new()),
+            sync,
         }))
     }
 
@@ -342,9 +348,10 @@ impl Node {
         self.spawn_reconnect();
     }
 
-    /// The per-node timeout.
+    /// The per-node timeout, and the replica-sync check's `WAIT` when it is
+    /// on.
     pub(crate) fn timeout(&self) -> Duration {
-        self.timeout
+        self.timeout + self.sync.extra()
     }
 
     /// Sends one command and waits at most the per-node timeout for its reply.
@@ -465,26 +472,95 @@ impl Node {
                 return (None, Err(NodeFailure::NotConnected(reason)));
             }
         };
+        let Some(kind) = sync_check::lock_write(cmd) else {
+            return (id, self.send(&mut conn, generation, cmd, timeout).await);
+        };
+        // A lock write: stated with the R the nodes asked for, followed by
+        // WAIT R (see `sync_check.rs`); sent again when the node states
+        // another R (it changed nothing).
+        let mut reply = Err(NodeFailure::SyncStated(0));
+        for _ in 0..sync_check::RESTATE_TRIES {
+            let r = self.sync.r();
+            reply = if r == 0 {
+                self.send(&mut conn, generation, cmd, timeout).await
+            } else {
+                self.send_synced(&mut conn, generation, kind, cmd, r, timeout)
+                    .await
+            };
+            match reply {
+                Err(NodeFailure::SyncStated(stated)) if stated != r => {
+                    tracing::debug!(node = %self.addr, r = stated, "the node states another R");
+                    self.sync.learn(stated);
+                }
+                _ => break,
+            }
+        }
+        (id, reply)
+    }
+
+    /// One command on `conn` (of generation `generation`), bounded by
+    /// `timeout` when given; a broken connection is marked down.
+    async fn send(
+        self: &Arc<Self>,
+        conn: &mut MultiplexedConnection,
+        generation: u64,
+        cmd: &Cmd,
+        timeout: Option<Duration>,
+    ) -> Result<Value, NodeFailure> {
         let reply = match timeout {
             Some(timeout) => {
                 match tokio::time::timeout(timeout, conn.send_packed_command(cmd)).await {
-                    Err(_) => return (id, Err(NodeFailure::Timeout(timeout))),
+                    Err(_) => return Err(NodeFailure::Timeout(timeout)),
                     Ok(reply) => reply,
                 }
             }
             None => conn.send_packed_command(cmd).await,
         };
-        let reply = match reply.and_then(Value::extract_error) {
-            Ok(value) => Ok(value),
-            Err(e) => {
-                let (failure, broken) = NodeFailure::from_redis(&e);
-                if broken {
-                    self.mark_down(generation, &failure);
+        reply
+            .and_then(Value::extract_error)
+            .map_err(|e| self.failure(generation, &e))
+    }
+
+    /// `cmd SYNC r` and `WAIT r` in one write on `conn`, judged by
+    /// [`sync_check::judge`].
+    async fn send_synced(
+        self: &Arc<Self>,
+        conn: &mut MultiplexedConnection,
+        generation: u64,
+        kind: LockWrite,
+        cmd: &Cmd,
+        r: u64,
+        timeout: Option<Duration>,
+    ) -> Result<Value, NodeFailure> {
+        let pipe = sync_check::synced_pipeline(cmd, r, self.sync.timeout());
+        let replies = match timeout {
+            Some(timeout) => {
+                let timeout = timeout + self.sync.timeout();
+                match tokio::time::timeout(timeout, conn.send_packed_commands(&pipe, 0, 2)).await
+                {
+                    Err(_) => return Err(NodeFailure::Timeout(timeout)),
+                    Ok(replies) => replies,
                 }
-                Err(failure)
             }
+            None => conn.send_packed_commands(&pipe, 0, 2).await,
         };
-        (id, reply)
+        let mut replies = replies.map_err(|e| self.failure(generation, &e))?.into_iter();
+        match (replies.next(), replies.next()) {
+            (Some(reply), Some(wait)) => {
+                sync_check::judge(kind, reply, wait, r, self.sync.timeout())
+            }
+            other => Err(NodeFailure::Unexpected(format!("{other:?}"))),
+        }
+    }
+
+    /// Classifies an error of the connection of `generation`, and marks it
+    /// down when it is broken.
+    fn failure(self: &Arc<Self>, generation: u64, e: &redis::RedisError) -> NodeFailure {
+        let (failure, broken) = NodeFailure::from_redis(e);
+        if broken {
+            self.mark_down(generation, &failure);
+        }
+        failure
     }
 }
 
@@ -546,6 +622,7 @@ mod tests {
             Duration::from_millis(1),
             Duration::from_millis(1),
             None,
+            Arc::new(SyncState::new(Duration::from_millis(1))),
         )
         .err()
         .expect("bad scheme");

@@ -1,0 +1,196 @@
+//! The replica-sync check on the client's side (DESIGN §13): a lock write
+//! (ACQUIRE, EXTEND, and the write-back FENCE) on a master whose
+//! `redlock.sync-replicas` is R > 0 states `SYNC R` and is followed, on the
+//! same connection and in the same write, by `WAIT R timeout`; the write
+//! counts only when `WAIT` answered at least R.
+//!
+//! R comes from the nodes: a member starts out assuming 0 (no `SYNC`, the
+//! command is exactly what it was before the check existed), and a node
+//! whose R differs refuses the command with its R (`SYNCREPLICAS r …`,
+//! nothing changed); the member learns it and sends the command again.
+//! Because the node compares the stated R with its own at the moment of the
+//! write, a client never relies on fewer acknowledgements than the node
+//! requires, also right after an operator changed R.
+
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::time::Duration;
+
+use redis::{Cmd, Pipeline, Value};
+
+use crate::core::error::NodeFailure;
+
+/// How often a member sends a lock write again after learning another R
+/// from the node (the operator may change R between two tries).
+pub(crate) const RESTATE_TRIES: usize = 3;
+
+/// What one member knows about its nodes' R, and how long `WAIT` may take.
+#[derive(Debug)]
+pub(crate) struct SyncState {
+    r: AtomicU64,
+    timeout: Duration,
+}
+
+impl SyncState {
+    /// R unknown (0 until a node says otherwise); `WAIT` bounded by `timeout`.
+    pub(crate) fn new(timeout: Duration) -> Self {
+        SyncState {
+            r: AtomicU64::new(0),
+            timeout,
+        }
+    }
+
+    /// The R the member states now.
+    pub(crate) fn r(&self) -> u64 {
+        self.r.load(Relaxed)
+    }
+
+    /// A node stated its R.
+    pub(crate) fn learn(&self, r: u64) {
+        self.r.store(r, Relaxed);
+    }
+
+    /// How long `WAIT` may wait.
+    pub(crate) fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    /// The time one lock write may take on top of the node timeout: the
+    /// `WAIT`, when the check is on.
+    pub(crate) fn extra(&self) -> Duration {
+        if self.r() > 0 {
+            self.timeout
+        } else {
+            Duration::ZERO
+        }
+    }
+}
+
+/// A lock write the check applies to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum LockWrite {
+    /// `REDLOCK.ACQUIRE`: a grant (integer) counts only when synced.
+    Acquire,
+    /// `REDLOCK.EXTEND`: an extension (1) counts only when synced.
+    Extend,
+    /// `REDLOCK.FENCE`: a counter counts only when synced.
+    Fence,
+}
+
+/// Which lock write `cmd` is, from its name; `None` for any other command.
+pub(crate) fn lock_write(cmd: &Cmd) -> Option<LockWrite> {
+    let Some(redis::Arg::Simple(name)) = cmd.args_iter().next() else {
+        return None;
+    };
+    if name.eq_ignore_ascii_case(b"REDLOCK.ACQUIRE") {
+        Some(LockWrite::Acquire)
+    } else if name.eq_ignore_ascii_case(b"REDLOCK.EXTEND") {
+        Some(LockWrite::Extend)
+    } else if name.eq_ignore_ascii_case(b"REDLOCK.FENCE") {
+        Some(LockWrite::Fence)
+    } else {
+        None
+    }
+}
+
+/// `cmd SYNC r` followed by `WAIT r timeout-ms`, as one pipeline.
+pub(crate) fn synced_pipeline(cmd: &Cmd, r: u64, timeout: Duration) -> Pipeline {
+    let mut stated = cmd.clone();
+    stated.arg("SYNC").arg(r);
+    let mut pipe = redis::pipe();
+    pipe.add_command(stated);
+    pipe.cmd("WAIT")
+        .arg(r)
+        .arg(timeout.as_millis().clamp(1, i64::MAX as u128) as i64);
+    pipe
+}
+
+/// The write's reply as the rounds see it, given `WAIT`'s reply: a grant,
+/// extension or counter that fewer than `r` replicas acknowledged becomes
+/// [`NodeFailure::NotSynced`] (it may have been applied, so a grant is
+/// released); a refusal or "not held" stands as it is.
+pub(crate) fn judge(
+    kind: LockWrite,
+    reply: Value,
+    wait: Value,
+    r: u64,
+    timeout: Duration,
+) -> Result<Value, NodeFailure> {
+    if let Value::ServerError(e) = reply {
+        let (failure, _) = NodeFailure::from_redis(&e.into());
+        return Err(failure);
+    }
+    let applied = match (kind, &reply) {
+        (LockWrite::Acquire, Value::Int(n)) => *n > 0,
+        (LockWrite::Extend, Value::Int(n)) => *n == 1,
+        (LockWrite::Fence, Value::Int(_)) => true,
+        _ => false,
+    };
+    if !applied {
+        return Ok(reply);
+    }
+    let (acks, error) = match wait {
+        Value::Int(n) => (n.max(0) as u64, None),
+        Value::ServerError(e) => (0, Some(format!("{} {}", e.code(), e.details().unwrap_or("")))),
+        other => (0, Some(format!("unexpected reply {other:?}"))),
+    };
+    if acks >= r && error.is_none() {
+        Ok(reply)
+    } else {
+        Err(NodeFailure::NotSynced {
+            required: r,
+            acks,
+            waited_ms: timeout.as_millis() as u64,
+            error,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const T: Duration = Duration::from_millis(100);
+
+    #[test]
+    fn lock_writes_are_told_by_name() {
+        assert_eq!(
+            lock_write(redis::cmd("REDLOCK.ACQUIRE").arg("k")),
+            Some(LockWrite::Acquire)
+        );
+        assert_eq!(
+            lock_write(&redis::cmd("redlock.extend")),
+            Some(LockWrite::Extend)
+        );
+        assert_eq!(
+            lock_write(&redis::cmd("REDLOCK.FENCE")),
+            Some(LockWrite::Fence)
+        );
+        assert_eq!(lock_write(&redis::cmd("REDLOCK.RELEASE")), None);
+        assert_eq!(lock_write(&redis::cmd("REDLOCK.INSPECT")), None);
+    }
+
+    #[test]
+    fn a_write_counts_only_with_r_acknowledgements() {
+        use LockWrite::*;
+        assert_eq!(judge(Acquire, Value::Int(7), Value::Int(2), 2, T), Ok(Value::Int(7)));
+        assert_eq!(judge(Acquire, Value::Int(7), Value::Int(3), 2, T), Ok(Value::Int(7)));
+        let short = judge(Acquire, Value::Int(7), Value::Int(1), 2, T).unwrap_err();
+        assert!(short.maybe_executed(), "a grant that did not count is released");
+        assert_eq!(
+            short.to_string(),
+            "replica-sync check failed: 1 of the 2 replicas redlock.sync-replicas asks for acknowledged the write within 100 ms; not relied on"
+        );
+        // Busy, not held, refused: WAIT says nothing about them.
+        assert_eq!(judge(Acquire, Value::Nil, Value::Int(0), 2, T), Ok(Value::Nil));
+        assert_eq!(judge(Extend, Value::Int(0), Value::Int(0), 2, T), Ok(Value::Int(0)));
+        assert_eq!(judge(Fence, Value::Nil, Value::Int(0), 2, T), Ok(Value::Nil));
+        assert!(matches!(
+            judge(Extend, Value::Int(1), Value::Int(0), 1, T),
+            Err(NodeFailure::NotSynced { required: 1, acks: 0, .. })
+        ));
+        assert!(matches!(
+            judge(Fence, Value::Int(9), Value::Int(1), 2, T),
+            Err(NodeFailure::NotSynced { required: 2, acks: 1, .. })
+        ));
+    }
+}
