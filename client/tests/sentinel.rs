@@ -23,11 +23,12 @@ fn group() -> SentinelGroup {
         .start()
 }
 
-/// Turns the guard on everywhere (the nodes start with it off, so that
-/// their own start does not open a window).
+/// Turns the promotion guard on at every replica (the nodes start with it
+/// off: on the master, turning it on would reopen the window of its own
+/// start).
 fn guard_on(group: &SentinelGroup) {
     for i in 0..group.nodes().len() {
-        if group.node(i).pid().is_some() {
+        if group.node(i).pid().is_some() && group.role(i).as_deref() == Some("slave") {
             let _: () = redis::cmd("CONFIG")
                 .arg("SET")
                 .arg("redlock.restart-grace-ms")
