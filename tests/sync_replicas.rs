@@ -417,7 +417,11 @@ fn raising_r_from_zero_holds_for_the_leases_granted_without_the_check() {
 
 /// The commands the node on `port` runs from now on (`MONITOR`), read until
 /// `done` says enough or `timeout` passes.
-fn monitor(port: u16, timeout: Duration, done: impl Fn(&[String]) -> bool + 'static) -> MonitorLines {
+fn monitor(
+    port: u16,
+    timeout: Duration,
+    done: impl Fn(&[String]) -> bool + 'static,
+) -> MonitorLines {
     use std::io::{BufRead, BufReader, Write};
     let mut sock = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
     sock.write_all(b"MONITOR\r\n").unwrap();

@@ -536,15 +536,16 @@ impl Node {
         let replies = match timeout {
             Some(timeout) => {
                 let timeout = timeout + self.sync.timeout();
-                match tokio::time::timeout(timeout, conn.send_packed_commands(&pipe, 0, 2)).await
-                {
+                match tokio::time::timeout(timeout, conn.send_packed_commands(&pipe, 0, 2)).await {
                     Err(_) => return Err(NodeFailure::Timeout(timeout)),
                     Ok(replies) => replies,
                 }
             }
             None => conn.send_packed_commands(&pipe, 0, 2).await,
         };
-        let mut replies = replies.map_err(|e| self.failure(generation, &e))?.into_iter();
+        let mut replies = replies
+            .map_err(|e| self.failure(generation, &e))?
+            .into_iter();
         match (replies.next(), replies.next()) {
             (Some(reply), Some(wait)) => {
                 sync_check::judge(kind, reply, wait, r, self.sync.timeout())

@@ -75,7 +75,8 @@ impl SentinelMember {
     ) -> Result<Arc<Self>, Error> {
         if spec.name.is_empty() {
             return Err(Error::InvalidArgument(
-                "a Sentinel member needs the master's name (as in `sentinel monitor NAME …`)".into(),
+                "a Sentinel member needs the master's name (as in `sentinel monitor NAME …`)"
+                    .into(),
             ));
         }
         if spec.sentinels.is_empty() {
@@ -156,7 +157,10 @@ impl SentinelMember {
     /// short, and the calls' futures stay `Sync`). When `failed` is given, a
     /// master other than it that another call resolved meanwhile is taken as
     /// it is.
-    async fn resolve(self: &Arc<Self>, failed: Option<Arc<Node>>) -> Result<Arc<Node>, NodeFailure> {
+    async fn resolve(
+        self: &Arc<Self>,
+        failed: Option<Arc<Node>>,
+    ) -> Result<Arc<Node>, NodeFailure> {
         let me = Arc::clone(self);
         match tokio::spawn(async move { me.resolve_now(failed).await }).await {
             Ok(result) => result,
@@ -291,7 +295,11 @@ impl SentinelMember {
 
     /// The data node URL for `host:port`.
     fn data_url(&self, host_port: &str) -> String {
-        let scheme = if self.spec.data_tls { "rediss" } else { "redis" };
+        let scheme = if self.spec.data_tls {
+            "rediss"
+        } else {
+            "redis"
+        };
         let auth = match (&self.spec.data_user, &self.spec.data_password) {
             (Some(user), Some(pw)) => format!("{}:{}@", encode(user), encode(pw)),
             (None, Some(pw)) => format!(":{}@", encode(pw)),
@@ -367,12 +375,12 @@ fn needs_new_master(reply: &Result<Value, NodeFailure>) -> bool {
             NodeFailure::NotConnected(_) | NodeFailure::Connection(_) | NodeFailure::Timeout(_),
         ) => true,
         Err(NodeFailure::Refused(text)) => {
-            text.starts_with("READONLY") || text.starts_with("LOADING") || text.starts_with("MASTERDOWN")
+            text.starts_with("READONLY")
+                || text.starts_with("LOADING")
+                || text.starts_with("MASTERDOWN")
         }
         // WAIT refused on a node that became a replica meanwhile.
-        Err(NodeFailure::NotSynced {
-            error: Some(e), ..
-        }) => e.contains("replica"),
+        Err(NodeFailure::NotSynced { error: Some(e), .. }) => e.contains("replica"),
         Err(_) => false,
     }
 }
@@ -398,7 +406,9 @@ mod tests {
     fn demotions_and_outages_ask_the_sentinels_again() {
         let t = Duration::from_millis(5);
         assert!(needs_new_master(&Err(NodeFailure::Timeout(t))));
-        assert!(needs_new_master(&Err(NodeFailure::NotConnected("x".into()))));
+        assert!(needs_new_master(&Err(NodeFailure::NotConnected(
+            "x".into()
+        ))));
         assert!(needs_new_master(&Err(NodeFailure::Connection("x".into()))));
         assert!(needs_new_master(&Err(NodeFailure::Refused(
             "READONLY You can't write against a read only replica.".into()

@@ -130,7 +130,10 @@ pub(crate) fn judge(
     }
     let (acks, error) = match wait {
         Value::Int(n) => (n.max(0) as u64, None),
-        Value::ServerError(e) => (0, Some(format!("{} {}", e.code(), e.details().unwrap_or("")))),
+        Value::ServerError(e) => (
+            0,
+            Some(format!("{} {}", e.code(), e.details().unwrap_or(""))),
+        ),
         other => (0, Some(format!("unexpected reply {other:?}"))),
     };
     if acks >= r && error.is_none() {
@@ -172,25 +175,51 @@ mod tests {
     #[test]
     fn a_write_counts_only_with_r_acknowledgements() {
         use LockWrite::*;
-        assert_eq!(judge(Acquire, Value::Int(7), Value::Int(2), 2, T), Ok(Value::Int(7)));
-        assert_eq!(judge(Acquire, Value::Int(7), Value::Int(3), 2, T), Ok(Value::Int(7)));
+        assert_eq!(
+            judge(Acquire, Value::Int(7), Value::Int(2), 2, T),
+            Ok(Value::Int(7))
+        );
+        assert_eq!(
+            judge(Acquire, Value::Int(7), Value::Int(3), 2, T),
+            Ok(Value::Int(7))
+        );
         let short = judge(Acquire, Value::Int(7), Value::Int(1), 2, T).unwrap_err();
-        assert!(short.maybe_executed(), "a grant that did not count is released");
+        assert!(
+            short.maybe_executed(),
+            "a grant that did not count is released"
+        );
         assert_eq!(
             short.to_string(),
             "replica-sync check failed: 1 of the 2 replicas redlock.sync-replicas asks for acknowledged the write within 100 ms; not relied on"
         );
         // Busy, not held, refused: WAIT says nothing about them.
-        assert_eq!(judge(Acquire, Value::Nil, Value::Int(0), 2, T), Ok(Value::Nil));
-        assert_eq!(judge(Extend, Value::Int(0), Value::Int(0), 2, T), Ok(Value::Int(0)));
-        assert_eq!(judge(Fence, Value::Nil, Value::Int(0), 2, T), Ok(Value::Nil));
+        assert_eq!(
+            judge(Acquire, Value::Nil, Value::Int(0), 2, T),
+            Ok(Value::Nil)
+        );
+        assert_eq!(
+            judge(Extend, Value::Int(0), Value::Int(0), 2, T),
+            Ok(Value::Int(0))
+        );
+        assert_eq!(
+            judge(Fence, Value::Nil, Value::Int(0), 2, T),
+            Ok(Value::Nil)
+        );
         assert!(matches!(
             judge(Extend, Value::Int(1), Value::Int(0), 1, T),
-            Err(NodeFailure::NotSynced { required: 1, acks: 0, .. })
+            Err(NodeFailure::NotSynced {
+                required: 1,
+                acks: 0,
+                ..
+            })
         ));
         assert!(matches!(
             judge(Fence, Value::Int(9), Value::Int(1), 2, T),
-            Err(NodeFailure::NotSynced { required: 2, acks: 1, .. })
+            Err(NodeFailure::NotSynced {
+                required: 2,
+                acks: 1,
+                ..
+            })
         ));
     }
 }
