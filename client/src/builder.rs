@@ -268,10 +268,14 @@ impl RedlockBuilder {
                     Arc::new(SyncState::new(self.sync_timeout)),
                 )
                 .map(Voter::Node),
-                MemberKind::Cluster(seeds) => {
-                    Cluster::new(seeds, self.node_timeout, self.connect_timeout, tls.as_ref())
-                        .map(Voter::Cluster)
-                }
+                MemberKind::Cluster(seeds) => Cluster::new(
+                    seeds,
+                    self.node_timeout,
+                    self.connect_timeout,
+                    tls.as_ref(),
+                    Arc::new(SyncState::new(self.sync_timeout)),
+                )
+                .map(Voter::Cluster),
                 MemberKind::Sentinel(spec) => SentinelMember::new(
                     spec,
                     self.node_timeout,
