@@ -27,10 +27,22 @@ fn master(r: u64) -> Node {
         .start()
 }
 
+/// A replica of `master` with the check at `r`, online at the master (its
+/// own link comes up a moment before the master counts it online).
 fn replica_of(master: &Node, r: u64) -> Node {
     let replica = start_replica(master, checked(r).config("redlock.restart-grace-ms", "0"));
     let mut con = replica.connection();
     config_set(&mut con, "redlock.restart-grace-ms", "-1");
+    let mut m = master.connection();
+    let online = format!("port={},state=online", replica.port());
+    wait_until(
+        Duration::from_secs(10),
+        "the replica online at its master",
+        || {
+            let info: String = redis::cmd("INFO").arg("replication").query(&mut m).unwrap();
+            info.contains(&online)
+        },
+    );
     replica
 }
 
