@@ -284,3 +284,23 @@ fn mutant_no_reclaimed_floor_is_caught() {
         "not caught: {r:?}"
     );
 }
+
+/// Without the replica-sync check, a failover that leaves the old master
+/// running (`SENTINEL FAILOVER`, a frozen master) gives two holders: the
+/// old master keeps granting to the clients that still talk to it after the
+/// promotion, and the new master's guard window started at the promotion.
+/// With the check (the `sentinel` run of the matrix) the same faults give
+/// none: a grant on the old master cannot reach the promoted replica.
+#[test]
+#[ignore = "full run only: make safety runs it (about a minute)"]
+fn sentinel_without_the_check_and_a_live_old_master_is_caught() {
+    let (mut cfg, _dir) = config(
+        "sentinel_unchecked_live_failovers",
+        FaultType::SentinelUnchecked,
+        50,
+    );
+    cfg.sentinel_live_failovers = true;
+    cfg.keys = 4;
+    let r = run(&cfg);
+    assert!(r.overlaps_unexplained > 0, "not caught: {r:?}");
+}
