@@ -321,13 +321,14 @@ pub struct RunConfig {
     pub no_aof_propagation: bool,
     /// Mutant: replicas grant at once when promoted (no promotion guard).
     pub no_promotion_guard: bool,
-    /// Sentinel runs: the faults include failovers that leave the old
-    /// master running (`SENTINEL FAILOVER`, a SIGSTOPped master), not only
-    /// crashes. On by default with the check; without it they give two
-    /// holders (the old master grants to the clients that still talk to it
-    /// after the promotion, past the guard window), which a mutation check
-    /// shows.
-    pub sentinel_live_failovers: bool,
+    /// Sentinel runs: the faults taken in turn (see [`SentinelFault`]).
+    /// With the check, all of them; without it, the crashes and the empty
+    /// replica only: the failovers that leave the old master running
+    /// (`SENTINEL FAILOVER`, a SIGSTOPped master) give two holders without
+    /// the check (the old master grants to the clients that still talk to
+    /// it after the promotion, past the guard window), which a mutation
+    /// check shows.
+    pub sentinel_faults: &'static [SentinelFault],
     /// Mutants of the module switched on at every start of every node,
     /// through [`crate::mutants::MODULE_MUTANTS_ENV`] (names in
     /// [`crate::mutants`]).
@@ -381,7 +382,11 @@ impl RunConfig {
             fenced_raise_off: false,
             no_aof_propagation: false,
             no_promotion_guard: false,
-            sentinel_live_failovers: fault == FaultType::Sentinel,
+            sentinel_faults: if fault == FaultType::Sentinel {
+                &SentinelFault::ALL
+            } else {
+                &SentinelFault::CRASHES
+            },
             module_mutants: Vec::new(),
             mixed_floor: false,
             reclaim: None,
@@ -1568,15 +1573,9 @@ fn inject(cfg: &RunConfig, c: &mut Deployment, rec: &Recorder, pids: &[u32], dea
             }
             FaultType::Sentinel | FaultType::SentinelUnchecked => {
                 let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                    sentinel_fault(
-                        c,
-                        count,
-                        cfg.sentinel_live_failovers,
-                        id,
-                        rec,
-                        &mut rng,
-                        ttl,
-                    )
+                    let faults = cfg.sentinel_faults;
+                    let fault = faults[count as usize % faults.len().max(1)];
+                    sentinel_fault(c, fault, id, rec, &mut rng, ttl)
                 }));
                 rec.record(Kind::FaultStop { id });
                 if let Err(p) = outcome {
@@ -1669,6 +1668,44 @@ fn record_after_failover(group: &SentinelGroup, master: usize, keys: &[String], 
     }
 }
 
+/// The faults of a Sentinel run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SentinelFault {
+    /// kill -9 of the master; a supervisor restarts it as a replica of the
+    /// new master.
+    KillMaster,
+    /// kill -9 of the master once it took a lock write both its replicas
+    /// lack (they are SIGSTOPped, a ballast fills the sockets).
+    KillLagging,
+    /// SIGSTOP of the master past `down-after`; resumed, pointed at the new
+    /// master.
+    StopMaster,
+    /// `SENTINEL FAILOVER`.
+    Failover,
+    /// A replica killed and restarted empty.
+    EmptyReplica,
+}
+
+impl SentinelFault {
+    /// Every fault.
+    pub const ALL: [SentinelFault; 5] = [
+        SentinelFault::KillMaster,
+        SentinelFault::KillLagging,
+        SentinelFault::StopMaster,
+        SentinelFault::Failover,
+        SentinelFault::EmptyReplica,
+    ];
+    /// The faults after which the old master is gone or a replica.
+    pub const CRASHES: [SentinelFault; 3] = [
+        SentinelFault::KillMaster,
+        SentinelFault::KillLagging,
+        SentinelFault::EmptyReplica,
+    ];
+    /// The failovers that leave the old master running.
+    pub const LIVE_OLD_MASTER: [SentinelFault; 2] =
+        [SentinelFault::Failover, SentinelFault::StopMaster];
+}
+
 /// Bytes written past a frozen replica's socket buffers (loopback buffers
 /// hold a few MB each way).
 const BALLAST_BYTES: usize = 48 << 20;
@@ -1709,12 +1746,11 @@ fn wait_for_lock_write(g: &SentinelGroup, i: usize, keys: &[String], max_ms: u64
     }
 }
 
-/// One fault of a Sentinel run (`turn` picks which, in rotation); panics
-/// (caught by the caller) when the group does not do what it must.
+/// One fault of a Sentinel run; panics (caught by the caller) when the
+/// group does not do what it must.
 fn sentinel_fault(
     c: &mut Deployment,
-    turn: u32,
-    live_failovers: bool,
+    fault: SentinelFault,
     id: u64,
     rec: &Recorder,
     rng: &mut ChaCha8Rng,
@@ -1735,15 +1771,8 @@ fn sentinel_fault(
             timing: false,
         });
     };
-    // Without the failovers that leave the old master running: the crashes
-    // and the empty replica only.
-    let turn = if live_failovers {
-        turn % 5
-    } else {
-        [0, 1, 4][turn as usize % 3]
-    };
-    match turn {
-        0 => {
+    match fault {
+        SentinelFault::KillMaster => {
             start(
                 "sentinel_kill_master",
                 format!("n{old}"),
@@ -1755,7 +1784,7 @@ fn sentinel_fault(
             g.restart_as_replica(old);
             guard_on_if_replica(g, old);
         }
-        1 => {
+        SentinelFault::KillLagging => {
             start(
                 "sentinel_kill_lagging",
                 format!("n{old}"),
@@ -1787,7 +1816,7 @@ fn sentinel_fault(
             g.restart_as_replica(old);
             guard_on_if_replica(g, old);
         }
-        2 => {
+        SentinelFault::StopMaster => {
             start(
                 "sentinel_sigstop_master",
                 format!("n{old}"),
@@ -1804,13 +1833,13 @@ fn sentinel_fault(
                 .query(&mut g.connection(old));
             guard_on_if_replica(g, old);
         }
-        3 => {
+        SentinelFault::Failover => {
             start("sentinel_failover", format!("n{old}"), "SENTINEL FAILOVER");
             let new = g.failover();
             record_after_failover(g, new, &keys, rec);
             guard_on_if_replica(g, old);
         }
-        _ => {
+        SentinelFault::EmptyReplica => {
             let r = replicas[rng.gen_range(0..replicas.len())];
             start(
                 "sentinel_replica_empty",

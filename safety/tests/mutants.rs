@@ -17,7 +17,7 @@ use std::time::Duration;
 use redlock_safety::checker::Report;
 use redlock_safety::mutants;
 use redlock_safety::resource::Checking;
-use redlock_safety::runner::{self, FaultType, Reclaim, RunConfig};
+use redlock_safety::runner::{self, FaultType, Reclaim, RunConfig, SentinelFault};
 
 static SERIAL: Mutex<()> = Mutex::new(());
 
@@ -299,7 +299,7 @@ fn sentinel_without_the_check_and_a_live_old_master_is_caught() {
         FaultType::SentinelUnchecked,
         50,
     );
-    cfg.sentinel_live_failovers = true;
+    cfg.sentinel_faults = &SentinelFault::LIVE_OLD_MASTER;
     cfg.keys = 4;
     let r = run(&cfg);
     assert!(r.overlaps_unexplained > 0, "not caught: {r:?}");
