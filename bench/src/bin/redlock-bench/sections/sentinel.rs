@@ -198,14 +198,50 @@ pub(crate) async fn run(module: &Path, plan: &Plan, report: &mut Report) -> Resu
     let group = tokio::task::spawn_blocking(move || SentinelGroup::builder().node(builder).start())
         .await
         .map_err(|e| format!("starting the Sentinel group: {e}"))?;
-    let member = || Member::sentinel(group.name(), group.sentinel_urls());
+    let (name, sentinels) = (group.name().to_string(), group.sentinel_urls());
+    let member = || Member::sentinel(name.clone(), sentinels.clone());
+
+    // Failovers first, while R has been 2 since the nodes started (raising
+    // R from 0 makes a promoted replica guard for the leases granted
+    // without the check; the throughput rounds below switch R).
+    let probe = Redlock::builder([member()])
+        .retry(RetryPolicy::no_retry())
+        .build()
+        .await
+        .map_err(|e| e.to_string())?;
+    {
+        let group_ref = &group;
+        tokio::task::block_in_place(|| guard_on(group_ref));
+    }
+    let limit = Duration::from_millis(max_ttl_ms) + Duration::from_secs(40);
+    let (group, checked_promoted, checked_grant) =
+        failover_times(group, &probe, true, limit).await?;
+    let group = tokio::task::spawn_blocking(move || {
+        group.settle();
+        set_r(&group, 0);
+        guard_on(&group);
+        group
+    })
+    .await
+    .map_err(|e| e.to_string())?;
+    let (group, unchecked_promoted, unchecked_grant) =
+        failover_times(group, &probe, false, limit).await?;
+    drop(probe);
+    let group = tokio::task::spawn_blocking(move || {
+        group.settle();
+        set_r(&group, R);
+        group
+    })
+    .await
+    .map_err(|e| e.to_string())?;
+    eprintln!("  sentinel failovers done");
+
     let client = ClientLocker::connect_members(vec![member()]).await?;
     let master = group.master_index();
     let hand = HandSyncLock::connect(&group.node(master).url(), R, Duration::from_millis(250))
         .await
         .map_err(|e| e.to_string())?;
     let pids: Vec<u32> = group.nodes().iter().filter_map(Node::pid).collect();
-
     let mut runs: Vec<Vec<RunResult>> = vec![Vec::new(); Form::ALL.len()];
     for round in 0..plan.rounds {
         for k in 0..Form::ALL.len() {
@@ -218,10 +254,10 @@ pub(crate) async fn run(module: &Path, plan: &Plan, report: &mut Report) -> Resu
             runs[i].push(cycles(form, &client, &hand, &pids, window, ttl).await?);
         }
     }
-    {
-        let group_ref = &group;
-        tokio::task::block_in_place(|| set_r(group_ref, R));
-    }
+    drop((client, hand));
+    tokio::task::spawn_blocking(move || drop(group))
+        .await
+        .map_err(|e| e.to_string())?;
     eprintln!("  sentinel throughput done");
 
     let figures = &mut report.figures;
@@ -265,36 +301,6 @@ pub(crate) async fn run(module: &Path, plan: &Plan, report: &mut Report) -> Resu
         figure: vs_hand,
         met: vs_hand.map(|r| r >= 1.0),
     });
-
-    // Failover: with the check, then without it (the guard).
-    drop(client);
-    let probe = Redlock::builder([member()])
-        .retry(RetryPolicy::no_retry())
-        .build()
-        .await
-        .map_err(|e| e.to_string())?;
-    {
-        let group_ref = &group;
-        tokio::task::block_in_place(|| guard_on(group_ref));
-    }
-    let limit = Duration::from_millis(max_ttl_ms) + Duration::from_secs(40);
-    let (group, checked_promoted, checked_grant) =
-        failover_times(group, &probe, true, limit).await?;
-    let group = tokio::task::spawn_blocking(move || {
-        group.settle();
-        set_r(&group, 0);
-        guard_on(&group);
-        group
-    })
-    .await
-    .map_err(|e| e.to_string())?;
-    let (group, unchecked_promoted, unchecked_grant) =
-        failover_times(group, &probe, false, limit).await?;
-    drop(probe);
-    tokio::task::spawn_blocking(move || drop(group))
-        .await
-        .map_err(|e| e.to_string())?;
-    eprintln!("  sentinel failovers done");
 
     let figures = &mut report.figures;
     figures.put("sentinel.checked.kill_to_promoted_s", Some(checked_promoted));
