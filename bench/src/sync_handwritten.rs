@@ -42,7 +42,11 @@ impl HandSyncLock {
 
     /// One attempt: the owner when the lock was set and synced; a lock that
     /// was set but not synced is released before `None` is returned.
-    pub async fn try_acquire(&self, key: &str, ttl: Duration) -> redis::RedisResult<Option<String>> {
+    pub async fn try_acquire(
+        &self,
+        key: &str,
+        ttl: Duration,
+    ) -> redis::RedisResult<Option<String>> {
         let owner = new_owner();
         let mut conn = self.conn.clone();
         let (set, acks): (Option<String>, u64) = redis::pipe()

@@ -99,6 +99,10 @@ pub(crate) struct Node {
     /// The replica-sync check: the R this node's member states, learned
     /// from the nodes (shared by every node a Sentinel member resolves).
     sync: Arc<SyncState>,
+    /// While the check is on, the connections that carry the lock commands,
+    /// each key over one of them ([`sync_check::lock_key`]); opened when
+    /// first needed, forgotten when broken.
+    shards: Mutex<[Option<MultiplexedConnection>; sync_check::SHARDS]>,
 }
 
 /// Most idle blocking connections kept per node.
@@ -174,6 +178,7 @@ impl Node {
             state: Mutex::new(ConnState::default()),
             blocking: Mutex::new(Vec::new()),
             sync,
+            shards: Mutex::new(Default::default()),
         }))
     }
 
@@ -472,12 +477,30 @@ impl Node {
                 return (None, Err(NodeFailure::NotConnected(reason)));
             }
         };
+        // While the check is on, a key's lock commands have a connection of
+        // their own among a few (see `sync_check::lock_key`); a broken one
+        // is forgotten, never the main connection.
+        let mut shard = None;
+        let mut generation = Some(generation);
+        if self.sync.r() > 0 {
+            if let Some(key) = sync_check::lock_key(cmd) {
+                let i = sync_check::shard_of(key);
+                match self.shard_connection(i).await {
+                    Ok(c) => (conn, shard, generation) = (c, Some(i), None),
+                    Err(e) => return (id, Err(e)),
+                }
+            }
+        }
         let Some(kind) = sync_check::lock_write(cmd) else {
-            return (id, self.send(&mut conn, generation, cmd, timeout).await);
+            let reply = self.send(&mut conn, generation, cmd, timeout).await;
+            if let (Some(i), Err(NodeFailure::Connection(_))) = (shard, &reply) {
+                self.forget_shard(i);
+            }
+            return (id, reply);
         };
         // A lock write: stated with the R the nodes asked for, followed by
         // WAIT R (see `sync_check.rs`); sent again when the node states
-        // another R (it changed nothing).
+        // another R (it changed nothing), on the key's connection for that R.
         let mut reply = Err(NodeFailure::SyncStated(0));
         for _ in 0..sync_check::RESTATE_TRIES {
             let r = self.sync.r();
@@ -491,6 +514,25 @@ impl Node {
                 Err(NodeFailure::SyncStated(stated)) if stated != r => {
                     tracing::debug!(node = %self.addr, r = stated, "the node states another R");
                     self.sync.learn(stated);
+                    let key = sync_check::lock_key(cmd).filter(|_| stated > 0);
+                    match key.map(sync_check::shard_of) {
+                        Some(i) => match self.shard_connection(i).await {
+                            Ok(c) => (conn, shard, generation) = (c, Some(i), None),
+                            Err(e) => return (id, Err(e)),
+                        },
+                        None => match &self.lock_state().current {
+                            Some((g, c, _)) => {
+                                (conn, shard, generation) = (c.clone(), None, Some(*g));
+                            }
+                            None => return (id, reply),
+                        },
+                    }
+                }
+                Err(NodeFailure::Connection(_)) => {
+                    if let Some(i) = shard {
+                        self.forget_shard(i);
+                    }
+                    break;
                 }
                 _ => break,
             }
@@ -498,12 +540,51 @@ impl Node {
         (id, reply)
     }
 
+    /// Lock-command connection `shard`, opened now when missing (within the
+    /// connect timeout). Only while the node's main connection is up: a node
+    /// that is down never makes a call wait.
+    async fn shard_connection(&self, shard: usize) -> Result<MultiplexedConnection, NodeFailure> {
+        if let Some(conn) = self.shards.lock().unwrap_or_else(|p| p.into_inner())[shard].clone() {
+            return Ok(conn);
+        }
+        // In a task of its own: the calls' futures stay `Sync`.
+        let (client, timeout) = (self.client.clone(), self.connect_timeout);
+        let opened = tokio::spawn(async move {
+            let config = connection_config(timeout);
+            tokio::time::timeout(
+                timeout,
+                client.get_multiplexed_async_connection_with_config(&config),
+            )
+            .await
+        });
+        let conn = match opened.await {
+            Err(e) => return Err(NodeFailure::NotConnected(e.to_string())),
+            Ok(Err(_)) => {
+                return Err(NodeFailure::NotConnected(format!(
+                    "connect timed out after {} ms",
+                    timeout.as_millis()
+                )))
+            }
+            Ok(Ok(Err(e))) => return Err(NodeFailure::NotConnected(e.to_string())),
+            Ok(Ok(Ok(conn))) => conn,
+        };
+        let mut shards = self.shards.lock().unwrap_or_else(|p| p.into_inner());
+        // Another call may have opened it meanwhile: keep one, so that the
+        // key's commands stay on a single connection.
+        Ok(shards[shard].get_or_insert(conn).clone())
+    }
+
+    /// Forgets a broken lock-command connection.
+    fn forget_shard(&self, shard: usize) {
+        self.shards.lock().unwrap_or_else(|p| p.into_inner())[shard] = None;
+    }
+
     /// One command on `conn` (of generation `generation`), bounded by
     /// `timeout` when given; a broken connection is marked down.
     async fn send(
         self: &Arc<Self>,
         conn: &mut MultiplexedConnection,
-        generation: u64,
+        generation: Option<u64>,
         cmd: &Cmd,
         timeout: Option<Duration>,
     ) -> Result<Value, NodeFailure> {
@@ -526,7 +607,7 @@ impl Node {
     async fn send_synced(
         self: &Arc<Self>,
         conn: &mut MultiplexedConnection,
-        generation: u64,
+        generation: Option<u64>,
         kind: LockWrite,
         cmd: &Cmd,
         r: u64,
@@ -554,11 +635,11 @@ impl Node {
         }
     }
 
-    /// Classifies an error of the connection of `generation`, and marks it
-    /// down when it is broken.
-    fn failure(self: &Arc<Self>, generation: u64, e: &redis::RedisError) -> NodeFailure {
+    /// Classifies an error of the main connection of `generation` (`None`:
+    /// a lock-command connection), and marks it down when it is broken.
+    fn failure(self: &Arc<Self>, generation: Option<u64>, e: &redis::RedisError) -> NodeFailure {
         let (failure, broken) = NodeFailure::from_redis(e);
-        if broken {
+        if let (true, Some(generation)) = (broken, generation) {
             self.mark_down(generation, &failure);
         }
         failure

@@ -18,7 +18,9 @@ use redlock_testkit::{Node, SentinelGroup};
 use crate::client::ClientLocker;
 use crate::lockers::timed;
 use crate::plan::Plan;
-use crate::report::{cpu_text, med_lat, med_rate, med_ratio, opt, ratio, thousands, Report, Target};
+use crate::report::{
+    cpu_text, med_lat, med_rate, med_ratio, opt, ratio, thousands, Report, Target,
+};
 
 /// Client tasks.
 const TASKS: usize = 16;
@@ -108,9 +110,7 @@ async fn cycles(
                             .await
                             .map_err(|e| e.to_string())?
                             .ok_or("the hand-written lock was not synced")?;
-                        hand.release(key, &owner)
-                            .await
-                            .map_err(|e| e.to_string())?;
+                        hand.release(key, &owner).await.map_err(|e| e.to_string())?;
                     }
                     Form::Checked | Form::Unchecked => {
                         let lock = client.acquire(key, ttl).await?;
@@ -164,7 +164,10 @@ async fn failover_times(
         (promoted, new)
     });
     let granted = loop {
-        if let Ok(Some(lock)) = probe.try_acquire("bench:s:probe", Duration::from_secs(1)).await {
+        if let Ok(Some(lock)) = probe
+            .try_acquire("bench:s:probe", Duration::from_secs(1))
+            .await
+        {
             let at = killed.elapsed();
             let _ = lock.release().await;
             break at;
@@ -303,8 +306,14 @@ pub(crate) async fn run(module: &Path, plan: &Plan, report: &mut Report) -> Resu
     });
 
     let figures = &mut report.figures;
-    figures.put("sentinel.checked.kill_to_promoted_s", Some(checked_promoted));
-    figures.put("sentinel.checked.kill_to_first_grant_s", Some(checked_grant));
+    figures.put(
+        "sentinel.checked.kill_to_promoted_s",
+        Some(checked_promoted),
+    );
+    figures.put(
+        "sentinel.checked.kill_to_first_grant_s",
+        Some(checked_grant),
+    );
     figures.put(
         "sentinel.unchecked.kill_to_promoted_s",
         Some(unchecked_promoted),
