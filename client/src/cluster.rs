@@ -441,6 +441,20 @@ impl Cluster {
         reply
     }
 
+    /// Learns the shards' R from [`sync_check::probe`] (routed like any lock
+    /// command; nothing learned on a failure).
+    pub(crate) async fn learn_sync_replicas(self: &Arc<Self>) {
+        let probe = sync_check::probe();
+        let reply = match tokio::time::timeout(self.connect_timeout, self.call_plain(&probe)).await
+        {
+            Ok(reply) => reply,
+            Err(_) => return,
+        };
+        if let Some(r) = sync_check::probed(&reply) {
+            self.sync.learn(r);
+        }
+    }
+
     async fn call_plain(self: &Arc<Self>, cmd: &Cmd) -> Result<Value, NodeFailure> {
         let conn = self.connection()?;
         let (routing, sequence) = route(cmd);

@@ -317,11 +317,15 @@ impl Voter {
         match self {
             Voter::Node(n) => {
                 n.connect().await?;
-                n.check_module().await
+                n.check_module().await?;
+                n.learn_sync_replicas().await;
+                Ok(())
             }
             Voter::Cluster(c) => {
                 c.connect().await?;
-                c.check_module().await
+                c.check_module().await?;
+                c.learn_sync_replicas().await;
+                Ok(())
             }
             Voter::Sentinel(s) => s.connect_and_check().await,
         }

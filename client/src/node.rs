@@ -396,6 +396,31 @@ impl Node {
         }
     }
 
+    /// Learns the node's R from [`sync_check::probe`] on the main
+    /// connection, within the connect timeout (nothing learned on any
+    /// failure: the first lock write learns it then).
+    pub(crate) async fn learn_sync_replicas(self: &Arc<Self>) {
+        let current = self
+            .lock_state()
+            .current
+            .as_ref()
+            .map(|(g, c, _)| (*g, c.clone()));
+        let Some((generation, mut conn)) = current else {
+            return;
+        };
+        let reply = self
+            .send(
+                &mut conn,
+                Some(generation),
+                &sync_check::probe(),
+                Some(self.connect_timeout),
+            )
+            .await;
+        if let Some(r) = sync_check::probed(&reply) {
+            self.sync.learn(r);
+        }
+    }
+
     /// A `REDLOCK.WAIT` command (`key timeout QUEUE owner ticket`) on a
     /// connection of its own: `Ok(true)` when the lock is free on this node
     /// for the owner (at once, or when it frees and the owner is first in

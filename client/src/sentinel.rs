@@ -343,7 +343,9 @@ impl SentinelMember {
     /// Resolves the master and checks for the module.
     pub(crate) async fn connect_and_check(self: &Arc<Self>) -> Result<(), NodeFailure> {
         let node = self.master().await?;
-        node.check_module().await
+        node.check_module().await?;
+        node.learn_sync_replicas().await;
+        Ok(())
     }
 
     /// The identity of the master in use, when known.

@@ -76,6 +76,35 @@ pub(crate) enum LockWrite {
     Fence,
 }
 
+/// The largest R a node accepts (`redlock.sync-replicas`).
+const MAX_R: u64 = 64;
+
+/// A probe that makes a node state its R at connect time, so that the
+/// first lock write already waits for the right number of replicas within
+/// its round's time: `REDLOCK.EXTEND` of a key nobody holds, for a fresh
+/// owner, stating the largest R. A node whose R differs refuses it with its
+/// R and changes nothing; one at that R finds the lock not held (0).
+pub(crate) fn probe() -> Cmd {
+    let mut cmd = redis::cmd("REDLOCK.EXTEND");
+    cmd.arg("redlock:sync-probe")
+        .arg(uuid::Uuid::new_v4().to_string())
+        .arg(1)
+        .arg("SYNC")
+        .arg(MAX_R);
+    cmd
+}
+
+/// What the probe's reply says about the node's R; `None` when it says
+/// nothing (a node without the check's commands, a refusal for another
+/// reason).
+pub(crate) fn probed(reply: &Result<Value, NodeFailure>) -> Option<u64> {
+    match reply {
+        Err(NodeFailure::SyncStated(r)) => Some(*r),
+        Ok(Value::Int(0)) => Some(MAX_R),
+        _ => None,
+    }
+}
+
 /// Which lock write `cmd` is, from its name; `None` for any other command.
 pub(crate) fn lock_write(cmd: &Cmd) -> Option<LockWrite> {
     let Some(redis::Arg::Simple(name)) = cmd.args_iter().next() else {
@@ -211,6 +240,22 @@ mod tests {
             .map(|i| shard_of(format!("k{i}").as_bytes()))
             .collect();
         assert_eq!(spread.len(), SHARDS);
+    }
+
+    #[test]
+    fn the_probe_reads_the_nodes_r() {
+        assert_eq!(probed(&Err(NodeFailure::SyncStated(2))), Some(2));
+        assert_eq!(probed(&Err(NodeFailure::SyncStated(0))), Some(0));
+        assert_eq!(probed(&Ok(Value::Int(0))), Some(64));
+        assert_eq!(
+            probed(&Err(NodeFailure::Refused(
+                "ERR wrong number of arguments".into()
+            ))),
+            None
+        );
+        let probe = probe();
+        assert_eq!(lock_write(&probe), Some(LockWrite::Extend));
+        assert_eq!(probe.args_iter().count(), 6);
     }
 
     #[test]

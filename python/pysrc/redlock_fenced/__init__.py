@@ -13,7 +13,7 @@ from importlib.metadata import PackageNotFoundError, version
 
 from . import _native
 from ._sync import Lock, LockGuard, LostSignal, Redlock, current_guard
-from ._types import Arg, Cluster, NodeView, Resource, RetryPolicy, Seconds
+from ._types import Arg, Cluster, Member, NodeView, Resource, RetryPolicy, Seconds, Sentinel
 from .asyncio import AcquireContext, AsyncLock, AsyncRedlock
 from .errors import (
     ExpiredBeforeUseError,
@@ -52,6 +52,7 @@ __all__ = [
     "LockLostError",
     "LockStateError",
     "LostSignal",
+    "Member",
     "ModuleNotLoadedError",
     "NoQuorumError",
     "NodeView",
@@ -62,6 +63,7 @@ __all__ = [
     "RestartGuardError",
     "RetryPolicy",
     "Seconds",
+    "Sentinel",
     "StaleTokenError",
     "TransientError",
     "current_guard",

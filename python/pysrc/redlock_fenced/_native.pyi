@@ -25,6 +25,7 @@ _View = tuple[
 ]
 _Path = str | PathLike[str]
 _Resource = str | list[str]
+_Member = str | list[str] | tuple[str, str, list[str], str | None, str | None, bool]
 
 @final
 class Bridge:
@@ -113,7 +114,7 @@ class Client:
     def closed(self) -> bool: ...
     @staticmethod
     def connect(
-        members: list[str | list[str]],
+        members: list[_Member],
         node_timeout: float,
         connect_timeout: float,
         attempts: int,
@@ -123,12 +124,13 @@ class Client:
         clock_floor: bool,
         tls_ca_file: _Path | None = None,
         tls_client_cert: tuple[_Path, _Path] | None = None,
+        sync_timeout: float = 0.25,
     ) -> Client: ...
     @staticmethod
     def connect_async(
         bridge: Bridge,
         id: int,
-        members: list[str | list[str]],
+        members: list[_Member],
         node_timeout: float,
         connect_timeout: float,
         attempts: int,
@@ -138,6 +140,7 @@ class Client:
         clock_floor: bool,
         tls_ca_file: _Path | None = None,
         tls_client_cert: tuple[_Path, _Path] | None = None,
+        sync_timeout: float = 0.25,
     ) -> Pending: ...
     def acquire(self, key: str, ttl: float, wait: float | None = None) -> NativeLock: ...
     def acquire_async(

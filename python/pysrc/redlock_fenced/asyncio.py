@@ -29,7 +29,7 @@ from ._sync import (
 )
 from ._types import (
     Arg,
-    Cluster,
+    Member,
     NodeView,
     Resource,
     RetryPolicy,
@@ -219,7 +219,7 @@ class AsyncRedlock:
     @classmethod
     async def connect(
         cls,
-        members: Sequence[str | Cluster],
+        members: Sequence[Member],
         *,
         node_timeout: Seconds = 0.1,
         connect_timeout: Seconds = 1.0,
@@ -228,11 +228,12 @@ class AsyncRedlock:
         clock_floor: bool = True,
         tls_ca_file: StrPath | None = None,
         tls_client_cert: tuple[StrPath, StrPath] | None = None,
+        sync_timeout: Seconds = 0.25,
     ) -> Self:
         """Connects to every member and checks for the module."""
         args = _connect_args(
             members, node_timeout, connect_timeout, retry, drift_factor, clock_floor,
-            tls_ca_file, tls_client_cert,
+            tls_ca_file, tls_client_cert, sync_timeout,
         )
         client: _native.Client = await call(lambda b, i: _native.Client.connect_async(b, i, *args))
         return cls(client)
