@@ -10,12 +10,14 @@
 //! [`fence_rule`] the fenced-write guard rule, [`run_state`] what one run
 //! leaves the next about the restart guard, [`sync_rule`] the replica-sync
 //! check and the promotion rule of DESIGN §13, [`clock`] the conversion
-//! between the monotonic and the wall clock.
+//! between the monotonic and the wall clock, [`lease_time`] how long a lease
+//! read back from a file, a payload or a master still runs.
 
 pub mod args;
 pub mod clock;
 pub mod error;
 pub mod fence_rule;
+pub mod lease_time;
 pub mod lock;
 pub mod owner;
 pub mod queue;
