@@ -450,10 +450,14 @@ fn monitor(
     }
 }
 
+/// Says when a `MONITOR` reader has seen enough.
+type Enough = Box<dyn Fn(&[String]) -> bool>;
+
+/// A `MONITOR` connection and when to stop reading it.
 struct MonitorLines {
     reader: std::io::BufReader<std::net::TcpStream>,
     timeout: Duration,
-    done: Box<dyn Fn(&[String]) -> bool>,
+    done: Enough,
 }
 
 impl MonitorLines {

@@ -318,10 +318,11 @@ fn info_u64(group: &SentinelGroup, i: usize, field: &str) -> u64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "waits for Sentinel to fail over; make test-sentinel runs it"]
 async fn with_lock_keeps_its_lock_through_a_crash_of_the_master() {
-    let group = std::sync::Arc::new(std::sync::Mutex::new(group()));
-    guard_on(&group.lock().unwrap());
-    let c = client(&group.lock().unwrap()).await;
-    let other = client(&group.lock().unwrap()).await;
+    let started = group();
+    guard_on(&started);
+    let c = client(&started).await;
+    let other = client(&started).await;
+    let group = std::sync::Arc::new(std::sync::Mutex::new(started));
     let ttl = Duration::from_secs(6);
     let g = std::sync::Arc::clone(&group);
     let (lost, busy) = c
