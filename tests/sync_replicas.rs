@@ -553,3 +553,38 @@ fn a_replayed_backlog_does_not_make_a_restarted_replica_current() {
     assert_eq!(redlock_info(&mut r, "sync_fresh"), 1);
     assert!(fresh_before >= 2);
 }
+
+/// A replica cut off from its master for a whole longest lease keeps the
+/// guard (its master may have come back on a new disk, waited out its
+/// restart window and granted with other replicas); cut off for less, it
+/// grants at once.
+#[test]
+fn a_replica_cut_off_for_a_whole_lease_keeps_the_guard() {
+    for (wait_ms, expected) in [(0u64, 1u64), (1_500, 3)] {
+        let mut m = Node::builder()
+            .config("redlock.sync-replicas", "1")
+            .config("redlock.max-ttl-ms", "1000")
+            .start();
+        let replica = start_replica(
+            &m,
+            Node::builder()
+                .config("redlock.sync-replicas", "1")
+                .config("redlock.max-ttl-ms", "1000")
+                .config("redlock.restart-grace-ms", "0"),
+        );
+        let mut r = replica.connection();
+        config_set(&mut r, "redlock.restart-grace-ms", "-1");
+        wait_current(&mut r);
+        m.kill();
+        wait_until(Duration::from_secs(10), "the link down", || {
+            !link_up(&mut r)
+        });
+        std::thread::sleep(Duration::from_millis(wait_ms));
+        promote(&mut r);
+        assert_eq!(
+            redlock_info(&mut r, "sync_last_promotion"),
+            expected,
+            "promoted {wait_ms} ms after the link went down"
+        );
+    }
+}

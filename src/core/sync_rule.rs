@@ -107,10 +107,25 @@ pub enum Promotion {
 
 /// The promotion rule: a replica with R = `own_r` whose current master
 /// vouched `vouch` (`None`: no fresh announcement of this master since the
-/// replica started or was pointed at it) is promoted at `now`.
-pub fn promotion(own_r: u64, vouch: Option<Vouch>, now: MonoMillis) -> Promotion {
+/// replica started or was pointed at it) is promoted at `now`;
+/// `link_down_since` is when its link to that master went down (`None`: up
+/// until the promotion), `longest_ms` the longest lease it knows of.
+///
+/// A link down for a whole longest lease or more also keeps the guard: the
+/// master may have lost its files (a new disk) and its replica set with
+/// them, restarted, waited out its own restart window (as long as that
+/// lease) and granted with replicas that did not include this one. A link
+/// down for less cannot hide such a grant.
+pub fn promotion(
+    own_r: u64,
+    vouch: Option<Vouch>,
+    link_down_since: Option<MonoMillis>,
+    longest_ms: u64,
+    now: MonoMillis,
+) -> Promotion {
+    let cut_off = link_down_since.is_some_and(|since| now.saturating_sub(since) >= longest_ms);
     match vouch {
-        Some(v) if own_r > 0 && v.master_r == own_r => {
+        Some(v) if own_r > 0 && v.master_r == own_r && !cut_off => {
             if v.hold_until > now {
                 Promotion::Rest(v.hold_until - now)
             } else {
@@ -277,18 +292,28 @@ mod tests {
             master_r: 2,
             hold_until: 1_000,
         };
-        assert_eq!(promotion(2, Some(vouch), 1_000), Promotion::AtOnce);
-        assert_eq!(promotion(2, Some(vouch), 400), Promotion::Rest(600));
+        let p = |own, vouch, now| promotion(own, vouch, None, 60_000, now);
+        assert_eq!(p(2, Some(vouch), 1_000), Promotion::AtOnce);
+        assert_eq!(p(2, Some(vouch), 400), Promotion::Rest(600));
         // Off here, off on the master, different R, never synced.
-        assert_eq!(promotion(0, Some(vouch), 5_000), Promotion::Guard);
+        assert_eq!(p(0, Some(vouch), 5_000), Promotion::Guard);
         let off = Vouch {
             master_r: 0,
             ..vouch
         };
-        assert_eq!(promotion(0, Some(off), 5_000), Promotion::Guard);
-        assert_eq!(promotion(2, Some(off), 5_000), Promotion::Guard);
-        assert_eq!(promotion(1, Some(vouch), 5_000), Promotion::Guard);
-        assert_eq!(promotion(2, None, 5_000), Promotion::Guard);
+        assert_eq!(p(0, Some(off), 5_000), Promotion::Guard);
+        assert_eq!(p(2, Some(off), 5_000), Promotion::Guard);
+        assert_eq!(p(1, Some(vouch), 5_000), Promotion::Guard);
+        assert_eq!(p(2, None, 5_000), Promotion::Guard);
+        // Cut off from its master for a whole longest lease: the guard.
+        assert_eq!(
+            promotion(2, Some(vouch), Some(1_000), 60_000, 60_999),
+            Promotion::AtOnce
+        );
+        assert_eq!(
+            promotion(2, Some(vouch), Some(1_000), 60_000, 61_000),
+            Promotion::Guard
+        );
     }
 
     #[test]
@@ -401,12 +426,20 @@ mod tests {
         }
 
         #[test]
-        fn promotion_never_skips_a_hold(own in 0u64..4, master in 0u64..4, hold in 0u64..10_000, now in 0u64..10_000) {
-            let p = promotion(own, Some(Vouch { master_r: master, hold_until: hold }), now);
+        fn promotion_never_skips_a_hold(
+            own in 0u64..4,
+            master in 0u64..4,
+            hold in 0u64..10_000,
+            now in 0u64..10_000,
+            down in proptest::option::of(0u64..10_000),
+            longest in 1u64..10_000,
+        ) {
+            let p = promotion(own, Some(Vouch { master_r: master, hold_until: hold }), down, longest, now);
+            let cut_off = down.is_some_and(|d| now.saturating_sub(d) >= longest);
             match p {
-                Promotion::AtOnce => prop_assert!(own > 0 && own == master && hold <= now),
-                Promotion::Rest(ms) => prop_assert!(own > 0 && own == master && now + ms == hold),
-                Promotion::Guard => prop_assert!(own == 0 || own != master),
+                Promotion::AtOnce => prop_assert!(own > 0 && own == master && hold <= now && !cut_off),
+                Promotion::Rest(ms) => prop_assert!(own > 0 && own == master && now + ms == hold && !cut_off),
+                Promotion::Guard => prop_assert!(own == 0 || own != master || cut_off),
             }
         }
     }

@@ -141,6 +141,18 @@ extern "C" fn on_replica_change(
     });
 }
 
+extern "C" fn on_master_link(
+    _ctx: *mut raw::RedisModuleCtx,
+    _event: raw::RedisModuleEvent,
+    subevent: u64,
+    _data: *mut c_void,
+) {
+    sync::on_master_link(
+        subevent == raw::REDISMODULE_SUBEVENT_MASTER_LINK_UP,
+        mono_now(),
+    );
+}
+
 extern "C" fn on_fork(
     ctx: *mut raw::RedisModuleCtx,
     _event: raw::RedisModuleEvent,
@@ -159,7 +171,7 @@ extern "C" fn on_fork(
 pub fn subscribe(ctx: &Context) {
     type Callback =
         extern "C" fn(*mut raw::RedisModuleCtx, raw::RedisModuleEvent, u64, *mut c_void);
-    let events: [(u64, Callback); 5] = [
+    let events: [(u64, Callback); 6] = [
         (raw::REDISMODULE_EVENT_CONFIG, on_config_change),
         (raw::REDISMODULE_EVENT_REPLICA_CHANGE, on_replica_change),
         (raw::REDISMODULE_EVENT_LOADING, on_loading),
@@ -168,6 +180,7 @@ pub fn subscribe(ctx: &Context) {
             on_role_change,
         ),
         (raw::REDISMODULE_EVENT_FORK_CHILD, on_fork),
+        (raw::REDISMODULE_EVENT_MASTER_LINK_CHANGE, on_master_link),
     ];
     for (id, callback) in events {
         let event = raw::RedisModuleEvent { id, dataver: 1 };

@@ -77,6 +77,8 @@ static ONLINE: AtomicUsize = AtomicUsize::new(0);
 static CURRENT: AtomicBool = AtomicBool::new(false);
 static VOUCHED_R: AtomicU64 = AtomicU64::new(0);
 static HOLD_UNTIL: AtomicU64 = AtomicU64::new(0);
+/// As a replica: since when its link to its master is down (0: up).
+static LINK_DOWN_SINCE: AtomicU64 = AtomicU64::new(0);
 /// As a master: until when leases granted without the check may run.
 static UNCHECKED_UNTIL: AtomicU64 = AtomicU64::new(0);
 /// R when last seen, to notice a change.
@@ -433,6 +435,16 @@ pub fn on_demotion(ctx: &Context) {
     }
 }
 
+/// The link to the master went up or down (a link that never came up since
+/// the start leaves the replica not current anyway).
+pub fn on_master_link(up: bool, now: MonoMillis) {
+    if up {
+        LINK_DOWN_SINCE.store(0, Relaxed);
+    } else if LINK_DOWN_SINCE.load(Relaxed) == 0 {
+        LINK_DOWN_SINCE.store(now.max(1), Relaxed);
+    }
+}
+
 /// A full sync begins: the data set is about to be replaced.
 pub fn on_full_sync_start() {
     CURRENT.store(false, Relaxed);
@@ -458,7 +470,14 @@ pub fn on_promotion(ctx: &Context, now: MonoMillis) -> Promotion {
         master_r: VOUCHED_R.load(Relaxed),
         hold_until: HOLD_UNTIL.load(Relaxed),
     });
-    let decision = promotion(config::sync_replicas(), vouch, now);
+    let down = LINK_DOWN_SINCE.swap(0, Relaxed);
+    let decision = promotion(
+        config::sync_replicas(),
+        vouch,
+        (down != 0).then_some(down),
+        guard::longest_lease(),
+        now,
+    );
     LAST_PROMOTION.store(
         match decision {
             Promotion::AtOnce => 1,
