@@ -588,3 +588,66 @@ fn a_replica_cut_off_for_a_whole_lease_keeps_the_guard() {
         );
     }
 }
+
+/// R raised on the master before the replicas (and before a replica is
+/// added): writes fail until the group has R replicas; a replica whose own
+/// R still differs from its master's keeps the guard when promoted, and
+/// grants at once once its R matches.
+#[test]
+fn a_replica_added_while_r_is_raised() {
+    let m = master(1);
+    let mut c = m.connection();
+    let a = replica_of(&m, 1);
+    let mut ra = a.connection();
+    wait_current(&mut ra);
+    config_set(&mut c, "redlock.sync-replicas", "2");
+    let err = error_of(
+        &mut c,
+        &[b"REDLOCK.ACQUIRE", b"k", b"me", b"1000", b"SYNC", b"2"],
+    );
+    assert!(err.starts_with("NOSYNC only 1 of the 2"), "{err}");
+    let b = replica_of(&m, 2);
+    let mut rb = b.connection();
+    wait_current(&mut rb);
+    assert_eq!(acquire_synced(&mut c, "k", "me", 30_000, 2), (Some(1), 2));
+    // a still says R 1 while its master says 2: promoted, the guard.
+    wait_until(Duration::from_secs(10), "the R 2 announcement at a", || {
+        redlock_info(&mut ra, "sync_master_replicas") == 2
+    });
+    promote(&mut ra);
+    assert_eq!(redlock_info(&mut ra, "sync_last_promotion"), 3);
+    // b has R 2 like its master: promoted at once, the lock still held.
+    promote(&mut rb);
+    assert_eq!(redlock_info(&mut rb, "sync_last_promotion"), 1);
+    assert!(inspect(&mut rb, "k").is_some_and(|v| v.held));
+}
+
+/// A replica that left (its link cut) and came back is current again once
+/// its master announced to it after it came back, and is promoted at once
+/// with every lock.
+#[test]
+fn a_replica_that_left_and_came_back() {
+    let m = master(1);
+    let mut c = m.connection();
+    let replica = replica_of(&m, 1);
+    let mut r = replica.connection();
+    wait_current(&mut r);
+    let fresh = redlock_info(&mut r, "sync_fresh");
+    // The replica drops its link (as after a network cut) and comes back.
+    let _: () = redis::cmd("CLIENT")
+        .arg("KILL")
+        .arg("TYPE")
+        .arg("replica")
+        .query(&mut c)
+        .map(|_: i64| ())
+        .unwrap();
+    wait_until(
+        Duration::from_secs(10),
+        "a fresh announcement after the return",
+        || redlock_info(&mut r, "sync_fresh") > fresh,
+    );
+    assert_eq!(acquire_synced(&mut c, "k", "me", 30_000, 1), (Some(1), 1));
+    promote(&mut r);
+    assert_eq!(redlock_info(&mut r, "sync_last_promotion"), 1);
+    assert!(inspect(&mut r, "k").is_some_and(|v| v.held));
+}
