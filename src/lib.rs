@@ -185,7 +185,7 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
     // (not in the first child process that saves a record).
     if clock::boot_now().is_none() {
         ctx.log_warning(
-            "cannot read the boot id or CLOCK_BOOTTIME: leases read back from disk are timed as if written on another boot",
+            "cannot read the boot id or CLOCK_MONOTONIC: leases read back from disk are timed as if written on another boot",
         );
     }
     #[cfg(feature = "test-hooks")]

@@ -36,64 +36,79 @@ fn sleep_until(at: Instant) {
 /// when the restart runs on another boot.
 #[test]
 fn a_lease_that_ended_while_the_node_was_down_comes_back_free() {
-    for case in ["aof", "aof rewritten", "aof rewritten with preamble", "rdb"] {
-        let builder = match case {
-            "rdb" => Node::builder(),
-            _ => Node::builder()
-                .config("appendonly", "yes")
-                .config("appendfsync", "always")
-                .config(
-                    "aof-use-rdb-preamble",
-                    if case.ends_with("preamble") {
-                        "yes"
-                    } else {
-                        "no"
-                    },
-                ),
-        };
-        let mut node = builder.start();
-        let mut con = node.connection();
-        assert_eq!(acquire(&mut con, "k", "alice", 2_000), Some(1), "{case}");
-        let granted = Instant::now();
-        match case {
-            "rdb" => {
-                let _: String = redis::cmd("SAVE").query(&mut con).unwrap();
-            }
-            "aof" => {}
-            _ => {
-                let _: String = redis::cmd("BGREWRITEAOF").query(&mut con).unwrap();
-                wait_for_no_child(&mut con);
-            }
+    // The four cases run side by side (each has its own node).
+    std::thread::scope(|s| {
+        for case in ["aof", "aof rewritten", "aof rewritten with preamble", "rdb"] {
+            s.spawn(move || lease_ended_while_down(case));
         }
-        drop(con);
-        sleep_until(granted + Duration::from_millis(3_000));
+    });
+}
 
-        // Another boot: nothing says how long the node was down, so the
-        // lease keeps the time it had left when written.
-        node.set_env("REDLOCK_TEST_BOOT_ID", OTHER_BOOT);
-        shutdown_and_restart(&mut node);
-        let mut con = node.connection();
-        let v = inspect(&mut con, "k").unwrap();
-        assert!(
-            v.held && v.token == 1 && v.pttl > 1_000 && v.pttl <= 2_000,
-            "{case}, another boot: {v:?}"
-        );
-        drop(con);
+fn lease_ended_while_down(case: &str) {
+    let builder = match case {
+        "rdb" => Node::builder(),
+        _ => Node::builder()
+            .config("appendonly", "yes")
+            .config("appendfsync", "always")
+            .config(
+                "aof-use-rdb-preamble",
+                if case.ends_with("preamble") {
+                    "yes"
+                } else {
+                    "no"
+                },
+            ),
+    };
+    let mut node = builder.start();
+    let mut con = node.connection();
+    assert_eq!(acquire(&mut con, "k", "alice", 2_000), Some(1), "{case}");
+    let granted = Instant::now();
+    write_out(case, &mut con);
+    drop(con);
+    sleep_until(granted + Duration::from_millis(3_000));
 
-        // This boot: the lease ended a second ago.
-        node.set_env("REDLOCK_TEST_BOOT_ID", "");
-        shutdown_and_restart(&mut node);
-        let mut con = node.connection();
-        assert_eq!(
-            inspect(&mut con, "k"),
-            Some(View {
-                held: false,
-                pttl: -1,
-                token: 1
-            }),
-            "{case}: an expired lease came back"
-        );
-        assert_eq!(acquire(&mut con, "k", "bob", 1_000), Some(2), "{case}");
+    // This boot: the lease ended a second ago.
+    shutdown_and_restart(&mut node);
+    let mut con = node.connection();
+    assert_eq!(
+        inspect(&mut con, "k"),
+        Some(View {
+            held: false,
+            pttl: -1,
+            token: 1
+        }),
+        "{case}: an expired lease came back"
+    );
+    assert_eq!(acquire(&mut con, "k", "bob", 2_000), Some(2), "{case}");
+    let granted = Instant::now();
+    write_out(case, &mut con);
+    drop(con);
+    sleep_until(granted + Duration::from_millis(3_000));
+
+    // Another boot: nothing says how long the node was down, so the
+    // lease keeps the time it had left when written.
+    node.set_env("REDLOCK_TEST_BOOT_ID", OTHER_BOOT);
+    shutdown_and_restart(&mut node);
+    let mut con = node.connection();
+    let v = inspect(&mut con, "k").unwrap();
+    assert!(
+        v.held && v.token == 2 && v.pttl > 1_000 && v.pttl <= 2_000,
+        "{case}, another boot: {v:?}"
+    );
+}
+
+/// Puts the node's state on disk the way `case` says: the AOF as it is
+/// (`appendfsync always`), a rewritten AOF, or an RDB.
+fn write_out(case: &str, con: &mut redis::Connection) {
+    match case {
+        "rdb" => {
+            let _: String = redis::cmd("SAVE").query(con).unwrap();
+        }
+        "aof" => {}
+        _ => {
+            let _: String = redis::cmd("BGREWRITEAOF").query(con).unwrap();
+            wait_for_no_child(con);
+        }
     }
 }
 

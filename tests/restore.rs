@@ -63,7 +63,7 @@ fn boot_now() -> (Vec<u8>, u64) {
     let offset_ns: i128 = std::fs::read_to_string("/proc/self/timens_offsets")
         .ok()
         .and_then(|t| {
-            let line = t.lines().find(|l| l.starts_with("boottime"))?.to_string();
+            let line = t.lines().find(|l| l.starts_with("monotonic"))?.to_string();
             let mut w = line.split_whitespace().skip(1);
             let secs: i128 = w.next()?.parse().ok()?;
             let nanos: i128 = w.next()?.parse().ok()?;
@@ -76,7 +76,7 @@ fn boot_now() -> (Vec<u8>, u64) {
     };
     // SAFETY: clock_gettime writes the timespec it is given.
     assert_eq!(
-        unsafe { libc::clock_gettime(libc::CLOCK_BOOTTIME, &mut ts) },
+        unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) },
         0
     );
     let ns = i128::from(ts.tv_sec) * 1_000_000_000 + i128::from(ts.tv_nsec) - offset_ns;

@@ -51,7 +51,11 @@ pub(crate) fn lock_error(e: Error, lock: Option<(&str, u64)>) -> napi::Error {
             "elapsed": millis(elapsed),
         }),
         Error::ModuleNotLoaded { node } => json!({
-            "name": "ModuleNotLoadedError", "message": message, "node": node,
+            "name": "ModuleNotLoadedError", "message": message, "node": node, "resource": false,
+        }),
+        Error::ResourceModuleNotLoaded { resource, .. } => json!({
+            "name": "ModuleNotLoadedError", "message": message,
+            "node": resource.clone().unwrap_or_default(), "resource": true,
         }),
         Error::PermissionDenied { nodes, detail } => json!({
             "name": "PermissionDeniedError", "message": message, "nodes": nodes, "detail": detail,

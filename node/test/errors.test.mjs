@@ -114,6 +114,22 @@ test("a node without the module: ModuleNotLoadedError naming it", async () => {
   }
 });
 
+test("a fenced call on a resource without the module: ModuleNotLoadedError with resource set", async () => {
+  const plain = await Node.start({ module: false });
+  const redlock = await Redlock.connect(env.urls);
+  try {
+    const lock = await redlock.acquire(uniqueKey("plain-resource"), { ttl: 10_000 });
+    const err = await lock.fenced(plain.url, "guard", "SET", "k", "v").then(() => null, (e) => e);
+    assert.ok(err instanceof ModuleNotLoadedError, String(err));
+    assert.equal(err.resource, true);
+    assert.match(err.message, /REDLOCK\.FENCED/);
+    await lock.release();
+  } finally {
+    redlock.close();
+    await plain.close();
+  }
+});
+
 test("ACL: username/password options reach every node; NOPERM is PermissionDeniedError without the password", async () => {
   const user = `locker${Math.random().toString(16).slice(2, 8)}`;
   const rules = ("on >s3cret-pw resetkeys ~locks:* resetchannels -@all +redlock.acquire +redlock.release "

@@ -153,14 +153,20 @@ export class ExpiredBeforeUseError extends RedlockError {
   }
 }
 
-/** A node runs without the redlock module. */
+/**
+ * A server runs without the redlock module: one of the lock's nodes, or
+ * (`resource` is true) the resource server of a fenced command.
+ */
 export class ModuleNotLoadedError extends RedlockError {
-  /** The node's `host:port`. */
+  /** The server's `host:port` (empty when the call does not know it). */
   readonly node: string;
+  /** True for the resource server of a fenced command. */
+  readonly resource: boolean;
 
-  constructor(message: string, node: string) {
+  constructor(message: string, node: string, resource = false) {
     super(message);
     this.node = node;
+    this.resource = resource;
   }
 }
 
@@ -233,7 +239,7 @@ export function fromNative(error: unknown): unknown {
     case "ExpiredBeforeUseError":
       return new ExpiredBeforeUseError(m, d.ttl as number, d.elapsed as number);
     case "ModuleNotLoadedError":
-      return new ModuleNotLoadedError(m, d.node as string);
+      return new ModuleNotLoadedError(m, d.node as string, d.resource === true);
     case "PermissionDeniedError":
       return new PermissionDeniedError(m, Object.freeze(d.nodes as string[]), d.detail as string);
     case "LockStateError":

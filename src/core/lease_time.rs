@@ -6,15 +6,26 @@
 //! A lease leaves the process with three readings of its end:
 //! - the *remaining* time when it was written;
 //! - its *wall-clock end* (wall clock when written + remaining);
-//! - a *boot stamp*: the kernel's boot id and a `CLOCK_BOOTTIME` reading
-//!   when it was written (encoding v3 on; see [`BootStamp`]).
+//! - a *boot stamp*: the kernel's boot id and a reading of the machine's
+//!   `CLOCK_MONOTONIC` when it was written (encoding v3 on; see
+//!   [`BootStamp`]).
 //!
-//! `CLOCK_BOOTTIME` runs from the boot of the machine and is never set, so
-//! within one boot `boot now − boot written` is exactly the time since the
-//! record was written, however the wall clock moved and however long the
-//! node was down. A reader on the same boot therefore knows the lease's
-//! real end. On another boot (or with no stamp) only the remaining time
-//! and the wall clock are left, and the older rules hold.
+//! `CLOCK_MONOTONIC` runs from the boot of the machine, is never set, and
+//! is the clock the node's leases run on (`std::time::Instant`), and the
+//! clock a holder's validity runs on. Within one boot
+//! `boot now − boot written` is therefore exactly the time the lease ran
+//! since the record was written, however the wall clock moved and however
+//! long the node was down. A reader on the same boot knows the lease's real
+//! end. On another boot (or with no stamp) only the remaining time and the
+//! wall clock are left, and the older rules hold.
+//!
+//! Why `CLOCK_MONOTONIC` and not `CLOCK_BOOTTIME`: the two differ by the
+//! time the machine was suspended. A node running across a suspend keeps
+//! its leases for their monotonic time left, and so does a holder on the
+//! same machine; a restart that counted the suspend (`CLOCK_BOOTTIME`)
+//! would free a lease they both still count as running, and grant it to
+//! another owner. Counting the same clock the lease runs on, a restart
+//! ends it exactly where the running node would have.
 //!
 //! | origin | same boot | another boot, or no stamp |
 //! |---|---|---|
@@ -45,6 +56,12 @@
 //!   two machines that share a boot id (a cloned virtual machine), and the
 //!   remaining time needs no clock to agree.
 //!
+//! A lease timed by any rule but the exact same-boot one (another boot, no
+//! stamp, a wall clock set back, the clamp) would be timed the same way
+//! again at every later load of the same record, and come back each time:
+//! such a lease is written again with this boot's stamp after the load
+//! ([`restamp_needed`]; `crate::host::restamp` writes it).
+//!
 //! The readings are whole milliseconds, so the time since the record was
 //! written is counted one millisecond short ([`READING_SLACK_MS`]): a
 //! lease may come back a millisecond long, never short.
@@ -54,11 +71,12 @@ use crate::core::clock::WallMillis;
 /// The kernel's boot id (`/proc/sys/kernel/random/boot_id`), 16 bytes.
 pub type BootId = [u8; 16];
 
-/// A `CLOCK_BOOTTIME` reading and the boot it belongs to.
+/// A `CLOCK_MONOTONIC` reading (the boot clock, ms since the boot, not
+/// counting suspends) and the boot it belongs to.
 ///
-/// `ms` is on the machine's own boot clock: a process inside a time
-/// namespace with a boot-time offset has it taken off
-/// ([`host_boot_ms`]), so two processes of one boot read the same clock.
+/// `ms` is on the machine's own clock: a process inside a time namespace
+/// with a monotonic offset has it taken off ([`host_boot_ms`]), so two
+/// processes of one boot read the same clock.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct BootStamp {
     /// The boot.
@@ -165,6 +183,22 @@ pub fn lease_left(w: &Written, origin: Origin, now: &Reading, clamp_ms: u64) -> 
     left.min(clamp_ms)
 }
 
+/// Whether the lease `w`, read from `origin` at `now`, must be written again
+/// with the reader's stamp: it is held, it came from disk, and it was timed
+/// by a rule that a later load of the same record on this boot would apply
+/// again from that load's time (another boot, no stamp, a wall clock set
+/// back, the clamp), bringing back a lease that has ended. Rewritten with
+/// this boot's stamp and the time left now, the record states the lease's
+/// end exactly as the node runs it, so no later load can end it earlier (a
+/// holder relies on that end) nor later.
+pub fn restamp_needed(w: &Written, origin: Origin, now: &Reading, clamp_ms: u64) -> bool {
+    if origin != Origin::Disk || now.boot.is_none() {
+        return false;
+    }
+    let left = lease_left(w, origin, now, clamp_ms);
+    left > 0 && (elapsed_on_same_boot(w.boot, now.boot).is_none() || left != stated_left(w, now))
+}
+
 /// The boot id in its text form (`/proc/sys/kernel/random/boot_id`: 32 hex
 /// digits, dashes anywhere, surrounding white space ignored).
 pub fn parse_boot_id(text: &str) -> Option<BootId> {
@@ -179,15 +213,15 @@ pub fn parse_boot_id(text: &str) -> Option<BootId> {
     (nibbles == 32).then_some(id)
 }
 
-/// The boot-time offset of the process's time namespace in nanoseconds,
-/// from `/proc/self/timens_offsets` (`boottime <seconds> <nanoseconds>`,
+/// The monotonic offset of the process's time namespace in nanoseconds,
+/// from `/proc/self/timens_offsets` (`monotonic <seconds> <nanoseconds>`,
 /// seconds possibly negative). `None` when the text has no such line or it
 /// does not parse.
-pub fn parse_boottime_offset(text: &str) -> Option<i128> {
+pub fn parse_monotonic_offset(text: &str) -> Option<i128> {
     let line = text
         .lines()
         .map(str::split_whitespace)
-        .find_map(|mut words| (words.next()? == "boottime").then_some(words))?;
+        .find_map(|mut words| (words.next()? == "monotonic").then_some(words))?;
     let mut words = line;
     let secs: i64 = words.next()?.parse().ok()?;
     let nanos: i64 = words.next()?.parse().ok()?;
@@ -197,8 +231,8 @@ pub fn parse_boottime_offset(text: &str) -> Option<i128> {
     Some(i128::from(secs) * 1_000_000_000 + i128::from(nanos))
 }
 
-/// The machine's boot clock in ms, from a `CLOCK_BOOTTIME` reading in the
-/// process's time namespace (`local_ns`) and that namespace's boot-time
+/// The machine's boot clock in ms, from a `CLOCK_MONOTONIC` reading in the
+/// process's time namespace (`local_ns`) and that namespace's monotonic
 /// offset (`offset_ns`, which the namespace adds). `None` when the result
 /// would be negative (the offset does not belong to the reading).
 pub fn host_boot_ms(local_ns: i128, offset_ns: i128) -> Option<u64> {
@@ -364,6 +398,75 @@ mod tests {
     }
 
     #[test]
+    fn leases_timed_by_any_rule_but_the_exact_one_are_written_again() {
+        // Exact on this boot: nothing to do.
+        let w = written(20_000);
+        assert!(!restamp_needed(
+            &w,
+            Origin::Disk,
+            &read(5_000, 0, BOOT),
+            CLAMP
+        ));
+        // Another boot, no stamp, the wall clock set back, the clamp: the
+        // next load would time it from its own time again.
+        assert!(restamp_needed(
+            &w,
+            Origin::Disk,
+            &read(5_000, 0, OTHER_BOOT),
+            CLAMP
+        ));
+        let v2 = Written { boot: None, ..w };
+        assert!(restamp_needed(
+            &v2,
+            Origin::Disk,
+            &read(5_000, 0, BOOT),
+            CLAMP
+        ));
+        assert!(restamp_needed(
+            &w,
+            Origin::Disk,
+            &read(5_000, -2_000, BOOT),
+            CLAMP
+        ));
+        assert!(restamp_needed(
+            &w,
+            Origin::Disk,
+            &read(5_000, 0, BOOT),
+            10_000
+        ));
+        // Ended, free, from a running master, or a reader without a boot
+        // clock (its stamp would say nothing): nothing to write.
+        assert!(!restamp_needed(
+            &w,
+            Origin::Disk,
+            &read(30_000, 0, BOOT),
+            CLAMP
+        ));
+        assert!(!restamp_needed(
+            &w,
+            Origin::Stream,
+            &read(5_000, 0, OTHER_BOOT),
+            CLAMP
+        ));
+        let free = Written {
+            expiry: 0,
+            remaining: Some(0),
+            boot: None,
+        };
+        assert!(!restamp_needed(
+            &free,
+            Origin::Disk,
+            &read(0, 0, BOOT),
+            CLAMP
+        ));
+        let blind = Reading {
+            wall: WALL,
+            boot: None,
+        };
+        assert!(!restamp_needed(&v2, Origin::Disk, &blind, CLAMP));
+    }
+
+    #[test]
     fn boot_ids_parse_from_the_kernel_text() {
         let id = parse_boot_id("e42ce0c9-fce9-44bd-8f9d-944d844a792b\n").unwrap();
         assert_eq!(id[0], 0xe4);
@@ -382,22 +485,22 @@ mod tests {
 
     #[test]
     fn the_time_namespace_offset_is_taken_off() {
-        let text = "monotonic           0         0\nboottime         -5  250000000\n";
-        let offset = parse_boottime_offset(text).unwrap();
+        let text = "monotonic         -5  250000000\nboottime           7         0\n";
+        let offset = parse_monotonic_offset(text).unwrap();
         assert_eq!(offset, -4_750_000_000);
         // The namespace reads 4.75 s less than the machine.
         assert_eq!(host_boot_ms(10_000_000_000, offset), Some(14_750));
         let none = "monotonic 0 0\nboottime 0 0\n";
-        assert_eq!(parse_boottime_offset(none), Some(0));
+        assert_eq!(parse_monotonic_offset(none), Some(0));
         assert_eq!(host_boot_ms(1_999_999, 0), Some(1));
         for bad in [
             "",
-            "monotonic 0 0\n",
-            "boottime x 0\n",
-            "boottime 1\n",
-            "boottime 1 2 3\n",
+            "boottime 0 0\n",
+            "monotonic x 0\n",
+            "monotonic 1\n",
+            "monotonic 1 2 3\n",
         ] {
-            assert_eq!(parse_boottime_offset(bad), None, "{bad:?}");
+            assert_eq!(parse_monotonic_offset(bad), None, "{bad:?}");
         }
         assert_eq!(host_boot_ms(5, 10), None);
     }
@@ -473,6 +576,47 @@ mod tests {
             let left_b = lease_left(&w, Origin::Disk, &b, clamp);
             let end_b = first + gap + left_b;
             prop_assert!(left_b == 0 || end_b <= end_a + READING_SLACK_MS, "{end_b} > {end_a}");
+        }
+
+        /// A lease loaded by any rule, then written again with the loader's
+        /// stamp when [`restamp_needed`] says so, ends at the same instant
+        /// (to the slack) at every later load of the same boot: never
+        /// earlier (its holder relies on it) and never later (a lease that
+        /// ended is not brought back).
+        #[test]
+        fn a_restamped_lease_ends_where_the_node_ran_it(
+            remaining in 1u64..200_000,
+            other_boot in any::<bool>(),
+            stamped in any::<bool>(),
+            load_after in 0u64..100_000,
+            wall_step in -100_000i64..100_000,
+            later in 0u64..300_000,
+            clamp in 1u64..120_000,
+        ) {
+            let w = Written {
+                boot: if stamped { stamp(if other_boot { OTHER_BOOT } else { BOOT }, 10_000) } else { None },
+                ..written(remaining)
+            };
+            let load = read(load_after, wall_step, BOOT);
+            let left = lease_left(&w, Origin::Disk, &load, clamp);
+            let end = load_after + left;
+            let record = if restamp_needed(&w, Origin::Disk, &load, clamp) {
+                // What the node writes: the lease as it runs now.
+                Written {
+                    expiry: load.wall + left,
+                    remaining: Some(left),
+                    boot: load.boot,
+                }
+            } else {
+                w
+            };
+            let again = read(load_after + later, wall_step, BOOT);
+            let left_again = lease_left(&record, Origin::Disk, &again, u64::MAX);
+            if left > 0 {
+                let end_again = load_after + later + left_again;
+                prop_assert!(left_again == 0 || end_again <= end + READING_SLACK_MS, "revived: {end_again} > {end}");
+                prop_assert!(end_again >= end || left_again == 0 && later >= left, "ends early: {end_again} < {end}");
+            }
         }
 
         /// Boot stamps round-trip through their one-value form, and no

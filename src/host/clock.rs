@@ -1,7 +1,8 @@
 //! The node's clocks, read: the monotonic clock leases run on, the wall
 //! clock persisted state carries (the conversion between them is
-//! [`crate::core::clock`]), and the boot clock a persisted lease is stamped
-//! with (how a reader uses it is [`crate::core::lease_time`]).
+//! [`crate::core::clock`]), and the boot clock (the machine's
+//! `CLOCK_MONOTONIC`) a persisted lease is stamped with (how a reader uses
+//! it is [`crate::core::lease_time`]).
 
 use std::sync::OnceLock;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
@@ -46,7 +47,7 @@ const BOOT_ID_FILE: &str = "/proc/sys/kernel/random/boot_id";
 /// kernels without time namespaces, where no offset exists).
 const TIME_NAMESPACE_FILE: &str = "/proc/self/timens_offsets";
 
-/// This boot's id and the boot-time offset of the process's time namespace
+/// This boot's id and the monotonic offset of the process's time namespace
 /// (ns), read once; `None` when either cannot be read (persisted leases are
 /// then stamped with no boot, and read back as from another boot).
 static BOOT: OnceLock<Option<(BootId, i128)>> = OnceLock::new();
@@ -55,7 +56,7 @@ fn boot_identity() -> Option<(BootId, i128)> {
     *BOOT.get_or_init(|| {
         let id = lease_time::parse_boot_id(&std::fs::read_to_string(BOOT_ID_FILE).ok()?)?;
         let offset = match std::fs::read_to_string(TIME_NAMESPACE_FILE) {
-            Ok(text) => lease_time::parse_boottime_offset(&text)?,
+            Ok(text) => lease_time::parse_monotonic_offset(&text)?,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => 0,
             Err(_) => return None,
         };
@@ -63,20 +64,23 @@ fn boot_identity() -> Option<(BootId, i128)> {
     })
 }
 
-/// `CLOCK_BOOTTIME` in the process's time namespace, in ns.
+/// `CLOCK_MONOTONIC` in the process's time namespace, in ns: the clock
+/// `std::time::Instant`, and so every lease of the node and every holder's
+/// validity, runs on (not `CLOCK_BOOTTIME`, which also counts suspends:
+/// see [`crate::core::lease_time`]).
 #[cfg(target_os = "linux")]
-fn boottime_ns() -> Option<i128> {
+fn monotonic_ns() -> Option<i128> {
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
     };
     // SAFETY: clock_gettime writes the timespec it is given.
-    let status = unsafe { libc::clock_gettime(libc::CLOCK_BOOTTIME, &mut ts) };
+    let status = unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
     (status == 0).then(|| i128::from(ts.tv_sec) * 1_000_000_000 + i128::from(ts.tv_nsec))
 }
 
 #[cfg(not(target_os = "linux"))]
-fn boottime_ns() -> Option<i128> {
+fn monotonic_ns() -> Option<i128> {
     None
 }
 
@@ -86,7 +90,7 @@ fn boottime_ns() -> Option<i128> {
 /// only make a reader count the lease a little longer.
 pub fn boot_now() -> Option<BootStamp> {
     let (id, offset) = boot_identity()?;
-    let ms = lease_time::host_boot_ms(boottime_ns()?, offset)?;
+    let ms = lease_time::host_boot_ms(monotonic_ns()?, offset)?;
     Some(BootStamp {
         id: fake_boot_id().unwrap_or(id),
         ms,

@@ -69,9 +69,9 @@ pub mod stats {
 /// Position of the owner argument in ACQUIRE, RELEASE, EXTEND and FENCE.
 const OWNER_ARG: usize = 2;
 
-/// Refuses ACQUIRE, EXTEND and FENCE on a replica. With `replica-read-only
-/// no` Redis lets clients write to a replica; a lock granted, lengthened or
-/// fenced there would exist on no master (the master's stream overwrites
+/// Refuses ACQUIRE, RELEASE, EXTEND and FENCE on a replica. With `replica-read-only
+/// no` Redis lets clients write to a replica; a lock granted, lengthened,
+/// fenced or released there would exist (or be free) on no master (the master's stream overwrites
 /// it, and a promotion keeps it), so a replica answers them as Redis
 /// answers a write with `replica-read-only yes` (`READONLY`). The master's
 /// effects arrive as `REDLOCK.APPLY`, which is not refused. This is the
@@ -203,6 +203,7 @@ pub fn acquire(call: &Call) -> Result<Reply, CommandError> {
 /// `REDLOCK.RELEASE key owner`
 pub fn release(call: &Call) -> Result<Reply, CommandError> {
     ffi::redact(call, OWNER_ARG);
+    refuse_on_replica(call, "REDLOCK.RELEASE")?;
     let a = args::release(&call.args)?;
     let owner = hash_owner(a.owner);
     let released = update(call, mono_now(), c"redlock.release", |state, now| {
@@ -339,6 +340,9 @@ pub fn apply(call: &Call) -> Result<Reply, CommandError> {
     let mono = mono_now();
     let (wall, boot) = (wall_now(), boot_now());
     let state = persist::restore(&p, source, mono, wall, boot);
+    if persist::restamp_needed(&p, source, wall, boot) {
+        crate::host::restamp::note();
+    }
     let own = persist::persist_at(&state, mono, wall, boot);
     if state.is_held(mono) {
         wait::reservation_over(call, mono);

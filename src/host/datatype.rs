@@ -173,8 +173,26 @@ unsafe extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *m
             _ => {}
         }
         let source = load_source();
-        let mono = mono_now();
-        Some(persist::restore(&p, source, mono, wall_now(), boot_now()))
+        let (mono, wall, boot) = (mono_now(), wall_now(), boot_now());
+        if persist::restamp_needed(&p, source, wall, boot) {
+            match loading() {
+                // Written again when the load ends (`events`).
+                Loading::File => crate::host::restamp::note(),
+                // A RESTORE on a master: written again right after it (a
+                // replica's master writes its own).
+                Loading::Nothing if !is_replica(rdb) => {
+                    crate::host::restamp::note();
+                    if let Some(context_of) = raw::RedisModule_GetContextFromIO {
+                        let ctx = context_of(rdb);
+                        if !ctx.is_null() {
+                            crate::host::restamp::schedule(ctx);
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+        Some(persist::restore(&p, source, mono, wall, boot))
     }));
     match loaded {
         Ok(Some(state)) => record::alloc(&state),

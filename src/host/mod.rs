@@ -31,6 +31,7 @@ pub mod node;
 pub mod persist;
 pub mod reclaim;
 pub mod replication;
+pub mod restamp;
 pub mod store;
 pub mod sync;
 pub mod wait;

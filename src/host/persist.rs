@@ -5,7 +5,7 @@
 //! What leaves the process is the counter, the *hash* of the holder (never
 //! the owner id itself, see [`crate::core::owner`]), the lease three ways:
 //! its wall-clock end, the time remaining, and the boot clock when written
-//! (the kernel's boot id and a `CLOCK_BOOTTIME` reading), so that a reader
+//! (the kernel's boot id and a `CLOCK_MONOTONIC` reading), so that a reader
 //! on the same boot knows exactly how much of it is left, and one on
 //! another boot falls back on the other two ([`crate::core::lease_time`]
 //! has the rules; [`Source`] says which one a reader uses);
@@ -252,6 +252,26 @@ pub fn restore(
         _ => 0,
     };
     LockState::from_parts(p.counter, None, 0, mono.saturating_sub(idle), p.floored)
+}
+
+/// Whether the lease `p`, read from `source` at `wall` / `boot`, must be
+/// written again with this boot's stamp ([`lease_time::restamp_needed`];
+/// [`crate::host::restamp`] writes it).
+pub fn restamp_needed(
+    p: &Persisted,
+    source: Source,
+    wall: WallMillis,
+    boot: Option<BootStamp>,
+) -> bool {
+    match source {
+        Source::Disk { clamp_ms } if p.owner.is_some() => lease_time::restamp_needed(
+            &p.written(),
+            Origin::Disk,
+            &Reading { wall, boot },
+            clamp_ms,
+        ),
+        _ => false,
+    }
 }
 
 /// Reads one record of encoding `encver` from an RDB or `DUMP` payload.
