@@ -17,7 +17,7 @@ use std::time::Duration;
 use redlock_safety::checker::Report;
 use redlock_safety::mutants;
 use redlock_safety::resource::Checking;
-use redlock_safety::runner::{self, FaultType, Reclaim, RunConfig};
+use redlock_safety::runner::{self, FaultType, Reclaim, RunConfig, SentinelFault};
 
 static SERIAL: Mutex<()> = Mutex::new(());
 
@@ -311,4 +311,24 @@ fn control_renewal_never_shortens_passes_the_same_faults() {
     assert!(r.acquisitions > 30, "{r:?}");
     assert!(r.faults > 8, "few late copies were sent: {r:?}");
     assert_eq!(r.violations(), 0, "{r:?}");
+}
+
+/// Without the replica-sync check, a failover that leaves the old master
+/// running (`SENTINEL FAILOVER`, a frozen master) gives two holders: the
+/// old master keeps granting to the clients that still talk to it after the
+/// promotion, and the new master's guard window started at the promotion.
+/// With the check (the `sentinel` run of the matrix) the same faults give
+/// none: a grant on the old master cannot reach the promoted replica.
+#[test]
+#[ignore = "full run only: make safety runs it (about a minute)"]
+fn sentinel_without_the_check_and_a_live_old_master_is_caught() {
+    let (mut cfg, _dir) = config(
+        "sentinel_unchecked_live_failovers",
+        FaultType::SentinelUnchecked,
+        50,
+    );
+    cfg.sentinel_faults = &SentinelFault::LIVE_OLD_MASTER;
+    cfg.keys = 4;
+    let r = run(&cfg);
+    assert!(r.overlaps_unexplained > 0, "not caught: {r:?}");
 }
