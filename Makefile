@@ -62,6 +62,15 @@ test-valkey: deps valkey
 # the tests that serve TLS run on Redis only.
 VALKEY_NO_TLS := --skip tls_with_ca_and_client_certificate --skip tls_errors_say_what_is_wrong
 
+## test-sentinel: Sentinel members and the replica-sync check in full, the tests that wait for Sentinel to fail over included (about a minute and a half), on Redis and on Valkey (make test runs the quick share)
+.PHONY: test-sentinel
+test-sentinel: deps valkey
+	$(CARGO) build -p redlock-module --features test-hooks
+	REDLOCK_MODULE=$(TEST_MODULE) $(CARGO) test -p redlock-module --features test-hooks --test sync_replicas
+	REDLOCK_MODULE=$(TEST_MODULE) $(CARGO) test -p redlock-client --test sentinel --test cluster_sync -- --include-ignored
+	REDLOCK_SERVER_BIN="$$($(VALKEY_BIN))" REDLOCK_MODULE=$(TEST_MODULE) \
+		$(CARGO) test -p redlock-client --test sentinel -- --include-ignored
+
 lint:
 	python3 scripts/import-cycles.py --self-check
 	python3 scripts/import-cycles.py

@@ -17,9 +17,12 @@ impl Redlock {
     /// ends, whatever it returned (also when it panics or is dropped).
     ///
     /// A background task extends the lock to `ttl` about every `ttl / 3`.
-    /// If an extension fails to reach a quorum, or the validity runs out
-    /// before an extension succeeds, [`LockGuard::lost`] fires at once: stop
-    /// using the token then. Returns `f`'s value.
+    /// An extension that too few members answered (a failover inside a
+    /// Sentinel member, a replica-sync check that failed) is tried again
+    /// every 100 ms while the validity lasts. If an extension finds the lock
+    /// no longer held by a quorum, or the validity runs out before an
+    /// extension succeeds, [`LockGuard::lost`] fires at once: stop using the
+    /// token then. Returns `f`'s value.
     ///
     /// Needs a tokio runtime with the `time` driver (the extension runs as a
     /// spawned task).
@@ -119,9 +122,13 @@ where
     }
 }
 
-/// The background task of [`Redlock::with_lock`]: extends every `ttl / 3`,
-/// fires `lost` on a failed extension or when the validity runs out, and
-/// releases the lock when `done` fires.
+/// Pause before the next extension after one that no quorum answered.
+const RETRY_PAUSE: Duration = Duration::from_millis(100);
+
+/// The background task of [`Redlock::with_lock`]: extends every `ttl / 3`
+/// (sooner again after an extension no quorum answered), fires `lost` when
+/// an extension finds the lock no longer held or when the validity runs
+/// out, and releases the lock when `done` fires.
 async fn keep_alive(
     mut lock: Lock,
     ttl: Duration,
@@ -164,6 +171,14 @@ async fn keep_alive(
                     "validity ran out before an extension succeeded: lock lost"
                 );
                 mark_lost(&lock);
+            }
+            // No quorum answered (a failover inside a Sentinel member, a
+            // replica-sync check that failed, nodes restarting): the lease
+            // the last extension confirmed still runs, so try again soon;
+            // the validity running out above is what ends the lock.
+            Err(Some(error)) if error.is_transient() => {
+                tracing::info!(key, token, %error, "extension failed; trying again while the lease lasts");
+                next = Instant::now() + RETRY_PAUSE.min(interval);
             }
             Err(Some(error)) => {
                 tracing::warn!(key, token, %error, "extension failed: lock lost");

@@ -8,9 +8,10 @@
 //! hand-off rule, [`record`] the compact in-memory record, [`owner`] owner
 //! hashing, [`args`] argument parsing, [`error`] the command errors,
 //! [`fence_rule`] the fenced-write guard rule, [`run_state`] what one run
-//! leaves the next about the restart guard, [`clock`] the conversion between
-//! the monotonic and the wall clock, [`lease_time`] how long a lease read
-//! back from a file, a payload or a master still runs.
+//! leaves the next about the restart guard, [`sync_rule`] the replica-sync
+//! check and the promotion rule of DESIGN §13, [`clock`] the conversion
+//! between the monotonic and the wall clock, [`lease_time`] how long a lease
+//! read back from a file, a payload or a master still runs.
 
 pub mod args;
 pub mod clock;
@@ -22,3 +23,4 @@ pub mod owner;
 pub mod queue;
 pub mod record;
 pub mod run_state;
+pub mod sync_rule;
