@@ -41,7 +41,7 @@ valkey:
 ## (cluster, reclamation, time, …) run on Valkey in `make test-valkey`
 VALKEY_MODULE_SUITES := commands durability fenced node_record_loading promotion renewal \
 	replica_longest_lease replica_release replica_writes replication_skip reservation restart_timing \
-	restart_after_suspend lease_restamp restore wait
+	restart_after_suspend lease_restamp pause_propagation restore wait
 test-valkey-module: valkey
 	$(CARGO) build -p redlock-module --features test-hooks
 	REDLOCK_SERVER_BIN="$$($(VALKEY_BIN))" REDLOCK_MODULE=$(TEST_MODULE) \

@@ -33,12 +33,17 @@ pub enum Mutant {
     /// A replica counts every announcement of its master as fresh, also one
     /// replayed from the backlog after a restart.
     SyncAnyAnnouncement = 128,
+    /// A lease that a load timed by an inexact rule (another boot, no
+    /// stamp, a `RESTORE` from elsewhere, the wall-clock end, the clamp) is
+    /// not written again with this node's stamp after the load, so every
+    /// later restart of the same boot revives it (`host::restamp`).
+    RestampSkipped = 256,
 }
 
 impl Mutant {
     /// Every mutant with its name (as in `REDLOCK.TESTHOOK MUTANT name 0|1`
     /// and the `REDLOCK_TEST_MUTANTS` variable).
-    pub const ALL: [(&'static str, Mutant); 8] = [
+    pub const ALL: [(&'static str, Mutant); 9] = [
         ("config-exemption", Mutant::ConfigExemption),
         ("disk-lease-from-wall", Mutant::DiskLeaseFromWall),
         ("no-reclaimed-floor", Mutant::NoReclaimedFloor),
@@ -47,6 +52,7 @@ impl Mutant {
         ("renewal-shortens", Mutant::RenewalShortens),
         ("sync-counts-online", Mutant::SyncCountsOnline),
         ("sync-any-announcement", Mutant::SyncAnyAnnouncement),
+        ("restamp-skipped", Mutant::RestampSkipped),
     ];
 
     /// The mutant of that name (ASCII case-insensitive).
