@@ -81,3 +81,51 @@ fn aof_text(node: &Node) -> String {
     }
     out
 }
+
+/// A change of `redlock.sync-replicas` during a write pause: its
+/// announcement to the replicas (`host::sync::announce_soon`, a 0 ms timer)
+/// waits for the pause to end, and the server keeps running.
+#[test]
+fn a_sync_replicas_change_during_a_client_pause_is_announced_after_it() {
+    let master = Node::builder()
+        .config("appendonly", "yes")
+        .config("repl-diskless-sync-delay", "0")
+        .start();
+    let replica = start_replica(&master, Node::builder());
+    let mut con = master.connection();
+    let _: () = redis::cmd("CLIENT")
+        .arg("PAUSE")
+        .arg(1_000)
+        .arg("WRITE")
+        .query(&mut con)
+        .unwrap();
+    let changed: redis::RedisResult<()> = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("redlock.sync-replicas")
+        .arg(1)
+        .query(&mut con);
+    assert!(
+        changed.is_ok(),
+        "{changed:?}; the server's log says:\n{}",
+        log_assertions(&master)
+    );
+    std::thread::sleep(Duration::from_millis(200));
+    let mut probe = master.connection();
+    let pong: redis::RedisResult<String> = redis::cmd("PING").query(&mut probe);
+    assert!(
+        pong.is_ok(),
+        "{pong:?}; the server's log says:\n{}",
+        log_assertions(&master)
+    );
+    // After the pause the replica hears of the new R.
+    let mut r = replica.connection();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !info_field(&mut r, "redlock", "redlock_sync_master_replicas").is_some_and(|v| v == "1") {
+        assert!(
+            Instant::now() < deadline,
+            "the replica never heard of R = 1: {:?}",
+            info_field(&mut r, "redlock", "redlock_sync_master_replicas")
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
