@@ -120,7 +120,7 @@ fn a_sync_replicas_change_during_a_client_pause_is_announced_after_it() {
     // After the pause the replica hears of the new R.
     let mut r = replica.connection();
     let deadline = Instant::now() + Duration::from_secs(10);
-    while !info_field(&mut r, "redlock", "redlock_sync_master_replicas").is_some_and(|v| v == "1") {
+    while info_field(&mut r, "redlock", "redlock_sync_master_replicas").as_deref() != Some("1") {
         assert!(
             Instant::now() < deadline,
             "the replica never heard of R = 1: {:?}",
