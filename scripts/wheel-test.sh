@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs the Python package's wheel into a fresh venv on a PATH without any
-# Rust toolchain (only binary wheels allowed, so nothing can be compiled), and
+# Rust toolchain (`pip install --no-index`: nothing fetched, nothing compiled), and
 # runs the Python suite against the installed package (not the source tree).
 #
 #   scripts/wheel-test.sh WHEEL_DIR TEST_MODULE [pytest args…]
@@ -36,7 +36,7 @@ fi
 venv=$root/target/wheel-venv
 rm -rf "$venv"
 python3 -m venv "$venv"
-"$venv/bin/pip" install -q --only-binary=:all: "$wheel"
+"$venv/bin/pip" install -q --no-index "$wheel"
 "$venv/bin/pip" install -q --only-binary=:all: -r "$root/python/requirements-wheel-test.txt"
 installed=$("$venv/bin/python" -c 'import redlock_fenced; print(redlock_fenced.__file__)')
 case "$installed" in
