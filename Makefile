@@ -5,7 +5,7 @@ CARGO ?= cargo
 RELEASE_MODULE := $(CURDIR)/target/release/libredlock.so
 TEST_MODULE := $(CURDIR)/target/debug/libredlock.so
 
-.PHONY: deps build test lint demo safety bench clean install install-files deb deb-files
+.PHONY: wheel wheel-test release deps build test lint demo safety bench clean install install-files deb deb-files
 
 deps:
 	@./scripts/install-deps.sh
@@ -215,6 +215,26 @@ deb-files:
 	$(MAKE) --no-print-directory install-files DESTDIR="$(PKGDIR)/deb" PREFIX=/usr \
 		CONF=/etc/redis/redlock.conf ZSH_COMPLETIONS=/usr/share/zsh/vendor-completions
 	packaging/deb.sh "$(PKGDIR)/deb" "$(VERSION)" "$(PKGDIR)" $(DEB_OPTS)
+
+## wheel: the Python package as an abi3 manylinux wheel (maturin, release build) in target/wheels: CPython 3.11+, installs with no Rust toolchain
+WHEEL_DIR := $(CURDIR)/target/wheels
+MATURIN_PIN := maturin==1.16.0
+wheel: deps
+	test -x $(PYVENV)/bin/python || python3 -m venv $(PYVENV)
+	$(PYVENV)/bin/pip install -q $(MATURIN_PIN)
+	rm -f $(WHEEL_DIR)/redlock_fenced-*.whl
+	$(PYVENV)/bin/maturin build --release --locked -m python/Cargo.toml --out $(WHEEL_DIR)
+
+## wheel-test: the wheel installed into a fresh venv on a PATH with no Rust toolchain, and the Python suite run against it
+wheel-test: wheel
+	$(CARGO) build -p redlock-module --features test-hooks
+	scripts/wheel-test.sh $(WHEEL_DIR) $(TEST_MODULE) $(PYTEST_ARGS)
+
+## release: the release artefacts in target/release-artifacts (the deb, the wheel, the CLI tarball), one version checked across them, and SHA256SUMS
+RELEASE_DIR := $(CURDIR)/target/release-artifacts
+release: deb wheel
+	scripts/release.sh $(RELEASE_DIR) $(VERSION) $(PKGDIR)/redlock_$(VERSION)_$$(dpkg --print-architecture).deb \
+		"$$(ls $(WHEEL_DIR)/redlock_fenced-$(VERSION)-*.whl)" $(CLI_BIN) $(PKGDIR)/docs
 
 clean:
 	$(CARGO) clean
