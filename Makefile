@@ -4,6 +4,8 @@
 CARGO ?= cargo
 RELEASE_MODULE := $(CURDIR)/target/release/libredlock.so
 TEST_MODULE := $(CURDIR)/target/debug/libredlock.so
+# The features of every test build (the module's test hooks, the client's test switches).
+TEST_FEATURES := redlock-module/test-hooks,redlock-client/danger-test-switches
 
 .PHONY: wheel wheel-test release deps build test lint demo safety bench clean install install-files deb deb-files
 
@@ -19,7 +21,7 @@ test: deps lint valkey
 	$(CARGO) build --release -p redlock-module
 	$(CARGO) build -p redlock-module --features test-hooks
 	REDLOCK_RELEASE_MODULE=$(RELEASE_MODULE) REDLOCK_MODULE=$(TEST_MODULE) \
-		$(CARGO) test --workspace --features redlock-module/test-hooks,redlock-client/danger-test-switches
+		$(CARGO) test --workspace --features $(TEST_FEATURES)
 	$(MAKE) --no-print-directory test-valkey-module
 	REDLOCK_MODULE=$(TEST_MODULE) REDLOCK_VALKEY_BIN="$$($(VALKEY_BIN))" \
 		$(CARGO) run -q -p redlock-safety --bin safety -- --quick --out target/safety-quick
@@ -42,10 +44,14 @@ valkey:
 VALKEY_MODULE_SUITES := commands durability fenced node_record_loading promotion renewal \
 	replica_longest_lease replica_release replica_writes replication_skip reservation restart_timing \
 	restart_after_suspend lease_restamp pause_propagation restore wait
+# The workspace's features, as `make test` builds them: the suites run from the binaries
+# already built (with `-p redlock-module` alone, cargo would build every dependency
+# again for that package's own feature set). A suite name that the client shares
+# (`fenced`) runs the client's suite on Valkey too.
 test-valkey-module: valkey
 	$(CARGO) build -p redlock-module --features test-hooks
 	REDLOCK_SERVER_BIN="$$($(VALKEY_BIN))" REDLOCK_MODULE=$(TEST_MODULE) \
-		$(CARGO) test -p redlock-module --features test-hooks $(addprefix --test ,$(VALKEY_MODULE_SUITES))
+		$(CARGO) test --workspace --features $(TEST_FEATURES) $(addprefix --test ,$(VALKEY_MODULE_SUITES))
 
 ## test-valkey: everything that starts servers, on Valkey: the module's and the client's tests, the safety quick run, the Python package
 test-valkey: deps valkey
