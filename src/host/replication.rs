@@ -73,32 +73,6 @@ pub fn writes_paused() -> bool {
     unsafe { redis_module::raw::RedisModule_AvoidReplicaTraffic.is_some_and(|f| f() != 0) }
 }
 
-/// How long a timer that found client writes paused waits before it looks
-/// again.
-const PAUSED_RETRY_MS: i64 = 100;
-
-/// For a timer that propagates: while client writes are paused, runs
-/// `timer` again a little later and returns true (the caller returns);
-/// false when it may propagate now, or when no timer can be made.
-///
-/// # Safety
-/// `ctx` must be a timer's context on the main thread.
-pub unsafe fn retry_while_paused(
-    ctx: *mut redis_module::raw::RedisModuleCtx,
-    timer: unsafe extern "C" fn(*mut redis_module::raw::RedisModuleCtx, *mut std::os::raw::c_void),
-) -> bool {
-    if !writes_paused() {
-        return false;
-    }
-    match redis_module::raw::RedisModule_CreateTimer {
-        Some(create) => {
-            create(ctx, PAUSED_RETRY_MS, Some(timer), std::ptr::null_mut());
-            true
-        }
-        None => false,
-    }
-}
-
 /// From now on, every effect is replicated.
 pub fn someone_may_listen() {
     NOBODY_LISTENS.store(false, Relaxed);

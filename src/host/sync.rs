@@ -374,13 +374,27 @@ pub fn announce_soon(ctx: &Context) {
     }
 }
 
+/// How long an announcement waits before it looks again while client writes
+/// are paused.
+const PAUSED_RETRY_MS: i64 = 100;
+
 unsafe extern "C" fn announce_timer(ctx: *mut raw::RedisModuleCtx, _data: *mut c_void) {
     let _ = catch_unwind(AssertUnwindSafe(|| {
         // Inside a client pause nothing may be propagated (Redis asserts
         // it; `CONFIG SET redlock.sync-replicas` runs inside a
         // `CLIENT PAUSE … WRITE`): look again after it.
-        // SAFETY: ctx is the timer's context on the main thread.
-        if unsafe { crate::host::replication::retry_while_paused(ctx, announce_timer) } {
+        if crate::host::replication::writes_paused() {
+            // SAFETY: ctx is the timer's context on the main thread.
+            unsafe {
+                if let Some(create) = raw::RedisModule_CreateTimer {
+                    create(
+                        ctx,
+                        PAUSED_RETRY_MS,
+                        Some(announce_timer),
+                        std::ptr::null_mut(),
+                    );
+                }
+            }
             return;
         }
         let context = Context::new(ctx);
