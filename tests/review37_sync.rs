@@ -98,7 +98,6 @@ fn cut_replicas(m: &mut redis::Connection) {
 /// holds its master's vouch for R 1. Promoted, it must not grant the lock
 /// while the unchecked lease may run.
 #[test]
-#[ignore = "review37 finding 1: a replica lagging when R is lowered to 0 is promoted at once"]
 fn lowering_r_to_zero_while_a_replica_lags_loses_no_lock() {
     let mut m = node(1, 0).start();
     let mut c = m.connection();
@@ -130,4 +129,80 @@ fn lowering_r_to_zero_while_a_replica_lags_loses_no_lock() {
          (token {bob:?}) on the promoted replica (promotion outcome {})",
         redlock_info(&mut ra, "sync_last_promotion")
     );
+}
+
+/// The same with R raised again before the master dies (2 -> 0 -> 2): the
+/// hold the raise announces never reaches the lagging replica either.
+#[test]
+fn lowering_r_to_zero_and_back_while_a_replica_lags_loses_no_lock() {
+    let mut m = node(1, 0).start();
+    let mut c = m.connection();
+    let a = replica_of(&m, 1);
+    let mut ra = a.connection();
+    wait_current(&mut ra);
+    a.pause();
+    cut_replicas(&mut c);
+    config_set(&mut c, "redlock.sync-replicas", "0");
+    let alice = relied_grant(&mut c, "k", "alice", 30_000);
+    config_set(&mut c, "redlock.sync-replicas", "1");
+    m.kill();
+    a.resume();
+    wait_until(Duration::from_secs(10), "the replica's link down", || {
+        !link_up(&mut ra)
+    });
+    promote(&mut ra);
+    let b = replica_of(&a, 1);
+    wait_current(&mut b.connection());
+    let bob = relied_grant(&mut ra, "k", "bob", 1_000);
+    assert!(
+        alice.is_none() || bob.is_none(),
+        "two holders of k: alice (token {alice:?}) and bob (token {bob:?}), promotion outcome {}",
+        redlock_info(&mut ra, "sync_last_promotion")
+    );
+}
+
+/// Lowering R to 0 completes once every replica of the master applied it:
+/// lock writes without the check are refused until then (with the replicas
+/// still waited for), and go on after; a promoted replica then keeps the
+/// guard.
+#[test]
+fn lowering_r_to_zero_completes_once_every_replica_applied_it() {
+    let m = node(2, 0).start();
+    let mut c = m.connection();
+    let a = replica_of(&m, 2);
+    let b = replica_of(&m, 2);
+    let mut ra = a.connection();
+    wait_current(&mut ra);
+    wait_current(&mut b.connection());
+    // b falls behind: frozen (its master still counts it online).
+    b.pause();
+    config_set(&mut c, "redlock.sync-replicas", "0");
+    wait_until(Duration::from_secs(10), "a applied R 0", || {
+        redlock_info(&mut ra, "sync_master_replicas") == 0
+    });
+    // Past a's next acknowledgement: only b is waited for.
+    std::thread::sleep(Duration::from_millis(1_500));
+    let err = error_of(&mut c, &[b"REDLOCK.ACQUIRE", b"k", b"alice", b"30000"]);
+    assert!(
+        err.starts_with("NOSYNC redlock.sync-replicas was lowered to 0")
+            && err.contains(&format!("127.0.0.1:{}", b.port()))
+            && !err.contains(&format!("127.0.0.1:{}", a.port())),
+        "{err}"
+    );
+    assert_eq!(inspect(&mut c, "k"), None, "a refused ACQUIRE changed k");
+    assert_eq!(redlock_info(&mut c, "sync_lowering"), 1);
+    b.resume();
+    wait_until(
+        Duration::from_secs(10),
+        "INFO says the lowering is complete",
+        || redlock_info(&mut c, "sync_lowering") == 0,
+    );
+    let mut granted = None;
+    wait_until(Duration::from_secs(10), "the lowering complete", || {
+        granted = acquire_result(&mut c, "k", "alice", 30_000).ok().flatten();
+        granted.is_some()
+    });
+    assert_eq!(granted, Some(1));
+    promote(&mut ra);
+    assert_eq!(redlock_info(&mut ra, "sync_last_promotion"), 3);
 }

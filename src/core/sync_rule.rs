@@ -184,6 +184,41 @@ pub fn parse_replica(line: &str) -> Option<(String, bool)> {
     }
 }
 
+/// A replica's line in a master's `INFO replication` with the offset it
+/// last acknowledged: `ip:port`, whether it is online, and `offset`.
+pub fn parse_replica_ack(line: &str) -> Option<(String, bool, u64)> {
+    let (id, online) = parse_replica(line)?;
+    let offset = line
+        .split(',')
+        .find_map(|field| field.trim().strip_prefix("offset="))
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .unwrap_or(0);
+    Some((id, online, offset))
+}
+
+/// R lowered to 0 while replicas may still hold their master's vouch for a
+/// higher R: a replica that has not applied the announcement saying 0 (it
+/// lags, or its link is cut) would be promoted at once and lack every grant
+/// made without the check. So the master takes no lock write without the
+/// check until every replica of its life (`known`) is online and has
+/// acknowledged `target`, an offset past that announcement. Returns the
+/// replicas still waited for (empty: the lowering is complete).
+pub fn lowering_waits_for(
+    known: &BTreeSet<String>,
+    replicas: &[(String, bool, u64)],
+    target: u64,
+) -> Vec<String> {
+    known
+        .iter()
+        .filter(|id| {
+            !replicas
+                .iter()
+                .any(|(r, online, offset)| r == *id && *online && *offset >= target)
+        })
+        .cloned()
+        .collect()
+}
+
 /// What a node keeps for the check across restarts: the replicas of its
 /// life as master, and, as a replica, the next announcement offset it has
 /// not seen.
@@ -348,6 +383,38 @@ mod tests {
         );
         assert_eq!(parse_replica("port=6380,state=online"), None);
         assert_eq!(parse_replica(""), None);
+    }
+
+    #[test]
+    fn a_lowering_to_zero_waits_for_every_known_replica_past_the_target() {
+        let known: BTreeSet<String> = ["a:1", "b:2"].iter().map(|s| s.to_string()).collect();
+        let line = |id: &str, online: bool, off: u64| (id.to_string(), online, off);
+        assert_eq!(
+            lowering_waits_for(&known, &[line("a:1", true, 10), line("b:2", true, 9)], 10),
+            vec!["b:2".to_string()]
+        );
+        // Offline (or missing) replicas are waited for: they may be promoted.
+        assert_eq!(
+            lowering_waits_for(&known, &[line("a:1", true, 10), line("b:2", false, 50)], 10),
+            vec!["b:2".to_string()]
+        );
+        assert_eq!(
+            lowering_waits_for(&known, &[line("a:1", true, 10)], 10),
+            vec!["b:2".to_string()]
+        );
+        assert!(
+            lowering_waits_for(&known, &[line("a:1", true, 10), line("b:2", true, 11)], 10)
+                .is_empty()
+        );
+        assert!(lowering_waits_for(&BTreeSet::new(), &[], 10).is_empty());
+        assert_eq!(
+            parse_replica_ack("ip=127.0.0.1,port=6380,state=online,offset=1234,lag=0"),
+            Some(("127.0.0.1:6380".into(), true, 1234))
+        );
+        assert_eq!(
+            parse_replica_ack("ip=127.0.0.1,port=6380,state=send_bulk"),
+            Some(("127.0.0.1:6380".into(), false, 0))
+        );
     }
 
     #[test]

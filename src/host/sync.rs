@@ -33,7 +33,8 @@ use redis_module::{raw, Context, ContextFlags};
 use crate::core::error::CommandError;
 use crate::core::lock::MonoMillis;
 use crate::core::sync_rule::{
-    check_write, fresh, hold_ms, parse_replica, promotion, Promotion, SyncFile, SyncRefusal, Vouch,
+    check_write, fresh, hold_ms, lowering_waits_for, parse_replica, parse_replica_ack, promotion,
+    Promotion, SyncFile, SyncRefusal, Vouch,
 };
 use crate::host::clock::mono_now;
 use crate::host::config;
@@ -91,6 +92,14 @@ static ANNOUNCED_CHANGES: AtomicU64 = AtomicU64::new(0);
 static ANNOUNCED_EPOCH: AtomicU64 = AtomicU64::new(0);
 /// The R the last announcement said.
 static ANNOUNCED_R: AtomicU64 = AtomicU64::new(0);
+/// R was lowered to 0 and not every replica has applied the announcement
+/// saying so ([`lowering_waits_for`]): lock writes wait.
+static ZERO_PENDING: AtomicBool = AtomicBool::new(false);
+/// The master offset before the announcement saying 0 (`u64::MAX`: not
+/// sent yet), and the offset every replica must acknowledge, read after
+/// that announcement went out (`u64::MAX`: not read yet).
+static ZERO_ANNOUNCED_AT: AtomicU64 = AtomicU64::new(u64::MAX);
+static ZERO_TARGET: AtomicU64 = AtomicU64::new(u64::MAX);
 /// The last promotion's outcome, for `INFO` (0 none, 1 at once, 2 the rest
 /// of a hold, 3 the guard).
 static LAST_PROMOTION: AtomicU8 = AtomicU8::new(0);
@@ -222,6 +231,9 @@ fn online_now() -> Vec<String> {
 pub fn check(ctx: &Context, stated: u64) -> Result<(), CommandError> {
     let r = config::sync_replicas();
     if r == 0 && stated == 0 {
+        if ZERO_PENDING.load(Relaxed) {
+            return lowering_done(ctx);
+        }
         return Ok(());
     }
     if r > 0 {
@@ -262,15 +274,101 @@ pub fn check(ctx: &Context, stated: u64) -> Result<(), CommandError> {
     })
 }
 
+/// While a lowering of R to 0 is pending: `Ok` once every replica of this
+/// master's life acknowledged an offset past the announcement saying 0
+/// (the lowering is then complete), the refusal naming those still waited
+/// for otherwise.
+fn lowering_done(ctx: &Context) -> Result<(), CommandError> {
+    match lowering_waiting() {
+        None => {
+            ctx.log_notice(
+                "redlock.sync-replicas 0 reached every replica: lock writes go on without the check",
+            );
+            Ok(())
+        }
+        Some(waiting) => {
+            if ZERO_ANNOUNCED_AT.load(Relaxed) == u64::MAX {
+                announce_soon(ctx);
+            }
+            // Replicas acknowledge once a second: a client tries again shortly.
+            Err(CommandError::SyncLowering(waiting))
+        }
+    }
+}
+
+/// Who a pending lowering of R to 0 still waits for (`None`: none is
+/// pending, or it just completed).
+fn lowering_waiting() -> Option<String> {
+    if !ZERO_PENDING.load(Relaxed) {
+        return None;
+    }
+    let announced_at = ZERO_ANNOUNCED_AT.load(Relaxed);
+    if announced_at == u64::MAX {
+        return Some("the announcement, not sent yet".into());
+    }
+    let mut target = ZERO_TARGET.load(Relaxed);
+    if target == u64::MAX {
+        // Read in a later turn of the event loop than the announcement: the
+        // offset lies past it once it was propagated.
+        match master_offset() {
+            Some(now) if now > announced_at => {
+                target = now;
+                ZERO_TARGET.store(now, Relaxed);
+            }
+            _ => return Some("the announcement, not propagated yet".into()),
+        }
+    }
+    let waiting = lowering_waits_for(&state().replicas, &replica_acks(), target);
+    if waiting.is_empty() {
+        ZERO_PENDING.store(false, Relaxed);
+        return None;
+    }
+    Some(waiting.join(", "))
+}
+
+/// Every replica line of `INFO replication`: `ip:port`, online, and the
+/// offset it acknowledged.
+fn replica_acks() -> Vec<(String, bool, u64)> {
+    let mut all = Vec::new();
+    // SAFETY: plain module API calls; the info data is freed below.
+    unsafe {
+        let (Some(get), Some(field), Some(free)) = (
+            raw::RedisModule_GetServerInfo,
+            raw::RedisModule_ServerInfoGetFieldC,
+            raw::RedisModule_FreeServerInfo,
+        ) else {
+            return all;
+        };
+        let info = get(std::ptr::null_mut(), c"replication".as_ptr());
+        if info.is_null() {
+            return all;
+        }
+        for i in 0..1024 {
+            let name = format!("slave{i}\0");
+            let value = field(info, name.as_ptr().cast::<c_char>());
+            if value.is_null() {
+                break;
+            }
+            let line = std::ffi::CStr::from_ptr(value).to_string_lossy();
+            if let Some(ack) = parse_replica_ack(&line) {
+                all.push(ack);
+            }
+        }
+        free(std::ptr::null_mut(), info);
+    }
+    all
+}
+
 fn bump() {
     CHANGES.fetch_add(1, Relaxed);
 }
 
 /// Whether announcements can change anything: the check is on, or the last
-/// announcement said it was (a replica must learn that it is off). With the
-/// check off all along, a promoted replica keeps the guard either way.
+/// announcement said it was, or R was just lowered to 0 (a replica must
+/// learn that it is off). With the check off all along, a promoted replica
+/// keeps the guard either way.
 fn worth_announcing() -> bool {
-    config::sync_replicas() > 0 || ANNOUNCED_R.load(Relaxed) > 0
+    config::sync_replicas() > 0 || ANNOUNCED_R.load(Relaxed) > 0 || ZERO_PENDING.load(Relaxed)
 }
 
 /// What the last announcement said is out of date.
@@ -309,6 +407,9 @@ unsafe fn announce(ctx: *mut raw::RedisModuleCtx, key: *mut raw::RedisModuleStri
     let hold = hold_ms(window_left, UNCHECKED_UNTIL.load(Relaxed), now);
     let r = config::sync_replicas();
     ANNOUNCED_R.store(r, Relaxed);
+    if r == 0 && ZERO_PENDING.load(Relaxed) && ZERO_ANNOUNCED_AT.load(Relaxed) == u64::MAX {
+        ZERO_ANNOUNCED_AT.store(offset, Relaxed);
+    }
     {
         // Emitted: a later replay of this node's history must not count it
         // as fresh either (see `sync_rule::fresh`).
@@ -531,6 +632,14 @@ pub fn on_config_change(ctx: &Context) {
         if last == 0 {
             UNCHECKED_UNTIL.store(mono_now().saturating_add(guard::longest_lease()), Relaxed);
         }
+        // Lowered to 0: a replica that lags keeps its vouch for `last` until
+        // the announcement reaches it, and promoted before, it would grant at
+        // once without the writes taken from now on without the check. So
+        // they wait for every replica ([`lowering_done`]). Raised again
+        // before that: nothing was taken without the check.
+        ZERO_PENDING.store(r == 0, Relaxed);
+        ZERO_ANNOUNCED_AT.store(u64::MAX, Relaxed);
+        ZERO_TARGET.store(u64::MAX, Relaxed);
         bump();
         announce_soon(ctx);
     }
@@ -600,6 +709,9 @@ pub struct Figures {
     pub hold_left_ms: u64,
     /// The last promotion's outcome (0 none, 1 at once, 2 rest, 3 guard).
     pub last_promotion: u64,
+    /// R was lowered to 0 and lock writes still wait for a replica to apply
+    /// it (1), or not (0).
+    pub lowering: u64,
 }
 
 /// The figures now.
@@ -612,5 +724,6 @@ pub fn figures(now: MonoMillis) -> Figures {
         master_r: VOUCHED_R.load(Relaxed),
         hold_left_ms: HOLD_UNTIL.load(Relaxed).saturating_sub(now),
         last_promotion: u64::from(LAST_PROMOTION.load(Relaxed)),
+        lowering: u64::from(lowering_waiting().is_some()),
     }
 }
