@@ -214,7 +214,7 @@ fn lowering_r_to_zero_completes_once_every_replica_applied_it() {
 /// restart is exempt from the guard and grants at once without the check;
 /// the replica, frozen meanwhile, never hears that R is 0.
 #[test]
-#[ignore = "review37 finding 1b: a master restarted with R 0 leaves its replicas' vouch for R 1 standing"]
+
 fn a_master_restarted_with_r_zero_while_a_replica_lags_loses_no_lock() {
     // Started without a window (so that the next start may be exempt).
     let mut m = node(1, 0)

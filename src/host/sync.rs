@@ -43,6 +43,11 @@ use crate::host::mutant::{self, Mutant};
 
 /// File name of the check's state, in the server's directory.
 pub const FILE: &str = "redlock-sync-state";
+/// File name of the mark that a replica may hold this master's vouch for an
+/// R above 0 (`1`; `0` or no file: none may), in the server's directory. A
+/// file of its own, so that the state file keeps the form older versions
+/// read.
+pub const VOUCHED_FILE: &str = "redlock-sync-vouched";
 
 /// The check's counters, shown by `INFO redlock`.
 pub mod stats {
@@ -63,6 +68,10 @@ pub mod stats {
 }
 
 static PATH: OnceLock<PathBuf> = OnceLock::new();
+static VOUCHED_PATH: OnceLock<PathBuf> = OnceLock::new();
+/// What [`VOUCHED_FILE`] says: an announcement with R above 0 went out, and
+/// no lowering to 0 has since reached every replica.
+static VOUCHED_OUT: AtomicBool = AtomicBool::new(false);
 /// What the file holds (and what is written next).
 static STATE: Mutex<SyncFile> = Mutex::new(SyncFile {
     seen_next: None,
@@ -142,6 +151,16 @@ pub fn on_load(ctx: &Context, now: MonoMillis) {
         .and_then(|text| SyncFile::parse(&text))
         .unwrap_or_default();
     let _ = PATH.set(path);
+    let vouched_path = std::env::current_dir()
+        .unwrap_or_default()
+        .join(VOUCHED_FILE);
+    // Unreadable (but present): as if a vouch went out.
+    let vouched = match std::fs::read_to_string(&vouched_path) {
+        Ok(text) => text.trim() != "0",
+        Err(e) => e.kind() != std::io::ErrorKind::NotFound,
+    };
+    VOUCHED_OUT.store(vouched, Relaxed);
+    let _ = VOUCHED_PATH.set(vouched_path);
     let replica = ctx.get_flags().contains(ContextFlags::SLAVE);
     {
         let mut st = state();
@@ -165,8 +184,32 @@ pub fn on_load(ctx: &Context, now: MonoMillis) {
     };
     UNCHECKED_UNTIL.store(unchecked, Relaxed);
     LAST_R.store(config::sync_replicas(), Relaxed);
+    // Started with R 0 (from its configuration) after a run whose replicas
+    // may still hold a vouch for more: the lowering of `on_config_change`.
+    ZERO_PENDING.store(!replica && config::sync_replicas() == 0 && vouched, Relaxed);
     if !replica {
         scan(ctx);
+    }
+}
+
+/// Writes [`VOUCHED_FILE`] (fsynced) when `on` differs from what it says;
+/// `false` when it cannot be written.
+fn set_vouched_out(on: bool) -> bool {
+    if VOUCHED_OUT.load(Relaxed) == on {
+        return true;
+    }
+    let Some(path) = VOUCHED_PATH.get() else {
+        return false;
+    };
+    match guard::write_file(path, if on { "1\n" } else { "0\n" }) {
+        Ok(()) => {
+            VOUCHED_OUT.store(on, Relaxed);
+            true
+        }
+        Err(e) => {
+            redis_module::logging::log_warning(format!("cannot write {}: {e}", path.display()));
+            false
+        }
     }
 }
 
@@ -321,6 +364,9 @@ fn lowering_waiting() -> Option<String> {
     let waiting = lowering_waits_for(&state().replicas, &replica_acks(), target);
     if waiting.is_empty() {
         ZERO_PENDING.store(false, Relaxed);
+        // No replica vouches for more than 0 now (a failed write keeps the
+        // mark: the next start with R 0 waits again, never less).
+        set_vouched_out(false);
         return None;
     }
     Some(waiting.join(", "))
@@ -420,6 +466,13 @@ unsafe fn announce(ctx: *mut raw::RedisModuleCtx, key: *mut raw::RedisModuleStri
             drop(st);
             save(None, &copy);
         }
+    }
+    // A vouch for R above 0 is marked on disk before it can reach a replica,
+    // so that a start with R 0 knows to wait for every replica (see
+    // `on_load`); when that cannot be written, it is not sent (the replicas
+    // are then not current, and a promotion keeps the guard).
+    if r > 0 && !set_vouched_out(true) {
+        return;
     }
     if let Some(replicate) = raw::RedisModule_Replicate {
         replicate(
@@ -635,9 +688,10 @@ pub fn on_config_change(ctx: &Context) {
         // Lowered to 0: a replica that lags keeps its vouch for `last` until
         // the announcement reaches it, and promoted before, it would grant at
         // once without the writes taken from now on without the check. So
-        // they wait for every replica ([`lowering_done`]). Raised again
-        // before that: nothing was taken without the check.
-        ZERO_PENDING.store(r == 0, Relaxed);
+        // they wait for every replica ([`lowering_done`]), when a vouch for
+        // more than 0 ever went out. Raised again before that: nothing was
+        // taken without the check.
+        ZERO_PENDING.store(r == 0 && VOUCHED_OUT.load(Relaxed), Relaxed);
         ZERO_ANNOUNCED_AT.store(u64::MAX, Relaxed);
         ZERO_TARGET.store(u64::MAX, Relaxed);
         bump();
