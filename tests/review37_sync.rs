@@ -258,7 +258,6 @@ fn a_master_restarted_with_r_zero_while_a_replica_lags_loses_no_lock() {
 /// `WAIT 1` counted either. The one that missed a grant, promoted, granted
 /// the lock again.
 #[test]
-#[ignore = "review37 finding 2: two replicas at one ip:port count as one"]
 fn two_replicas_at_one_address_are_two() {
     let mut m = node(1, 0).start();
     let mut c = m.connection();
@@ -273,6 +272,15 @@ fn two_replicas_at_one_address_are_two() {
     });
     wait_current(&mut a.connection());
     wait_current(&mut rb);
+    let err = error_of(
+        &mut c,
+        &[b"REDLOCK.ACQUIRE", b"probe", b"p", b"1000", b"SYNC", b"1"],
+    );
+    assert!(
+        err.starts_with("TOOMANYREPLICAS this master has had 2 replicas")
+            && err.contains(&format!("127.0.0.1#2:{shared_port}")),
+        "{err}"
+    );
     // b falls behind: frozen, its link cut (a comes back at once).
     b.pause();
     cut_replicas(&mut c);

@@ -184,6 +184,28 @@ pub fn parse_replica(line: &str) -> Option<(String, bool)> {
     }
 }
 
+/// The identities of the replicas online now, from their `ip:port` as the
+/// master sees them (one per replica line): a second, third … replica at
+/// an address already seen is `ip#2:port`, `ip#3:port` …. Two replicas at
+/// one address (behind one NAT address on the same port, or announcing the
+/// same `replica-announce-ip`/`-port`) are two replicas: counted as one,
+/// `WAIT R` could be met by either while the other, which missed the write,
+/// may be promoted.
+pub fn replica_identities(online: &[String]) -> Vec<String> {
+    let mut seen: std::collections::BTreeMap<&str, usize> = std::collections::BTreeMap::new();
+    online
+        .iter()
+        .map(|id| {
+            let n = seen.entry(id.as_str()).or_insert(0);
+            *n += 1;
+            match (*n, id.rsplit_once(':')) {
+                (1, _) | (_, None) => id.clone(),
+                (k, Some((ip, port))) => format!("{ip}#{k}:{port}"),
+            }
+        })
+        .collect()
+}
+
 /// A replica's line in a master's `INFO replication` with the offset it
 /// last acknowledged: `ip:port`, whether it is online, and `offset`.
 pub fn parse_replica_ack(line: &str) -> Option<(String, bool, u64)> {
@@ -415,6 +437,33 @@ mod tests {
             parse_replica_ack("ip=127.0.0.1,port=6380,state=send_bulk"),
             Some(("127.0.0.1:6380".into(), false, 0))
         );
+    }
+
+    #[test]
+    fn replicas_at_one_address_are_told_apart() {
+        let ids = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(
+            replica_identities(&ids(&["10.0.0.1:6379", "10.0.0.2:6379"])),
+            ids(&["10.0.0.1:6379", "10.0.0.2:6379"])
+        );
+        assert_eq!(
+            replica_identities(&ids(&[
+                "10.0.0.1:6379",
+                "10.0.0.1:6379",
+                "::1:7",
+                "10.0.0.1:6379"
+            ])),
+            ids(&[
+                "10.0.0.1:6379",
+                "10.0.0.1#2:6379",
+                "::1:7",
+                "10.0.0.1#3:6379"
+            ])
+        );
+        // The twin's name is a valid line of the state file.
+        let mut f = SyncFile::default();
+        f.replicas.insert("10.0.0.1#2:6379".into());
+        assert_eq!(SyncFile::parse(&f.render()), Some(f));
     }
 
     #[test]

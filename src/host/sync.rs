@@ -34,7 +34,7 @@ use crate::core::error::CommandError;
 use crate::core::lock::MonoMillis;
 use crate::core::sync_rule::{
     check_write, fresh, hold_ms, lowering_waits_for, parse_replica, parse_replica_ack, promotion,
-    Promotion, SyncFile, SyncRefusal, Vouch,
+    replica_identities, Promotion, SyncFile, SyncRefusal, Vouch,
 };
 use crate::host::clock::mono_now;
 use crate::host::config;
@@ -236,8 +236,15 @@ pub fn scan(ctx: &Context) {
     }
 }
 
-/// The `ip:port` of every replica online now (`INFO replication`).
+/// The identity of every replica online now (`INFO replication`): its
+/// `ip:port`, told apart from another at the same address
+/// ([`replica_identities`]).
 fn online_now() -> Vec<String> {
+    replica_identities(&online_addresses())
+}
+
+/// The `ip:port` of every replica online now, one per replica line.
+fn online_addresses() -> Vec<String> {
     let mut ids = Vec::new();
     // SAFETY: plain module API calls; the info data is freed below.
     unsafe {
@@ -401,6 +408,11 @@ fn replica_acks() -> Vec<(String, bool, u64)> {
             }
         }
         free(std::ptr::null_mut(), info);
+    }
+    // Named like the replica set: a twin at one address is `ip#k:port`.
+    let ids = replica_identities(&all.iter().map(|(id, _, _)| id.clone()).collect::<Vec<_>>());
+    for ((id, _, _), named) in all.iter_mut().zip(ids) {
+        *id = named;
     }
     all
 }
