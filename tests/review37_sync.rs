@@ -409,7 +409,6 @@ fn fill_replication_buffers(c: &mut redis::Connection, mb: usize) {
 /// read met `WAIT 1` while the one real replica lagged; promoted, that
 /// replica granted the lock again.
 #[test]
-#[ignore = "review37 finding 3: a port-0 replica that acknowledges meets WAIT R outside the count"]
 fn a_replication_tool_does_not_stand_in_for_a_replica() {
     let mut m = node(1, 0).start();
     let mut c = m.connection();
@@ -420,6 +419,24 @@ fn a_replication_tool_does_not_stand_in_for_a_replica() {
     wait_until(Duration::from_secs(20), "the tool online", || {
         let info: String = redis::cmd("INFO").arg("replication").query(&mut c).unwrap();
         info.contains("port=0,state=online")
+    });
+    let err = error_of(
+        &mut c,
+        &[b"REDLOCK.ACQUIRE", b"probe", b"p", b"1000", b"SYNC", b"1"],
+    );
+    assert!(
+        err.starts_with("TOOMANYREPLICAS this master has had 2 replicas")
+            && err.contains("127.0.0.1:0 (no listening port)"),
+        "{err}"
+    );
+    // A tool that left no longer counts (it is never promoted).
+    let second = ReplicationTool::attach(&m);
+    wait_until(Duration::from_secs(20), "the second tool counted", || {
+        redlock_info(&mut c, "sync_replicas_known") == 3
+    });
+    drop(second);
+    wait_until(Duration::from_secs(20), "the second tool gone", || {
+        redlock_info(&mut c, "sync_replicas_known") == 2
     });
     // a falls behind: frozen, and what the master writes next does not
     // reach its socket.

@@ -162,8 +162,8 @@ pub fn fresh(offset: u64, seen_next: Option<u64>) -> bool {
 
 /// A replica's identity in a master's `INFO replication` line
 /// (`ip=…,port=…,state=…,offset=…,lag=…`): `ip:port` and whether it is
-/// online. `None` for a line without an address or with port 0 (a tool that
-/// reads an RDB, never a promotable replica).
+/// online (port 0 for one without a listening port, see [`listens`]).
+/// `None` for a line without an address.
 pub fn parse_replica(line: &str) -> Option<(String, bool)> {
     let mut ip = None;
     let mut port = None;
@@ -177,11 +177,21 @@ pub fn parse_replica(line: &str) -> Option<(String, bool)> {
         }
     }
     match (ip, port) {
-        (Some(ip), Some(port)) if !ip.is_empty() && port != 0 => {
-            Some((format!("{ip}:{port}"), online))
-        }
+        (Some(ip), Some(port)) if !ip.is_empty() => Some((format!("{ip}:{port}"), online)),
         _ => None,
     }
+}
+
+/// Whether a replica identity has a listening port. One without (`ip:0`:
+/// a client of the replication protocol that never sent
+/// `REPLCONF listening-port`, such as a migration or change-data-capture
+/// tool, or a server on a unix socket only) is not kept in the replica set
+/// of the master's life (Sentinel cannot promote it), but counts while it is
+/// online: `WAIT` counts its acknowledgements like any replica's, so left
+/// out, it could meet `WAIT R` in place of a replica that missed the write.
+pub fn listens(id: &str) -> bool {
+    id.rsplit_once(':')
+        .is_some_and(|(_, port)| port.parse::<u16>().is_ok_and(|p| p != 0))
 }
 
 /// The identities of the replicas online now, from their `ip:port` as the
@@ -401,8 +411,12 @@ mod tests {
         );
         assert_eq!(
             parse_replica("ip=10.0.0.1,port=0,state=online,offset=1,lag=0"),
-            None
+            Some(("10.0.0.1:0".into(), true))
         );
+        assert!(!listens("10.0.0.1:0"));
+        assert!(!listens("10.0.0.1#2:0"));
+        assert!(listens("10.0.0.1:6379"));
+        assert!(listens("::1:6379"));
         assert_eq!(parse_replica("port=6380,state=online"), None);
         assert_eq!(parse_replica(""), None);
     }

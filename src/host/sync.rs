@@ -33,8 +33,8 @@ use redis_module::{raw, Context, ContextFlags};
 use crate::core::error::CommandError;
 use crate::core::lock::MonoMillis;
 use crate::core::sync_rule::{
-    check_write, fresh, hold_ms, lowering_waits_for, parse_replica, parse_replica_ack, promotion,
-    replica_identities, Promotion, SyncFile, SyncRefusal, Vouch,
+    check_write, fresh, hold_ms, listens, lowering_waits_for, parse_replica, parse_replica_ack,
+    promotion, replica_identities, Promotion, SyncFile, SyncRefusal, Vouch,
 };
 use crate::host::clock::mono_now;
 use crate::host::config;
@@ -80,8 +80,11 @@ static STATE: Mutex<SyncFile> = Mutex::new(SyncFile {
 /// The replica set could not be written: lock writes are refused (a restart
 /// would forget replicas).
 static RECORD_FAILED: AtomicBool = AtomicBool::new(false);
-/// Replicas of this master's life, and online now (from the last scan).
+/// Replicas of this master's life (with those online now that have no
+/// listening port, see [`listens`]), and online now (from the last scan).
 static KNOWN: AtomicUsize = AtomicUsize::new(0);
+/// The replicas online now without a listening port (last scan).
+static UNLISTED: Mutex<Vec<String>> = Mutex::new(Vec::new());
 static ONLINE: AtomicUsize = AtomicUsize::new(0);
 /// As a replica: a fresh announcement of the current master was applied.
 static CURRENT: AtomicBool = AtomicBool::new(false);
@@ -218,16 +221,20 @@ fn set_vouched_out(on: bool) -> bool {
 pub fn scan(ctx: &Context) {
     let online_ids = online_now();
     ONLINE.store(online_ids.len(), Relaxed);
+    let (listening, unlisted): (Vec<String>, Vec<String>) =
+        online_ids.into_iter().partition(|id| listens(id));
+    let unlisted_count = unlisted.len();
+    *UNLISTED.lock().unwrap_or_else(|p| p.into_inner()) = unlisted;
     let mut st = state();
     let mut grew = false;
-    for id in online_ids {
+    for id in listening {
         grew |= st.replicas.insert(id);
     }
     if mutant::on(Mutant::SyncCountsOnline) {
         // The rule before DESIGN §13: only the replicas connected now.
         KNOWN.store(ONLINE.load(Relaxed), Relaxed);
     } else {
-        KNOWN.store(st.replicas.len(), Relaxed);
+        KNOWN.store(st.replicas.len() + unlisted_count, Relaxed);
     }
     if grew {
         let copy = st.clone();
@@ -308,12 +315,15 @@ pub fn check(ctx: &Context, stated: u64) -> Result<(), CommandError> {
             }
             SyncRefusal::TooMany { known, r } => {
                 stats::REFUSED_TOO_MANY.fetch_add(1, Relaxed);
-                let names = state()
-                    .replicas
-                    .iter()
-                    .cloned()
-                    .collect::<Vec<_>>()
-                    .join(", ");
+                let mut names = state().replicas.iter().cloned().collect::<Vec<_>>();
+                names.extend(
+                    UNLISTED
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .iter()
+                        .map(|id| format!("{id} (no listening port)")),
+                );
+                let names = names.join(", ");
                 CommandError::SyncTooMany { known, names, r }
             }
             SyncRefusal::TooFew { online, r } => {
@@ -723,6 +733,7 @@ pub fn replicas_command(ctx: &Context, args: &[&[u8]]) -> Result<ReplicasReply, 
                 .replicas
                 .iter()
                 .map(|id| (id.clone(), online.contains(id)))
+                .chain(online.iter().filter(|id| !listens(id)).map(|id| (id.clone(), true)))
                 .collect(),
         )),
         [_, sub, id] if sub.eq_ignore_ascii_case(b"FORGET") => {
@@ -736,7 +747,8 @@ pub fn replicas_command(ctx: &Context, args: &[&[u8]]) -> Result<ReplicasReply, 
             if !st.replicas.remove(&id) {
                 return Ok(ReplicasReply::Forgot(false));
             }
-            KNOWN.store(st.replicas.len(), Relaxed);
+            let unlisted = UNLISTED.lock().unwrap_or_else(|p| p.into_inner()).len();
+            KNOWN.store(st.replicas.len() + unlisted, Relaxed);
             let copy = st.clone();
             drop(st);
             RECORD_FAILED.store(!save(Some(ctx), &copy), Relaxed);
