@@ -389,8 +389,8 @@ fn lowering_waiting() -> Option<String> {
     Some(waiting.join(", "))
 }
 
-/// Every replica line of `INFO replication`: `ip:port`, online, and the
-/// offset it acknowledged.
+/// Every online replica of `INFO replication`: its identity, `true`, and
+/// the offset it acknowledged.
 fn replica_acks() -> Vec<(String, bool, u64)> {
     let mut all = Vec::new();
     // SAFETY: plain module API calls; the info data is freed below.
@@ -413,7 +413,9 @@ fn replica_acks() -> Vec<(String, bool, u64)> {
                 break;
             }
             let line = std::ffi::CStr::from_ptr(value).to_string_lossy();
-            if let Some(ack) = parse_replica_ack(&line) {
+            // Online ones only: they are named like the replica set, which
+            // `scan` takes from the online ones.
+            if let Some(ack @ (_, true, _)) = parse_replica_ack(&line) {
                 all.push(ack);
             }
         }
