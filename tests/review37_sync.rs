@@ -460,3 +460,58 @@ fn a_replication_tool_does_not_stand_in_for_a_replica() {
         redlock_info(&mut ra, "sync_last_promotion")
     );
 }
+
+/// Hardening 4: `REDLOCK.REPLICAS FORGET` refused only a replica *online*
+/// now; one connected but in the middle of a full sync (listed `wait_bgsave`,
+/// `send_bulk`) could be forgotten. Such a replica still holds its old data
+/// and its master's vouch until it starts loading, and may be promoted.
+#[test]
+fn a_replica_in_the_middle_of_a_sync_cannot_be_forgotten() {
+    use std::io::{BufRead, BufReader, Write};
+    let m = node(1, 0)
+        .config("repl-diskless-sync", "yes")
+        .config("repl-diskless-sync-delay", "30")
+        .start();
+    let mut c = m.connection();
+    config_set(&mut c, "repl-diskless-sync-delay", "0");
+    let mut b = replica_of(&m, 1);
+    let port = b.port();
+    b.kill();
+    wait_until(Duration::from_secs(10), "b offline", || {
+        redlock_info(&mut c, "sync_replicas_online") == 0
+    });
+    // b comes back and asks for a full sync, which waits 30 s to start.
+    config_set(&mut c, "repl-diskless-sync-delay", "30");
+    let sock = std::net::TcpStream::connect(("127.0.0.1", m.port())).unwrap();
+    let mut w = sock.try_clone().unwrap();
+    let mut r = BufReader::new(sock);
+    let p = port.to_string();
+    for cmd in [
+        format!(
+            "*3\r\n$8\r\nREPLCONF\r\n$14\r\nlistening-port\r\n${}\r\n{p}\r\n",
+            p.len()
+        ),
+        "*5\r\n$8\r\nREPLCONF\r\n$4\r\ncapa\r\n$3\r\neof\r\n$4\r\ncapa\r\n$6\r\npsync2\r\n".into(),
+    ] {
+        w.write_all(cmd.as_bytes()).unwrap();
+        let mut line = String::new();
+        r.read_line(&mut line).unwrap();
+        assert_eq!(line.trim(), "+OK");
+    }
+    w.write_all(b"*3\r\n$5\r\nPSYNC\r\n$1\r\n?\r\n$2\r\n-1\r\n").unwrap();
+    let syncing = format!("port={port},state=wait_bgsave");
+    wait_until(Duration::from_secs(10), "b waiting for its sync", || {
+        let info: String = redis::cmd("INFO").arg("replication").query(&mut c).unwrap();
+        info.contains(&syncing)
+    });
+    let err = error_of(
+        &mut c,
+        &[
+            b"REDLOCK.REPLICAS",
+            b"FORGET",
+            format!("127.0.0.1:{port}").as_bytes(),
+        ],
+    );
+    assert!(err.contains("is connected"), "{err}");
+    drop((w, r));
+}

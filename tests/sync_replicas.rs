@@ -230,7 +230,7 @@ fn a_master_counts_every_replica_of_its_life_across_restarts() {
             format!("127.0.0.1:{}", b.port()).as_bytes(),
         ],
     );
-    assert!(err.contains("is online"), "{err}");
+    assert!(err.contains("is connected"), "{err}");
     let forgot: i64 = redis::cmd("REDLOCK.REPLICAS")
         .arg("FORGET")
         .arg(format!("127.0.0.1:{}", a.port()))

@@ -33,8 +33,8 @@ use redis_module::{raw, Context, ContextFlags};
 use crate::core::error::CommandError;
 use crate::core::lock::MonoMillis;
 use crate::core::sync_rule::{
-    check_write, fresh, hold_ms, listens, lowering_waits_for, parse_replica, parse_replica_ack,
-    promotion, replica_identities, Promotion, SyncFile, SyncRefusal, Vouch,
+    check_write, fresh, hold_ms, listens, lowering_waits_for, parse_replica_ack, promotion,
+    replica_identities, Promotion, SyncFile, SyncRefusal, Vouch,
 };
 use crate::host::clock::mono_now;
 use crate::host::config;
@@ -252,7 +252,17 @@ fn online_now() -> Vec<String> {
 
 /// The `ip:port` of every replica online now, one per replica line.
 fn online_addresses() -> Vec<String> {
-    let mut ids = Vec::new();
+    replica_lines()
+        .into_iter()
+        .filter(|(_, online, _)| *online)
+        .map(|(id, _, _)| id)
+        .collect()
+}
+
+/// Every replica line of `INFO replication`, connected in any state:
+/// `ip:port`, whether it is online, and the offset it acknowledged.
+fn replica_lines() -> Vec<(String, bool, u64)> {
+    let mut lines = Vec::new();
     // SAFETY: plain module API calls; the info data is freed below.
     unsafe {
         let (Some(get), Some(field), Some(free)) = (
@@ -260,11 +270,11 @@ fn online_addresses() -> Vec<String> {
             raw::RedisModule_ServerInfoGetFieldC,
             raw::RedisModule_FreeServerInfo,
         ) else {
-            return ids;
+            return lines;
         };
         let info = get(std::ptr::null_mut(), c"replication".as_ptr());
         if info.is_null() {
-            return ids;
+            return lines;
         }
         for i in 0..1024 {
             let name = format!("slave{i}\0");
@@ -273,13 +283,13 @@ fn online_addresses() -> Vec<String> {
                 break;
             }
             let line = std::ffi::CStr::from_ptr(value).to_string_lossy();
-            if let Some((id, true)) = parse_replica(&line) {
-                ids.push(id);
+            if let Some(parsed) = parse_replica_ack(&line) {
+                lines.push(parsed);
             }
         }
         free(std::ptr::null_mut(), info);
     }
-    ids
+    lines
 }
 
 /// The check for a lock write that stated `stated` (`SYNC r`, 0 without):
@@ -389,39 +399,14 @@ fn lowering_waiting() -> Option<String> {
     Some(waiting.join(", "))
 }
 
-/// Every online replica of `INFO replication`: its identity, `true`, and
+/// Every online replica of `INFO replication`: its identity (named like
+/// the replica set, which `scan` takes from the online ones), `true`, and
 /// the offset it acknowledged.
 fn replica_acks() -> Vec<(String, bool, u64)> {
-    let mut all = Vec::new();
-    // SAFETY: plain module API calls; the info data is freed below.
-    unsafe {
-        let (Some(get), Some(field), Some(free)) = (
-            raw::RedisModule_GetServerInfo,
-            raw::RedisModule_ServerInfoGetFieldC,
-            raw::RedisModule_FreeServerInfo,
-        ) else {
-            return all;
-        };
-        let info = get(std::ptr::null_mut(), c"replication".as_ptr());
-        if info.is_null() {
-            return all;
-        }
-        for i in 0..1024 {
-            let name = format!("slave{i}\0");
-            let value = field(info, name.as_ptr().cast::<c_char>());
-            if value.is_null() {
-                break;
-            }
-            let line = std::ffi::CStr::from_ptr(value).to_string_lossy();
-            // Online ones only: they are named like the replica set, which
-            // `scan` takes from the online ones.
-            if let Some(ack @ (_, true, _)) = parse_replica_ack(&line) {
-                all.push(ack);
-            }
-        }
-        free(std::ptr::null_mut(), info);
-    }
-    // Named like the replica set: a twin at one address is `ip#k:port`.
+    let mut all: Vec<_> = replica_lines()
+        .into_iter()
+        .filter(|(_, online, _)| *online)
+        .collect();
     let ids = replica_identities(&all.iter().map(|(id, _, _)| id.clone()).collect::<Vec<_>>());
     for ((id, _, _), named) in all.iter_mut().zip(ids) {
         *id = named;
@@ -729,6 +714,13 @@ pub fn on_config_change(ctx: &Context) {
 pub fn replicas_command(ctx: &Context, args: &[&[u8]]) -> Result<ReplicasReply, CommandError> {
     scan(ctx);
     let online = online_now();
+    // Connected in any state (a full sync in progress too): named both ways,
+    // among all lines and among the online ones.
+    let all_lines: Vec<String> = replica_lines().into_iter().map(|(id, _, _)| id).collect();
+    let connected: Vec<String> = replica_identities(&all_lines)
+        .into_iter()
+        .chain(online.iter().cloned())
+        .collect();
     match args {
         [_] => Ok(ReplicasReply::List(
             state()
@@ -740,9 +732,9 @@ pub fn replicas_command(ctx: &Context, args: &[&[u8]]) -> Result<ReplicasReply, 
         )),
         [_, sub, id] if sub.eq_ignore_ascii_case(b"FORGET") => {
             let id = String::from_utf8_lossy(id).into_owned();
-            if online.contains(&id) {
+            if connected.contains(&id) {
                 return Err(CommandError::Replicas(format!(
-                    "{id} is online: only a replica that is gone for good (removed from Sentinel, shut down) may be forgotten"
+                    "{id} is connected: only a replica that is gone for good (removed from Sentinel, shut down) may be forgotten"
                 )));
             }
             let mut st = state();
