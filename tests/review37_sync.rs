@@ -498,7 +498,8 @@ fn a_replica_in_the_middle_of_a_sync_cannot_be_forgotten() {
         r.read_line(&mut line).unwrap();
         assert_eq!(line.trim(), "+OK");
     }
-    w.write_all(b"*3\r\n$5\r\nPSYNC\r\n$1\r\n?\r\n$2\r\n-1\r\n").unwrap();
+    w.write_all(b"*3\r\n$5\r\nPSYNC\r\n$1\r\n?\r\n$2\r\n-1\r\n")
+        .unwrap();
     let syncing = format!("port={port},state=wait_bgsave");
     wait_until(Duration::from_secs(10), "b waiting for its sync", || {
         let info: String = redis::cmd("INFO").arg("replication").query(&mut c).unwrap();
