@@ -516,3 +516,74 @@ fn a_replica_in_the_middle_of_a_sync_cannot_be_forgotten() {
     assert!(err.contains("is connected"), "{err}");
     drop((w, r));
 }
+
+/// Finding 5: a master and its replica that share `dir` (two instances on
+/// one host with their own `dbfilename` and `appenddirname`, which Redis
+/// allows). The replica wrote its state (no replica set) over the master's
+/// `redlock-sync-state`; restarted, the master forgot a replica that had
+/// left, counted only those online, and took writes that replica lacked.
+#[test]
+#[ignore = "review37 finding 5: a replica sharing its master's dir overwrites the master's replica set"]
+fn a_replica_sharing_the_masters_dir_leaves_its_replica_set_alone() {
+    let mut m = node(2, 0)
+        .config("appendonly", "yes")
+        .config("appendfsync", "always")
+        .start();
+    let mut c = m.connection();
+    let a = replica_of_builder(
+        &m,
+        node(2, 0)
+            .config("dir", m.dir().to_str().unwrap())
+            .config("dbfilename", "replica-a.rdb")
+            .config("appenddirname", "replica-a-aof"),
+    );
+    let b = replica_of(&m, 2);
+    let mut rb = b.connection();
+    wait_current(&mut a.connection());
+    wait_current(&mut rb);
+    assert_eq!(redlock_info(&mut c, "sync_replicas_known"), 2);
+    // b falls behind for good: frozen, its link cut (a comes back at once).
+    b.pause();
+    cut_replicas(&mut c);
+    wait_until(Duration::from_secs(20), "a back online alone", || {
+        redlock_info(&mut c, "sync_replicas_online") == 1
+            && info_field(&mut c, "replication", "connected_slaves").as_deref() == Some("1")
+    });
+    // The master restarts (durable, nothing lost) and gets a second replica.
+    m.kill();
+    m.restart();
+    let mut c = m.connection();
+    wait_until(Duration::from_secs(20), "a back", || {
+        redlock_info(&mut c, "sync_replicas_online") == 1
+    });
+    let d = replica_of(&m, 2);
+    wait_current(&mut d.connection());
+    let alice = relied_grant(&mut c, "k", "alice", 30_000);
+    m.kill();
+    b.resume();
+    wait_until(Duration::from_secs(10), "b's link down", || {
+        !link_up(&mut rb)
+    });
+    promote(&mut rb);
+    let e = replica_of(&b, 2);
+    let f = replica_of(&b, 2);
+    wait_current(&mut e.connection());
+    wait_current(&mut f.connection());
+    let bob = relied_grant(&mut rb, "k", "bob", 1_000);
+    assert!(
+        alice.is_none() || bob.is_none(),
+        "two holders of k: alice (token {alice:?}) and bob (token {bob:?}) on b promoted, \
+         promotion outcome {}",
+        redlock_info(&mut rb, "sync_last_promotion")
+    );
+}
+
+/// A replica of `master` from `builder`, online at its master, the guard on
+/// for a promotion.
+fn replica_of_builder(master: &Node, builder: NodeBuilder) -> Node {
+    let replica = start_replica(master, builder);
+    let mut con = replica.connection();
+    config_set(&mut con, "redlock.restart-grace-ms", "-1");
+    wait_online(master, &replica);
+    replica
+}
