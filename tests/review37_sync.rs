@@ -523,7 +523,6 @@ fn a_replica_in_the_middle_of_a_sync_cannot_be_forgotten() {
 /// `redlock-sync-state`; restarted, the master forgot a replica that had
 /// left, counted only those online, and took writes that replica lacked.
 #[test]
-#[ignore = "review37 finding 5: a replica sharing its master's dir overwrites the master's replica set"]
 fn a_replica_sharing_the_masters_dir_leaves_its_replica_set_alone() {
     let mut m = node(2, 0)
         .config("appendonly", "yes")
@@ -586,4 +585,39 @@ fn replica_of_builder(master: &Node, builder: NodeBuilder) -> Node {
     config_set(&mut con, "redlock.restart-grace-ms", "-1");
     wait_online(master, &replica);
     replica
+}
+
+/// The state file written before its name carried the port is read once by
+/// a node that has none of its own (an upgrade keeps the replica set).
+#[test]
+fn the_state_file_of_an_older_version_is_read_once() {
+    let m = node(1, 0)
+        .file(
+            "redlock-sync-state",
+            b"redlock-sync-state 1\nseen none\nreplica 127.0.0.1:1\nreplica 127.0.0.1:2\n",
+        )
+        .start();
+    let mut c = m.connection();
+    let list: Vec<(String, i64)> = redis::cmd("REDLOCK.REPLICAS").query(&mut c).unwrap();
+    assert_eq!(
+        list,
+        vec![
+            ("127.0.0.1:1".to_string(), 0),
+            ("127.0.0.1:2".to_string(), 0)
+        ]
+    );
+    assert_eq!(redlock_info(&mut c, "sync_replicas_known"), 2);
+    // Written under this node's own name from now on.
+    let forgot: i64 = redis::cmd("REDLOCK.REPLICAS")
+        .arg("FORGET")
+        .arg("127.0.0.1:2")
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(forgot, 1);
+    let own =
+        std::fs::read_to_string(m.dir().join(format!("redlock-sync-state-{}", m.port()))).unwrap();
+    assert!(
+        own.contains("replica 127.0.0.1:1\n") && !own.contains("127.0.0.1:2"),
+        "{own}"
+    );
 }

@@ -41,13 +41,32 @@ use crate::host::config;
 use crate::host::guard;
 use crate::host::mutant::{self, Mutant};
 
-/// File name of the check's state, in the server's directory.
+/// File name of the check's state, in the server's directory, followed by
+/// `-PORT` (see [`instance_file`]).
 pub const FILE: &str = "redlock-sync-state";
 /// File name of the mark that a replica may hold this master's vouch for an
-/// R above 0 (`1`; `0` or no file: none may), in the server's directory. A
-/// file of its own, so that the state file keeps the form older versions
-/// read.
+/// R above 0 (`1`; `0` or no file: none may), in the server's directory,
+/// followed by `-PORT`. A file of its own, so that the state file keeps the
+/// form older versions read.
 pub const VOUCHED_FILE: &str = "redlock-sync-vouched";
+
+/// `base-PORT` in the server's directory (`port`, else `tls-port`; `base`
+/// alone when the node listens on neither). Two instances may share `dir`
+/// (with their own `dbfilename` and `appenddirname`), and a replica's state
+/// written over its master's would make the master forget its replicas; two
+/// instances never share a port on one host.
+fn instance_file(ctx: &Context, base: &str) -> PathBuf {
+    let dir = std::env::current_dir().unwrap_or_default();
+    let port = ["port", "tls-port"].iter().find_map(|name| {
+        config::config_get(ctx, name)
+            .and_then(|v| v.trim().parse::<u16>().ok())
+            .filter(|&p| p != 0)
+    });
+    match port {
+        Some(port) => dir.join(format!("{base}-{port}")),
+        None => dir.join(base),
+    }
+}
 
 /// The check's counters, shown by `INFO redlock`.
 pub mod stats {
@@ -148,15 +167,18 @@ fn save(ctx: Option<&Context>, file: &SyncFile) -> bool {
 /// Reads the file at load. A replica forgets the replica set (it is not a
 /// master; its next life as one starts empty).
 pub fn on_load(ctx: &Context, now: MonoMillis) {
-    let path = std::env::current_dir().unwrap_or_default().join(FILE);
-    let file = std::fs::read_to_string(&path)
+    let path = instance_file(ctx, FILE);
+    // Before the port was in the name, one file per `dir`: read once when
+    // this instance has none of its own yet.
+    let text = std::fs::read_to_string(&path).or_else(|_| {
+        std::fs::read_to_string(std::env::current_dir().unwrap_or_default().join(FILE))
+    });
+    let file = text
         .ok()
         .and_then(|text| SyncFile::parse(&text))
         .unwrap_or_default();
     let _ = PATH.set(path);
-    let vouched_path = std::env::current_dir()
-        .unwrap_or_default()
-        .join(VOUCHED_FILE);
+    let vouched_path = instance_file(ctx, VOUCHED_FILE);
     // Unreadable (but present): as if a vouch went out.
     let vouched = match std::fs::read_to_string(&vouched_path) {
         Ok(text) => text.trim() != "0",
