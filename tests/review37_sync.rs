@@ -621,3 +621,54 @@ fn the_state_file_of_an_older_version_is_read_once() {
         "{own}"
     );
 }
+
+/// Finding 6: two nodes sharing `dir` (each with its own `dbfilename` and
+/// `appenddirname`) shared `redlock-longest-lease-ms`, and each wrote its
+/// own value over it: the record, which must only grow, went down. A node
+/// that had granted a lease longer than what the record then said waited
+/// too short a restart window after a crash, and granted the lock again
+/// while that lease ran.
+#[test]
+#[ignore = "review37 finding 6: two nodes sharing dir write their longest lease over each other's"]
+fn a_node_sharing_dir_keeps_the_longest_lease_it_granted() {
+    let mut y = Node::builder()
+        .config("redlock.max-ttl-ms", "1000")
+        .config("redlock.restart-grace-ms", "-1")
+        .config("dbfilename", "y.rdb")
+        .config("appenddirname", "y-aof")
+        .start();
+    let x = Node::builder()
+        .config("redlock.max-ttl-ms", "1000")
+        .config("redlock.restart-grace-ms", "-1")
+        .config("dir", y.dir().to_str().unwrap())
+        .config("dbfilename", "x.rdb")
+        .config("appenddirname", "x-aof")
+        .start();
+    let mut cy = y.connection();
+    let mut cx = x.connection();
+    // Past both restart windows (1 s).
+    wait_until(Duration::from_secs(10), "the windows over", || {
+        redlock_info(&mut cy, "grace_active") == 0 && redlock_info(&mut cx, "grace_active") == 0
+    });
+    // y grants a 6 s lease; x raises its own limit to 3 s afterwards.
+    config_set(&mut cy, "redlock.max-ttl-ms", "6000");
+    assert_eq!(acquire(&mut cy, "k", "alice", 6_000), Some(1));
+    let granted = std::time::Instant::now();
+    config_set(&mut cx, "redlock.max-ttl-ms", "3000");
+    // y crashes (no persistence: the lease is lost) and comes back with its
+    // configured 1 s limit.
+    y.kill();
+    y.restart();
+    let mut cy = y.connection();
+    let mut bob = None;
+    while granted.elapsed() < Duration::from_millis(5_500) && bob.is_none() {
+        bob = acquire_result(&mut cy, "k", "bob", 1_000).ok().flatten();
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(
+        bob.is_none(),
+        "bob was granted k {} ms after alice's 6 s lease (the record said {:?})",
+        granted.elapsed().as_millis(),
+        std::fs::read_to_string(y.dir().join("redlock-longest-lease-ms"))
+    );
+}
