@@ -629,7 +629,6 @@ fn the_state_file_of_an_older_version_is_read_once() {
 /// too short a restart window after a crash, and granted the lock again
 /// while that lease ran.
 #[test]
-#[ignore = "review37 finding 6: two nodes sharing dir write their longest lease over each other's"]
 fn a_node_sharing_dir_keeps_the_longest_lease_it_granted() {
     let mut y = Node::builder()
         .config("redlock.max-ttl-ms", "1000")
