@@ -295,7 +295,7 @@ impl Node {
         let text = match reply {
             Ok(value) => redis::from_redis_value::<String>(value).map_err(|e| e.to_string())?,
             Err(e) => {
-                let (failure, broken) = NodeFailure::from_redis(&e);
+                let (failure, broken) = crate::classify::node_failure(&e);
                 if broken {
                     return Err(failure.to_string());
                 }
@@ -436,7 +436,7 @@ impl Node {
             }
             Ok(other) => Err(NodeFailure::Unexpected(format!("{other:?}"))),
             Err(e) => {
-                let (failure, broken) = NodeFailure::from_redis(&e);
+                let (failure, broken) = crate::classify::node_failure(&e);
                 loan.answered = !broken;
                 Err(failure)
             }
@@ -477,7 +477,7 @@ impl Node {
         let reply = match reply.and_then(Value::extract_error) {
             Ok(value) => Ok(value),
             Err(e) => {
-                let (failure, broken) = NodeFailure::from_redis(&e);
+                let (failure, broken) = crate::classify::node_failure(&e);
                 if broken {
                     self.mark_down(generation, &failure);
                 }
