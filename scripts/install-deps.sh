@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Installs the system packages the build and the tests need, when missing:
 # redis-server (Redis 7.0+), libclang (for redis-module's bindgen),
-# Python's venv (the Python package's tests run in a venv) and the openssl
-# command (the Python TLS test makes its certificates with it).
+# Python's venv (the Python package's tests run in a venv), the openssl
+# command (the Python and Node TLS tests make their certificates with it),
+# Node.js 20+ for the Node package comes from the machine or, when it has none
+# as new (Debian 12's nodejs is 18), from PyPI: see scripts/node-path.sh.
 set -euo pipefail
 
 missing=()

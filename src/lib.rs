@@ -167,6 +167,15 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
     #[cfg(feature = "test-hooks")]
     clock::load_wall_offset_from_env();
     #[cfg(feature = "test-hooks")]
+    clock::load_boot_id_from_env();
+    // The boot id and the time namespace's offset are read once, here
+    // (not in the first child process that saves a record).
+    if clock::boot_now().is_none() {
+        ctx.log_warning(
+            "cannot read the boot id or CLOCK_MONOTONIC: leases read back from disk are timed as if written on another boot",
+        );
+    }
+    #[cfg(feature = "test-hooks")]
     host::mutant::load_from_env();
     guard::on_load(ctx, clock::mono_now());
     redis_module::raw::register_info_function(ctx.ctx, Some(info::info));

@@ -4,7 +4,7 @@
 
 mod common;
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use common::*;
 
@@ -106,5 +106,98 @@ fn the_holder_renews_under_a_reservation_for_another() {
         acquire(&mut con, "k", "held", 30_000),
         Some(1),
         "the holder's renewal was refused"
+    );
+}
+
+/// Issue 35 item 4: an ACQUIRE of the reserved owner that gets WRONGTYPE
+/// (a key of another type under the reservation) changes nothing, the
+/// reservation included: once the key is a free lock again, the reserved
+/// owner still goes first. Before, reading the reservation ended it, so the
+/// refused ACQUIRE gave it away and another owner got the lock.
+#[test]
+fn a_reserved_owners_acquire_that_gets_wrongtype_keeps_its_reservation() {
+    let node = Node::builder().config("redlock.handoff-ms", "5000").start();
+    let mut con = node.connection();
+    reserve(&node, &mut con, "k", "holder", "first");
+    let _: i64 = redis::cmd("DEL").arg("k").query(&mut con).unwrap();
+    let _: () = redis::cmd("SET").arg("k").arg("x").query(&mut con).unwrap();
+    let err = acquire_result(&mut con, "k", "first", 1_000).unwrap_err();
+    assert_eq!(err.code(), Some("WRONGTYPE"), "{err}");
+    let _: i64 = redis::cmd("DEL").arg("k").query(&mut con).unwrap();
+    assert_eq!(
+        acquire(&mut con, "k", "other", 1_000),
+        None,
+        "the refused ACQUIRE gave the reservation away"
+    );
+    assert_eq!(acquire(&mut con, "k", "first", 1_000), Some(1));
+    // Taken by its owner: over.
+    assert_eq!(release(&mut con, "k", "first"), 1);
+    assert_eq!(acquire(&mut con, "k", "other", 1_000), Some(2));
+}
+
+/// Issue 35 item 4: on a replica, a queued waiter woken by its master's
+/// release gets the lock from the master; the master's grant, arriving as
+/// `REDLOCK.APPLY`, ends the replica's reservation. So once that holder
+/// releases, a plain `WAIT` on the replica is answered at once. Before, the
+/// reservation lived on for `redlock.handoff-ms` (the owner's ACQUIRE never
+/// reaches a replica), and the `WAIT` got 0 at its timeout.
+#[test]
+fn the_masters_grant_ends_the_reservation_on_a_replica() {
+    let master = Node::builder()
+        .config("repl-diskless-sync-delay", "0")
+        .start();
+    let mut m = master.connection();
+    let replica = start_replica(
+        &master,
+        Node::builder().config("redlock.handoff-ms", "5000"),
+    );
+    let mut r = replica.connection();
+    assert_eq!(acquire(&mut m, "k", "holder", 30_000), Some(1));
+    wait_replicated(&mut m);
+    let (secs, micros): (u64, u64) = redis::cmd("TIME").query(&mut r).unwrap();
+    let ticket = secs * 1_000_000 + micros;
+    let mut waiter = replica.connection();
+    let woken = std::thread::spawn(move || -> i64 {
+        redis::cmd("REDLOCK.WAIT")
+            .arg("k")
+            .arg(0)
+            .arg("QUEUE")
+            .arg("first")
+            .arg(ticket)
+            .query(&mut waiter)
+            .unwrap()
+    });
+    wait_until(Duration::from_secs(5), "queued waiter", || {
+        redlock_info(&mut r, "waiting_clients") == 1
+    });
+    assert_eq!(release(&mut m, "k", "holder"), 1);
+    assert_eq!(woken.join().unwrap(), 1);
+    // The woken waiter takes the lock on the master, holds it briefly and
+    // releases it; both effects reach the replica.
+    assert_eq!(acquire(&mut m, "k", "first", 30_000), Some(2));
+    wait_replicated(&mut m);
+    assert_eq!(
+        redlock_info(&mut r, "wait_keys"),
+        0,
+        "the reservation outlived the grant"
+    );
+    assert_eq!(release(&mut m, "k", "first"), 1);
+    wait_replicated(&mut m);
+    let asked = Instant::now();
+    let free: i64 = redis::cmd("REDLOCK.WAIT")
+        .arg("k")
+        .arg(1_000)
+        .query(&mut r)
+        .unwrap();
+    assert_eq!(
+        free,
+        1,
+        "a plain WAIT on the replica after {:?}",
+        asked.elapsed()
+    );
+    assert!(
+        asked.elapsed() < Duration::from_millis(900),
+        "{:?}",
+        asked.elapsed()
     );
 }

@@ -7,8 +7,9 @@
 //! `DEBUG RELOAD`, after `DEBUG LOADAOF` and on the replica.
 //!
 //! Payloads are built here from real `DUMP`s: decoded, changed, encoded
-//! again, with the `DUMP` trailer recomputed. The record is encoding v2 of
-//! src/host/persist.rs; the framing is Redis 7.0's: the object type byte
+//! again, with the `DUMP` trailer recomputed. The record is encoding v3 of
+//! src/host/persist.rs (v2 without its boot stamp, still read); the
+//! framing is Redis 7.0's: the object type byte
 //! (`RDB_TYPE_MODULE_2` = 7), the module id as an RDB length, each field as
 //! an RDB length opcode (`UINT` = 2, `STRING` = 5) and its value
 //! (`rdbSaveLen`, `rdbSaveRawString`), the `EOF` opcode (0), then the
@@ -45,6 +46,41 @@ fn rdb_version() -> u16 {
         (Flavor::Valkey, v) if v < (9, 0, 0) => 11,
         (Flavor::Valkey, _) => 80,
     }
+}
+
+/// This machine's boot id and its boot clock now, in ms, as the module reads
+/// them (src/host/clock.rs; the test runs in the server's time namespace,
+/// whose boot-time offset both take off).
+fn boot_now() -> (Vec<u8>, u64) {
+    let text = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap();
+    let hex: Vec<u8> = text
+        .trim()
+        .chars()
+        .filter(|c| *c != '-')
+        .map(|c| c.to_digit(16).unwrap() as u8)
+        .collect();
+    let id = hex.chunks(2).map(|p| (p[0] << 4) | p[1]).collect();
+    let offset_ns: i128 = std::fs::read_to_string("/proc/self/timens_offsets")
+        .ok()
+        .and_then(|t| {
+            let line = t.lines().find(|l| l.starts_with("monotonic"))?.to_string();
+            let mut w = line.split_whitespace().skip(1);
+            let secs: i128 = w.next()?.parse().ok()?;
+            let nanos: i128 = w.next()?.parse().ok()?;
+            Some(secs * 1_000_000_000 + nanos)
+        })
+        .unwrap_or(0);
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes the timespec it is given.
+    assert_eq!(
+        unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) },
+        0
+    );
+    let ns = i128::from(ts.tv_sec) * 1_000_000_000 + i128::from(ts.tv_nsec) - offset_ns;
+    (id, (ns / 1_000_000) as u64)
 }
 
 fn now_ms() -> u64 {
@@ -270,7 +306,8 @@ impl Payload {
     }
 }
 
-/// A lock record in encoding v2 (src/host/persist.rs).
+/// A lock record in encoding v3 (src/host/persist.rs), or v2 (no boot
+/// stamp).
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct Record {
     counter: u64,
@@ -280,12 +317,23 @@ struct Record {
     floored: u64,
     idle_wall: u64,
     idle_ms: u64,
+    /// v3: the boot id (16 bytes, or empty) and the boot clock in ms.
+    boot: Option<(Vec<u8>, u64)>,
 }
 
 impl Record {
-    /// The record in `items`, when they have the v2 shape.
-    fn from_items(items: &[Item]) -> Option<Record> {
-        match items {
+    /// The record in `items`, when they have the shape of encoding
+    /// `encver` (2 or 3).
+    fn from_items_of(encver: u64, items: &[Item]) -> Option<Record> {
+        let (v2, boot) = match (encver, items.len()) {
+            (2, 7) => (items, None),
+            (3, 9) => match &items[7..] {
+                [Item::Str(id), Item::Uint(ms)] => (&items[..7], Some((id.clone(), *ms))),
+                _ => return None,
+            },
+            _ => return None,
+        };
+        match v2 {
             [Item::Uint(counter), Item::Uint(expiry), Item::Uint(remaining), Item::Str(owner), Item::Uint(floored), Item::Uint(idle_wall), Item::Uint(idle_ms)] => {
                 Some(Record {
                     counter: *counter,
@@ -295,14 +343,20 @@ impl Record {
                     floored: *floored,
                     idle_wall: *idle_wall,
                     idle_ms: *idle_ms,
+                    boot,
                 })
             }
             _ => None,
         }
     }
 
+    /// The record in `items`, when they have the v3 shape.
+    fn from_items(items: &[Item]) -> Option<Record> {
+        Self::from_items_of(3, items)
+    }
+
     fn items(&self) -> Vec<Item> {
-        vec![
+        let mut items = vec![
             Item::Uint(self.counter),
             Item::Uint(self.expiry),
             Item::Uint(self.remaining),
@@ -310,7 +364,20 @@ impl Record {
             Item::Uint(self.floored),
             Item::Uint(self.idle_wall),
             Item::Uint(self.idle_ms),
-        ]
+        ];
+        if let Some((id, ms)) = &self.boot {
+            items.push(Item::Str(id.clone()));
+            items.push(Item::Uint(*ms));
+        }
+        items
+    }
+
+    /// The same record in encoding v2 (the boot stamp left out).
+    fn v2(&self) -> Record {
+        Record {
+            boot: None,
+            ..self.clone()
+        }
     }
 }
 
@@ -325,7 +392,7 @@ fn dump(con: &mut redis::Connection, key: &str) -> Vec<u8> {
 /// A real `DUMP` of `key`, decoded: the payload and its record.
 fn template(con: &mut redis::Connection, key: &str) -> (Payload, Record) {
     let p = Payload::decode(&dump(con, key));
-    let rec = Record::from_items(&p.items).unwrap_or_else(|| panic!("not v2: {p:?}"));
+    let rec = Record::from_items(&p.items).unwrap_or_else(|| panic!("not v3: {p:?}"));
     (p, rec)
 }
 
@@ -611,10 +678,18 @@ fn the_payload_codec_matches_real_dumps() {
         let real = dump(&mut con, key);
         let p = Payload::decode(&real);
         assert_eq!(p.encode(), real, "{key}");
-        assert_eq!(p.module_id & 1023, 2, "{key}: encoding version");
+        assert_eq!(p.module_id & 1023, 3, "{key}: encoding version");
         assert_eq!(p.version, rdb_version(), "{key}");
         let rec = Record::from_items(&p.items).unwrap();
         assert_eq!(rec.owner.len(), if key == "held" { 16 } else { 0 });
+        // Stamped with this boot, a moment ago.
+        let (boot_id, boot_ms) = boot_now();
+        let (id, ms) = rec.boot.clone().unwrap();
+        assert_eq!(id, boot_id, "{key}: boot id");
+        assert!(
+            ms <= boot_ms && ms + 10_000 > boot_ms,
+            "{key}: boot clock {ms}, now {boot_ms}"
+        );
         // Another form of every length, and an LZF owner: the same lock.
         let mut forms = LEN_FORMS.iter().cycle();
         let other = seal(
@@ -695,25 +770,45 @@ enum Expect {
 }
 
 /// A lock restored by a user (src/host/persist.rs `restore`, read as a file;
-/// src/host/datatype.rs): refused when a field is out of range or when a held
-/// lock has more time left than the node's longest lease (it is never cut
-/// short); otherwise timed by the later of its wall-clock end and its time
-/// left, clamped to the longest lease.
-fn expect_v2(rec: &Record, now: u64) -> Expect {
+/// src/host/datatype.rs; src/core/lease_time.rs): refused when a field is
+/// out of range or when a held lock has more time left than the node's
+/// longest lease (it is never cut short); otherwise timed by the later of
+/// its wall-clock end and its time left, clamped to the longest lease. Its
+/// time left is its remaining time, less the time since it was dumped when
+/// its boot stamp is this boot's (v3; `boot`: this boot now).
+fn expect_record(rec: &Record, now: u64, boot: &(Vec<u8>, u64)) -> Expect {
+    let boot_id_ok = rec
+        .boot
+        .as_ref()
+        .is_none_or(|(id, _)| id.is_empty() || id.len() == 16);
     if rec.counter > i64::MAX as u64
         || rec.floored > 1
         || !(rec.owner.is_empty() || rec.owner.len() == 16)
-        || (rec.owner.len() == 16 && rec.remaining > LONGEST_MS)
+        || !boot_id_ok
     {
         return Expect::Refused;
+    }
+    let (stated, ages) = match &rec.boot {
+        Some((id, ms)) if *id == boot.0 => (
+            rec.remaining
+                .saturating_sub(boot.1.saturating_sub(*ms).saturating_sub(1)),
+            // It shrinks while the payload travels.
+            rec.remaining > 0 && *ms <= boot.1.saturating_add(1_000),
+        ),
+        _ => (rec.remaining, false),
+    };
+    if rec.owner.len() == 16 && stated > LONGEST_MS {
+        // Around the bound, the time the payload took to arrive decides.
+        return if ages && stated <= LONGEST_MS + 1_000 {
+            Expect::Either
+        } else {
+            Expect::Refused
+        };
     }
     let lease_ms = if rec.owner.is_empty() || rec.expiry == 0 {
         0
     } else {
-        rec.expiry
-            .saturating_sub(now)
-            .max(rec.remaining)
-            .min(LONGEST_MS)
+        rec.expiry.saturating_sub(now).max(stated).min(LONGEST_MS)
     };
     Expect::Lock {
         token: rec.counter,
@@ -868,7 +963,33 @@ fn flip_bytes(rng: &mut Rng, bytes: &mut [u8], range: std::ops::Range<usize>) {
     }
 }
 
-fn generate(rng: &mut Rng, bases: &Bases, now: u64) -> Case {
+/// Boot ids worth trying: this boot's, another's, none, wrong lengths.
+fn boot_id_variant(rng: &mut Rng, this_boot: &[u8]) -> Vec<u8> {
+    match rng.below(6) {
+        0 | 1 => this_boot.to_vec(),
+        2 => rng.bytes(16),
+        3 => Vec::new(),
+        _ => {
+            let len = rng.pick(&[1, 15, 17, 36, 100]);
+            rng.bytes(len)
+        }
+    }
+}
+
+/// Boot clock readings worth trying around `boot_ms`, this boot's now.
+fn boot_ms_variant(rng: &mut Rng, boot_ms: u64, now: u64) -> u64 {
+    match rng.below(10) {
+        0 => boot_ms,
+        1 => boot_ms.saturating_sub(1),
+        2 => boot_ms + 1,
+        3 => boot_ms.saturating_sub(rng.below(LONGEST_MS * 2)),
+        4 => boot_ms + rng.below(LONGEST_MS * 2),
+        5 => boot_ms.saturating_sub(DAY_MS),
+        _ => interesting(rng, now),
+    }
+}
+
+fn generate(rng: &mut Rng, bases: &Bases, now: u64, boot: &(Vec<u8>, u64)) -> Case {
     let (base, base_rec) = &bases.locks[rng.index(bases.locks.len())];
     let real_owner = bases.locks[0].1.owner.clone();
     match rng.below(100) {
@@ -876,7 +997,15 @@ fn generate(rng: &mut Rng, bases: &Bases, now: u64) -> Case {
         0..=29 => {
             let mut rec = base_rec.clone();
             for _ in 0..1 + rng.below(3) {
-                match rng.below(7) {
+                match rng.below(9) {
+                    7 => {
+                        let ms = rec.boot.as_ref().map_or(boot.1, |b| b.1);
+                        rec.boot = Some((boot_id_variant(rng, &boot.0), ms));
+                    }
+                    8 => {
+                        let id = rec.boot.as_ref().map_or(boot.0.clone(), |b| b.0.clone());
+                        rec.boot = Some((id, boot_ms_variant(rng, boot.1, now)));
+                    }
                     0 => rec.counter = interesting(rng, now),
                     1 => rec.expiry = interesting(rng, now),
                     2 => rec.remaining = interesting(rng, now),
@@ -892,7 +1021,7 @@ fn generate(rng: &mut Rng, bases: &Bases, now: u64) -> Case {
             Case {
                 kind: "field values",
                 payload: base.with_items(rec.items()).encode(),
-                expect: expect_v2(&rec, now),
+                expect: expect_record(&rec, now, boot),
             }
         }
         // Other forms of the same lengths and an LZF owner: the same lock.
@@ -909,11 +1038,29 @@ fn generate(rng: &mut Rng, bases: &Bases, now: u64) -> Case {
             Case {
                 kind: "length forms",
                 payload: seal(&body, rdb_version()),
-                expect: expect_v2(&rec, now),
+                expect: expect_record(&rec, now, boot),
+            }
+        }
+        // Version-2 records: the boot stamp left out, read as from another
+        // boot.
+        40..=43 => {
+            let mut rec = base_rec.v2();
+            if rng.chance(70) {
+                match rng.below(3) {
+                    0 => rec.remaining = interesting(rng, now),
+                    1 => rec.expiry = interesting(rng, now),
+                    _ => rec.owner = owner_variant(rng, &real_owner),
+                }
+            }
+            let p = base.with_encver(2).with_items(rec.items());
+            Case {
+                kind: "version 2",
+                payload: p.encode(),
+                expect: expect_record(&rec, now, boot),
             }
         }
         // Version-1 records.
-        40..=47 => {
+        44..=47 => {
             let counter = interesting(rng, now);
             let expiry = interesting(rng, now);
             let owner = if rng.chance(30) {
@@ -934,7 +1081,8 @@ fn generate(rng: &mut Rng, bases: &Bases, now: u64) -> Case {
             }
         }
         // Fields dropped, repeated, swapped, added; opcodes, the EOF, the
-        // module id changed. Still the v2 shape: that lock; else refused.
+        // module id changed. Still the shape of the encoding version: that
+        // lock; else refused.
         48..=59 => {
             let mut items = base_rec.items();
             let mut p = base.clone();
@@ -979,7 +1127,7 @@ fn generate(rng: &mut Rng, bases: &Bases, now: u64) -> Case {
                     "opcode changed"
                 }
                 5 => {
-                    p = p.with_encver(rng.pick(&[0, 1, 3, 4, 1_023]));
+                    p = p.with_encver(rng.pick(&[0, 1, 2, 4, 1_023]));
                     "encoding version changed"
                 }
                 6 => {
@@ -1008,9 +1156,8 @@ fn generate(rng: &mut Rng, bases: &Bases, now: u64) -> Case {
                 p.module_id >> 10 == base.module_id >> 10,
                 p.module_id & 1023,
             ) {
-                (true, 2) => {
-                    Record::from_items(&items).map_or(Expect::Refused, |r| expect_v2(&r, now))
-                }
+                (true, encver @ (2 | 3)) => Record::from_items_of(encver, &items)
+                    .map_or(Expect::Refused, |r| expect_record(&r, now, boot)),
                 _ => Expect::Refused,
             };
             Case {
@@ -1123,7 +1270,7 @@ fn generate(rng: &mut Rng, bases: &Bases, now: u64) -> Case {
                 kind: "RDB version",
                 payload: p.encode(),
                 expect: if version <= rdb_version() {
-                    expect_v2(base_rec, now)
+                    expect_record(base_rec, now, boot)
                 } else {
                     Expect::Refused
                 },
@@ -1408,7 +1555,7 @@ fn fuzz_round(run: &mut Run, first: usize, cases: usize) {
 
     for case in first..first + cases {
         let made = Instant::now();
-        let c = generate(rng, &bases, now_ms());
+        let c = generate(rng, &bases, now_ms(), &boot_now());
         let k = rng.index(KEYS);
         let key = &keys[k];
         let before = snap(&mut m, key);

@@ -2,7 +2,7 @@
 //! client reads the redis crate's error kinds (the failures themselves are
 //! pure, in `core/error.rs`).
 
-use crate::core::error::NodeFailure;
+use crate::core::error::{unknown_module_command, Error, NodeFailure};
 
 /// Classifies an error from redis-rs. The boolean is true when the
 /// connection itself is broken and must be replaced.
@@ -13,7 +13,7 @@ pub(crate) fn node_failure(err: &redis::RedisError) -> (NodeFailure, bool) {
             let code = err.code().unwrap_or("ERR");
             let detail = err.detail().unwrap_or("");
             let text = format!("{code} {detail}");
-            let failure = if detail.starts_with("unknown command") {
+            let failure = if unknown_module_command(detail).is_some() {
                 NodeFailure::ModuleNotLoaded
             } else if code == "GRACE" {
                 NodeFailure::Grace {
@@ -38,6 +38,30 @@ pub(crate) fn node_failure(err: &redis::RedisError) -> (NodeFailure, bool) {
     }
 }
 
+/// The error for a failed call to the resource of a fenced command (other
+/// than a stale token, which needs the lock's token):
+/// [`Error::ResourceModuleNotLoaded`] when the server does not know the
+/// module's command, else [`Error::Resource`] with the reply or the failure.
+pub(crate) fn resource_error(e: &redis::RedisError) -> Error {
+    // A transaction the server refused to queue comes back as one
+    // EXECABORT error carrying each command's own reply.
+    let missing = e.clone().into_server_errors().and_then(|errors| {
+        errors.iter().find_map(|(_, server)| {
+            server
+                .details()
+                .and_then(unknown_module_command)
+                .map(str::to_ascii_uppercase)
+        })
+    });
+    if let Some(command) = missing {
+        return Error::ResourceModuleNotLoaded {
+            resource: None,
+            command,
+        };
+    }
+    Error::Resource(e.to_string())
+}
+
 /// `… new locks are refused for 1234 more ms …` → 1234 ms.
 fn parse_grace_remaining(detail: &str) -> Option<std::time::Duration> {
     let (_, rest) = detail.split_once("refused for ")?;
@@ -58,5 +82,29 @@ mod tests {
             Some(Duration::from_millis(59990))
         );
         assert_eq!(parse_grace_remaining("something else"), None);
+    }
+
+    #[test]
+    fn a_servers_unknown_module_command_means_no_module() {
+        let failure = |reply: &str| {
+            let redis::Value::ServerError(e) =
+                redis::parse_redis_value(format!("-{reply}\r\n").as_bytes()).unwrap()
+            else {
+                panic!("not an error reply: {reply}")
+            };
+            node_failure(&redis::RedisError::from(e)).0
+        };
+        assert_eq!(
+            failure("ERR unknown command 'REDLOCK.ACQUIRE', with args beginning with: 'k' "),
+            NodeFailure::ModuleNotLoaded
+        );
+        assert!(matches!(
+            failure("ERR unknown command 'nosuch' inside REDLOCK.FENCED"),
+            NodeFailure::Refused(text) if text.contains("inside REDLOCK.FENCED")
+        ));
+        assert!(matches!(
+            failure("ERR unknown command 'FOO', with args beginning with: "),
+            NodeFailure::Refused(_)
+        ));
     }
 }

@@ -50,9 +50,9 @@ impl LockInfo {
 
     /// Runs `cmd` on the resource behind `con`, fenced by this lock's token
     /// on `guard`, and returns the command's own reply. A newer token seen
-    /// by the guard gives [`Error::Stale`] (nothing ran); any other error
-    /// reply or a connection failure gives [`Error::Resource`]. Never
-    /// retried.
+    /// by the guard gives [`Error::Stale`] (nothing ran); a server without
+    /// the module [`Error::ResourceModuleNotLoaded`]; any other error reply
+    /// or a connection failure gives [`Error::Resource`]. Never retried.
     ///
     /// # Examples
     ///
@@ -141,7 +141,7 @@ impl LockInfo {
                 };
             }
         }
-        Error::Resource(e.to_string())
+        crate::classify::resource_error(e)
     }
 }
 

@@ -295,3 +295,63 @@ fn cli_run_announces_and_fenced_exits_6_on_stale() {
     );
     assert!(!String::from_utf8_lossy(&out.stdout).contains("ran"));
 }
+
+/// A resource server without the module: every fenced call says so, naming
+/// the command, and changes nothing; a fenced inner command the module does
+/// not know is the module's own refusal, not a missing module.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resource_without_the_module_is_named_as_such() {
+    let nodes = five();
+    let plain = Node::builder().without_module().start();
+    let redlock = client(&nodes).await;
+    let mut con = resource_con(&plain).await;
+    let lock = redlock.acquire("bare", TTL).await.unwrap();
+
+    let fenced = lock
+        .fenced::<String>(&mut con, "bare:fence", &set("bare:state", "x"))
+        .await
+        .unwrap_err();
+    match &fenced {
+        Error::ResourceModuleNotLoaded { resource, command } => {
+            assert_eq!(resource, &None);
+            assert_eq!(command, "REDLOCK.FENCED");
+        }
+        other => panic!("expected ResourceModuleNotLoaded, got {other:?}"),
+    }
+    let text = fenced.to_string();
+    assert!(text.contains("not loaded on the resource server"), "{text}");
+    assert!(text.contains("loadmodule"), "{text}");
+
+    let announced = lock.announce(&mut con, "bare:fence").await.unwrap_err();
+    assert!(
+        matches!(&announced, Error::ResourceModuleNotLoaded { command, .. } if command == "REDLOCK.GUARD"),
+        "{announced:?}"
+    );
+
+    let mut pipe = redis::pipe();
+    pipe.cmd("SET").arg("bare:state").arg("y");
+    pipe.cmd("INCR").arg("bare:n");
+    let atomic = lock
+        .fenced_atomic::<(String, i64)>(&mut con, "bare:fence", &pipe)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&atomic, Error::ResourceModuleNotLoaded { command, .. } if command == "REDLOCK.FENCED"),
+        "{atomic:?}"
+    );
+    let keys: Vec<String> = con.keys("*").await.unwrap();
+    assert!(keys.is_empty(), "nothing ran: {keys:?}");
+
+    // With the module, an unknown inner command is the module's refusal.
+    let resource = Node::start();
+    let mut con = resource_con(&resource).await;
+    let inner = lock
+        .fenced::<String>(&mut con, "bare:fence", &redis::cmd("NOSUCHCOMMAND"))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&inner, Error::Resource(m) if m.contains("inside REDLOCK.FENCED")),
+        "{inner:?}"
+    );
+    lock.release().await.unwrap();
+}

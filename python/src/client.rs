@@ -9,10 +9,11 @@ use pyo3::prelude::*;
 use pyo3::types::{PyList, PyString};
 use redlock_client::{Error, Member, NodeState, Redlock, RetryPolicy};
 
+use crate::bridge::{dispatch, Asyncio};
 use crate::errors;
 use crate::fenced::Resources;
-use crate::lock::{NativeGuard, NativeLock, DAY, MIN_TTL};
-use crate::runtime::{dispatch, Bridge, OnCancel};
+use crate::lock::{Handout, NativeGuard, NativeLock, DAY, MIN_TTL};
+use crate::runtime::OnCancel;
 
 /// One member's view of a key: `(node, state, held, ttl, token, error,
 /// shard)`, `state` one of `"missing"`, `"present"`, `"error"`.
@@ -148,7 +149,7 @@ impl Client {
     #[allow(clippy::too_many_arguments)]
     fn connect_impl(
         py: Python<'_>,
-        asyncio: Option<(&Bridge, u64)>,
+        asyncio: Option<Asyncio<'_, '_>>,
         members: &Bound<'_, PyList>,
         node_timeout: f64,
         connect_timeout: f64,
@@ -187,7 +188,7 @@ impl Client {
     fn acquire_impl(
         &self,
         py: Python<'_>,
-        asyncio: Option<(&Bridge, u64)>,
+        asyncio: Option<Asyncio<'_, '_>>,
         key: String,
         ttl_s: f64,
         wait_s: Option<f64>,
@@ -199,13 +200,13 @@ impl Client {
             // A round is never cut mid-way (it could leave grants behind).
             None => dispatch(py, asyncio, OnCancel::Finish, async move {
                 let lock = redlock.acquire(&key, ttl).await;
-                lock.map(|l| NativeLock::new(l, resources))
+                lock.map(|l| Handout(NativeLock::new(l, resources)))
                     .map_err(|e| errors::lock_error(e, None))
             }),
             // Dropping acquire_wait leaves no grant behind (crate docs).
             Some(w) => dispatch(py, asyncio, OnCancel::Drop, async move {
                 let lock = redlock.acquire_wait(&key, ttl, w).await;
-                lock.map(|l| NativeLock::new(l, resources))
+                lock.map(|l| Handout(NativeLock::new(l, resources)))
                     .map_err(|e| errors::lock_error(e, None))
             }),
         }
@@ -214,7 +215,7 @@ impl Client {
     fn try_acquire_impl(
         &self,
         py: Python<'_>,
-        asyncio: Option<(&Bridge, u64)>,
+        asyncio: Option<Asyncio<'_, '_>>,
         key: String,
         ttl_s: f64,
     ) -> PyResult<Py<PyAny>> {
@@ -223,7 +224,7 @@ impl Client {
         let ttl = ttl(ttl_s)?;
         dispatch(py, asyncio, OnCancel::Finish, async move {
             let lock = redlock.try_acquire(&key, ttl).await;
-            lock.map(|l| l.map(|l| NativeLock::new(l, resources)))
+            lock.map(|l| l.map(|l| Handout(NativeLock::new(l, resources))))
                 .map_err(|e| errors::lock_error(e, None))
         })
     }
@@ -231,7 +232,7 @@ impl Client {
     fn hold_impl(
         &self,
         py: Python<'_>,
-        asyncio: Option<(&Bridge, u64)>,
+        asyncio: Option<Asyncio<'_, '_>>,
         key: String,
         ttl_s: f64,
         wait_s: Option<f64>,
@@ -255,7 +256,7 @@ impl Client {
     fn release_owner_impl(
         &self,
         py: Python<'_>,
-        asyncio: Option<(&Bridge, u64)>,
+        asyncio: Option<Asyncio<'_, '_>>,
         key: String,
         owner: String,
     ) -> PyResult<Py<PyAny>> {
@@ -271,7 +272,7 @@ impl Client {
     fn inspect_impl(
         &self,
         py: Python<'_>,
-        asyncio: Option<(&Bridge, u64)>,
+        asyncio: Option<Asyncio<'_, '_>>,
         key: String,
     ) -> PyResult<Py<PyAny>> {
         let redlock = self.get()?;
@@ -339,11 +340,9 @@ impl Client {
     /// Connects (asyncio future).
     #[staticmethod]
     #[allow(clippy::too_many_arguments)]
-    #[pyo3(signature = (bridge, id, members, node_timeout, connect_timeout, attempts, base_delay, jitter, drift_factor, clock_floor, tls_ca_file=None, tls_client_cert=None))]
+    #[pyo3(signature = (members, node_timeout, connect_timeout, attempts, base_delay, jitter, drift_factor, clock_floor, tls_ca_file=None, tls_client_cert=None))]
     fn connect_async(
         py: Python<'_>,
-        bridge: PyRef<'_, Bridge>,
-        id: u64,
         members: &Bound<'_, PyList>,
         node_timeout: f64,
         connect_timeout: f64,
@@ -357,7 +356,7 @@ impl Client {
     ) -> PyResult<Py<PyAny>> {
         Self::connect_impl(
             py,
-            Some((&bridge, id)),
+            Some(Asyncio::current(py)?),
             members,
             node_timeout,
             connect_timeout,
@@ -383,18 +382,18 @@ impl Client {
         self.acquire_impl(py, None, key, ttl, wait)
     }
 
-    /// Takes the lock (asyncio future).
-    #[pyo3(signature = (bridge, id, key, ttl, wait=None))]
+    /// Takes the lock (asyncio future); its result is `wrap(lock)` when
+    /// `wrap` is given.
+    #[pyo3(signature = (key, ttl, wait=None, wrap=None))]
     fn acquire_async(
         &self,
         py: Python<'_>,
-        bridge: PyRef<'_, Bridge>,
-        id: u64,
         key: String,
         ttl: f64,
         wait: Option<f64>,
+        wrap: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Py<PyAny>> {
-        self.acquire_impl(py, Some((&bridge, id)), key, ttl, wait)
+        self.acquire_impl(py, Some(Asyncio::wrapped(py, wrap)?), key, ttl, wait)
     }
 
     /// One attempt (blocking); None when busy.
@@ -403,15 +402,8 @@ impl Client {
     }
 
     /// One attempt (asyncio future).
-    fn try_acquire_async(
-        &self,
-        py: Python<'_>,
-        bridge: PyRef<'_, Bridge>,
-        id: u64,
-        key: String,
-        ttl: f64,
-    ) -> PyResult<Py<PyAny>> {
-        self.try_acquire_impl(py, Some((&bridge, id)), key, ttl)
+    fn try_acquire_async(&self, py: Python<'_>, key: String, ttl: f64) -> PyResult<Py<PyAny>> {
+        self.try_acquire_impl(py, Some(Asyncio::current(py)?), key, ttl)
     }
 
     /// Acquires and keeps the lock alive in the background (blocking).
@@ -427,17 +419,15 @@ impl Client {
     }
 
     /// Acquires and keeps the lock alive in the background (asyncio future).
-    #[pyo3(signature = (bridge, id, key, ttl, wait=None))]
+    #[pyo3(signature = (key, ttl, wait=None))]
     fn hold_async(
         &self,
         py: Python<'_>,
-        bridge: PyRef<'_, Bridge>,
-        id: u64,
         key: String,
         ttl: f64,
         wait: Option<f64>,
     ) -> PyResult<Py<PyAny>> {
-        self.hold_impl(py, Some((&bridge, id)), key, ttl, wait)
+        self.hold_impl(py, Some(Asyncio::current(py)?), key, ttl, wait)
     }
 
     /// Releases `key` for an owner id (blocking).
@@ -449,12 +439,10 @@ impl Client {
     fn release_owner_async(
         &self,
         py: Python<'_>,
-        bridge: PyRef<'_, Bridge>,
-        id: u64,
         key: String,
         owner: String,
     ) -> PyResult<Py<PyAny>> {
-        self.release_owner_impl(py, Some((&bridge, id)), key, owner)
+        self.release_owner_impl(py, Some(Asyncio::current(py)?), key, owner)
     }
 
     /// Every member's view of `key` (blocking).
@@ -463,14 +451,8 @@ impl Client {
     }
 
     /// Every member's view of `key` (asyncio future).
-    fn inspect_async(
-        &self,
-        py: Python<'_>,
-        bridge: PyRef<'_, Bridge>,
-        id: u64,
-        key: String,
-    ) -> PyResult<Py<PyAny>> {
-        self.inspect_impl(py, Some((&bridge, id)), key)
+    fn inspect_async(&self, py: Python<'_>, key: String) -> PyResult<Py<PyAny>> {
+        self.inspect_impl(py, Some(Asyncio::current(py)?), key)
     }
 
     /// Drops the connections; later calls raise `LockStateError`. Locks

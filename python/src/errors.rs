@@ -45,7 +45,12 @@ pub(crate) fn lock_error(e: Error, token: Option<u64>) -> PyErr {
         Error::ExpiredBeforeUse { ttl, elapsed } => {
             py::ExpiredBeforeUseError::new_err((message, secs(ttl), secs(elapsed)))
         }
-        Error::ModuleNotLoaded { node } => py::ModuleNotLoadedError::new_err((message, node)),
+        Error::ModuleNotLoaded { node } => {
+            py::ModuleNotLoadedError::new_err((message, node, false))
+        }
+        Error::ResourceModuleNotLoaded { resource, .. } => {
+            py::ModuleNotLoadedError::new_err((message, resource.unwrap_or_default(), true))
+        }
         Error::PermissionDenied { nodes, detail } => {
             py::PermissionDeniedError::new_err((message, nodes, detail))
         }

@@ -65,6 +65,38 @@ impl Target {
         Ok(())
     }
 
+    /// The server's address as the client names its nodes (`host:port`,
+    /// never the URL, which may carry a password); `cluster(a,b)` for a
+    /// cluster's seeds.
+    fn address(&self) -> String {
+        let one = |url: &str| match redis::IntoConnectionInfo::into_connection_info(url) {
+            Ok(info) => info.addr().to_string(),
+            Err(_) => "(an unparsable URL)".to_string(),
+        };
+        match self {
+            Target::Server(url) => one(url),
+            Target::Cluster(seeds) => format!(
+                "cluster({})",
+                seeds.iter().map(|s| one(s)).collect::<Vec<_>>().join(",")
+            ),
+        }
+    }
+
+    /// Names this resource in an error about it: the client's fenced calls
+    /// get a connection, not an address, and leave the name out.
+    fn name_in(&self, e: Error) -> Error {
+        match e {
+            Error::ResourceModuleNotLoaded {
+                resource: None,
+                command,
+            } => Error::ResourceModuleNotLoaded {
+                resource: Some(self.address()),
+                command,
+            },
+            other => other,
+        }
+    }
+
     fn is_tls(&self) -> bool {
         let tls = |u: &String| {
             u.get(..9)
@@ -219,7 +251,7 @@ impl Resources {
         if con.broken {
             self.forget(target);
         }
-        reply.map(Reply)
+        reply.map(Reply).map_err(|e| target.name_in(e))
     }
 
     /// Runs every command of `commands`, each fenced by the lock `info` on
@@ -246,7 +278,7 @@ impl Resources {
         if con.broken {
             self.forget(target);
         }
-        reply.map(Reply)
+        reply.map(Reply).map_err(|e| target.name_in(e))
     }
 
     /// Runs `REDLOCK.GUARD guard <lock> <token>` on `target`: the guard's
@@ -262,7 +294,7 @@ impl Resources {
         if con.broken {
             self.forget(target);
         }
-        highest
+        highest.map_err(|e| target.name_in(e))
     }
 }
 

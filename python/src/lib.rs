@@ -6,6 +6,7 @@
 //! The Python layer (`pysrc/redlock_fenced`) checks arguments and gives the
 //! public API its shape.
 
+mod bridge;
 mod client;
 mod errors;
 mod fenced;
@@ -23,8 +24,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<lock::NativeLock>()?;
     m.add_class::<lock::NativeGuard>()?;
     m.add_class::<lock::Signal>()?;
-    m.add_class::<runtime::Bridge>()?;
-    m.add_class::<runtime::Pending>()?;
+    m.add_class::<bridge::NativeFuture>()?;
     m.add_function(wrap_pyfunction!(runtime::flush_background, m)?)?;
     m.add_function(wrap_pyfunction!(log::set_log_level, m)?)?;
     Ok(())

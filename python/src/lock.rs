@@ -7,15 +7,17 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+use pyo3::exceptions::PyResourceWarning;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList};
 use redlock_client::{CancellationToken, Error, Lock, LockGuard, LockInfo};
 use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
 
+use crate::bridge::{dispatch, Asyncio};
 use crate::errors;
 use crate::fenced::{Reply, Resources, Target};
-use crate::runtime::{self, dispatch, Bridge, OnCancel};
+use crate::runtime::{self, OnCancel};
 
 /// One day: the longest ttl or wait a call accepts (the module's own ceiling
 /// for `redlock.max-ttl-ms`).
@@ -157,6 +159,26 @@ pub(crate) struct NativeLock {
     info: Arc<LockInfo>,
     /// The client's connections to resource servers.
     resources: Arc<Resources>,
+    /// Whether it was handed to the caller ([`Handout`]): a lock dropped
+    /// while still held then warns (`ResourceWarning`) as it is released
+    /// in the background. A result nobody received (a cancelled call) is
+    /// released without a warning.
+    handed_out: AtomicBool,
+}
+
+/// A fresh lock on its way to the caller: converting it into a Python object
+/// marks it handed out (see `NativeLock::handed_out`).
+pub(crate) struct Handout(pub(crate) NativeLock);
+
+impl<'py> IntoPyObject<'py> for Handout {
+    type Target = NativeLock;
+    type Output = Bound<'py, NativeLock>;
+    type Error = PyErr;
+
+    fn into_pyobject(self, py: Python<'py>) -> PyResult<Bound<'py, NativeLock>> {
+        self.0.handed_out.store(true, Ordering::Relaxed);
+        Bound::new(py, self.0)
+    }
 }
 
 impl NativeLock {
@@ -171,6 +193,7 @@ impl NativeLock {
             owner: lock.owner().to_string(),
             info: Arc::clone(lock.info()),
             resources,
+            handed_out: AtomicBool::new(false),
             shared: Arc::new(Shared {
                 slot: Mutex::new(Slot::Held(lock)),
                 deadline: tx,
@@ -223,6 +246,7 @@ impl NativeLock {
         self.check_fenceable()?;
         fenced_future(
             Arc::clone(&self.info),
+            self.shared.lost.clone(),
             &self.resources,
             resource,
             guard,
@@ -239,6 +263,7 @@ impl NativeLock {
         self.check_fenceable()?;
         transaction_future(
             Arc::clone(&self.info),
+            self.shared.lost.clone(),
             &self.resources,
             resource,
             guard,
@@ -252,7 +277,13 @@ impl NativeLock {
         guard: String,
     ) -> PyResult<impl Future<Output = PyResult<u64>> + use<>> {
         self.check_fenceable()?;
-        announce_future(Arc::clone(&self.info), &self.resources, resource, guard)
+        announce_future(
+            Arc::clone(&self.info),
+            self.shared.lost.clone(),
+            &self.resources,
+            resource,
+            guard,
+        )
     }
 
     fn release_future(&self) -> PyResult<impl Future<Output = PyResult<bool>> + use<>> {
@@ -312,15 +343,9 @@ impl NativeLock {
 
     /// Extends the lease (asyncio future). On cancellation the nodes'
     /// extends finish in the background and the old deadline stays.
-    fn extend_async(
-        &self,
-        py: Python<'_>,
-        bridge: PyRef<'_, Bridge>,
-        id: u64,
-        ttl: f64,
-    ) -> PyResult<Py<PyAny>> {
+    fn extend_async(&self, py: Python<'_>, ttl: f64) -> PyResult<Py<PyAny>> {
         let fut = self.extend_future(ttl)?;
-        dispatch(py, Some((&bridge, id)), OnCancel::Drop, fut)
+        dispatch(py, Some(Asyncio::current(py)?), OnCancel::Drop, fut)
     }
 
     /// Releases (blocking): True when it was still held.
@@ -331,14 +356,9 @@ impl NativeLock {
 
     /// Releases (asyncio future); a cancelled caller stops waiting, the
     /// release goes on.
-    fn release_async(
-        &self,
-        py: Python<'_>,
-        bridge: PyRef<'_, Bridge>,
-        id: u64,
-    ) -> PyResult<Py<PyAny>> {
+    fn release_async(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
         let fut = self.release_future()?;
-        dispatch(py, Some((&bridge, id)), OnCancel::Finish, fut)
+        dispatch(py, Some(Asyncio::current(py)?), OnCancel::Finish, fut)
     }
 
     /// Runs `args` on the resource server `resource` (a URL), fenced by this
@@ -358,14 +378,12 @@ impl NativeLock {
     fn fenced_async(
         &self,
         py: Python<'_>,
-        bridge: PyRef<'_, Bridge>,
-        id: u64,
         resource: &Bound<'_, PyAny>,
         guard: String,
         args: &Bound<'_, PyList>,
     ) -> PyResult<Py<PyAny>> {
         let fut = self.fenced_future(resource, guard, args)?;
-        dispatch(py, Some((&bridge, id)), OnCancel::Drop, fut)
+        dispatch(py, Some(Asyncio::current(py)?), OnCancel::Drop, fut)
     }
 
     /// Shows this lock's token to `guard` on `resource` (blocking): the
@@ -384,13 +402,11 @@ impl NativeLock {
     fn announce_async(
         &self,
         py: Python<'_>,
-        bridge: PyRef<'_, Bridge>,
-        id: u64,
         resource: &Bound<'_, PyAny>,
         guard: String,
     ) -> PyResult<Py<PyAny>> {
         let fut = self.announce_future(resource, guard)?;
-        dispatch(py, Some((&bridge, id)), OnCancel::Drop, fut)
+        dispatch(py, Some(Asyncio::current(py)?), OnCancel::Drop, fut)
     }
 
     /// Runs `commands` (lists of `bytes`), each fenced by this lock's token
@@ -411,33 +427,12 @@ impl NativeLock {
     fn fenced_transaction_async(
         &self,
         py: Python<'_>,
-        bridge: PyRef<'_, Bridge>,
-        id: u64,
         resource: &Bound<'_, PyAny>,
         guard: String,
         commands: &Bound<'_, PyList>,
     ) -> PyResult<Py<PyAny>> {
         let fut = self.transaction_future(resource, guard, commands)?;
-        dispatch(py, Some((&bridge, id)), OnCancel::Drop, fut)
-    }
-
-    /// Starts a release in the background (for a lock nobody released);
-    /// True when there was a held lock to release.
-    fn release_background(&self) -> PyResult<bool> {
-        let Ok(mut taken) = self.shared.take("release") else {
-            return Ok(false);
-        };
-        let Some(lock) = taken.lock.take() else {
-            return Ok(false);
-        };
-        *taken.shared.slot() = Slot::Released;
-        taken.shared.deadline.send_replace(None);
-        let rt = runtime::runtime()?;
-        let _enter = rt.enter();
-        runtime::background().spawn(async move {
-            let _ = lock.release().await;
-        });
-        Ok(true)
+        dispatch(py, Some(Asyncio::current(py)?), OnCancel::Drop, fut)
     }
 
     /// Stops tracking the lock without releasing it; returns the owner id.
@@ -470,14 +465,57 @@ impl Drop for NativeLock {
                 let _ = lock.release().await;
             });
         }
+        if self.handed_out.load(Ordering::Relaxed) {
+            // Dropped with its Python object, so attached; not at all
+            // during interpreter shutdown. A warning turned into an error
+            // cannot be raised from here: it is dropped, as an exception in
+            // `__del__` would be.
+            let message = format!(
+                "a lock on {:?} (token {}) was garbage-collected while held: released in the background; release it explicitly or use `with` / `async with`",
+                self.key, self.token
+            );
+            Python::try_attach(|py| {
+                let Ok(message) = std::ffi::CString::new(message) else {
+                    return;
+                };
+                // The object may be dropped while an exception is on its
+                // way (a Ctrl-C that interrupted the caller): it is set
+                // aside around the warning and put back, as CPython's own
+                // deallocators do (and `__del__` gets done for it).
+                let (mut kind, mut value, mut traceback) = (
+                    std::ptr::null_mut(),
+                    std::ptr::null_mut(),
+                    std::ptr::null_mut(),
+                );
+                // SAFETY: attached; the three pointers are handed back
+                // unchanged by `PyErr_Restore` (which takes their references).
+                unsafe { pyo3::ffi::PyErr_Fetch(&mut kind, &mut value, &mut traceback) };
+                let category = py.get_type::<PyResourceWarning>();
+                let _ = PyErr::warn(py, &category, &message, 1);
+                // SAFETY: as above.
+                unsafe { pyo3::ffi::PyErr_Restore(kind, value, traceback) };
+            });
+        }
     }
+}
+
+/// The error of a fenced call on the lock `info`, with the lock's `lost`
+/// signal set when the guard had seen a newer token: another holder took
+/// over, so this lock is lost whatever its validity says (its token must
+/// not be used again).
+fn fenced_failure(e: Error, info: &LockInfo, lost: &CancellationToken) -> PyErr {
+    if matches!(e, Error::Stale { .. }) {
+        lost.cancel();
+    }
+    errors::fenced_error(e, info.key())
 }
 
 /// The fenced command `args` (a list of `bytes`) on `resource` with the
 /// lock `info` (an `Arc<LockInfo>` or a `LockGuard`), as a future that owns
-/// what it needs.
+/// what it needs; a stale token sets `lost`.
 fn fenced_future<I: Deref<Target = LockInfo> + Send + 'static>(
     info: I,
+    lost: CancellationToken,
     resources: &Arc<Resources>,
     resource: &Bound<'_, PyAny>,
     guard: String,
@@ -490,14 +528,16 @@ fn fenced_future<I: Deref<Target = LockInfo> + Send + 'static>(
         resources
             .fenced(&info, &target, &guard, &args)
             .await
-            .map_err(|e| errors::fenced_error(e, info.key()))
+            .map_err(|e| fenced_failure(e, &info, &lost))
     })
 }
 
 /// The fenced transaction `commands` (a list of lists of `bytes`) on
-/// `resource`, as a future that owns what it needs.
+/// `resource`, as a future that owns what it needs; a stale token sets
+/// `lost`.
 fn transaction_future<I: Deref<Target = LockInfo> + Send + 'static>(
     info: I,
+    lost: CancellationToken,
     resources: &Arc<Resources>,
     resource: &Bound<'_, PyAny>,
     guard: String,
@@ -513,7 +553,7 @@ fn transaction_future<I: Deref<Target = LockInfo> + Send + 'static>(
         resources
             .fenced_transaction(&info, &target, &guard, &commands)
             .await
-            .map_err(|e| errors::fenced_error(e, info.key()))
+            .map_err(|e| fenced_failure(e, &info, &lost))
     })
 }
 
@@ -524,9 +564,11 @@ fn byte_args(args: &Bound<'_, PyList>) -> PyResult<Vec<Vec<u8>>> {
         .collect()
 }
 
-/// `REDLOCK.GUARD` on `resource`, as a future that owns what it needs.
+/// `REDLOCK.GUARD` on `resource`, as a future that owns what it needs; a
+/// stale token sets `lost`.
 fn announce_future<I: Deref<Target = LockInfo> + Send + 'static>(
     info: I,
+    lost: CancellationToken,
     resources: &Arc<Resources>,
     resource: &Bound<'_, PyAny>,
     guard: String,
@@ -537,7 +579,7 @@ fn announce_future<I: Deref<Target = LockInfo> + Send + 'static>(
         resources
             .announce(&info, &target, &guard)
             .await
-            .map_err(|e| errors::fenced_error(e, info.key()))
+            .map_err(|e| fenced_failure(e, &info, &lost))
     })
 }
 
@@ -603,17 +645,17 @@ impl Signal {
     }
 
     /// An asyncio future that completes when the event is set.
-    fn wait_async(
-        &self,
-        py: Python<'_>,
-        bridge: PyRef<'_, Bridge>,
-        id: u64,
-    ) -> PyResult<Py<PyAny>> {
+    fn wait_async(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
         let token = self.token()?;
-        dispatch(py, Some((&bridge, id)), OnCancel::Drop, async move {
-            token.cancelled_owned().await;
-            Ok(())
-        })
+        dispatch(
+            py,
+            Some(Asyncio::current(py)?),
+            OnCancel::Drop,
+            async move {
+                token.cancelled_owned().await;
+                Ok(())
+            },
+        )
     }
 }
 
@@ -765,7 +807,14 @@ impl NativeGuard {
         args: &Bound<'_, PyList>,
     ) -> PyResult<Py<PyAny>> {
         self.check_fenceable()?;
-        let fut = fenced_future(self.guard.clone(), &self.resources, resource, guard, args)?;
+        let fut = fenced_future(
+            self.guard.clone(),
+            self.guard.lost_token(),
+            &self.resources,
+            resource,
+            guard,
+            args,
+        )?;
         dispatch(py, None, OnCancel::Drop, fut)
     }
 
@@ -773,15 +822,20 @@ impl NativeGuard {
     fn fenced_async(
         &self,
         py: Python<'_>,
-        bridge: PyRef<'_, Bridge>,
-        id: u64,
         resource: &Bound<'_, PyAny>,
         guard: String,
         args: &Bound<'_, PyList>,
     ) -> PyResult<Py<PyAny>> {
         self.check_fenceable()?;
-        let fut = fenced_future(self.guard.clone(), &self.resources, resource, guard, args)?;
-        dispatch(py, Some((&bridge, id)), OnCancel::Drop, fut)
+        let fut = fenced_future(
+            self.guard.clone(),
+            self.guard.lost_token(),
+            &self.resources,
+            resource,
+            guard,
+            args,
+        )?;
+        dispatch(py, Some(Asyncio::current(py)?), OnCancel::Drop, fut)
     }
 
     /// Shows this lock's token to `guard` on `resource` (blocking): the
@@ -793,7 +847,13 @@ impl NativeGuard {
         guard: String,
     ) -> PyResult<Py<PyAny>> {
         self.check_fenceable()?;
-        let fut = announce_future(self.guard.clone(), &self.resources, resource, guard)?;
+        let fut = announce_future(
+            self.guard.clone(),
+            self.guard.lost_token(),
+            &self.resources,
+            resource,
+            guard,
+        )?;
         dispatch(py, None, OnCancel::Drop, fut)
     }
 
@@ -801,14 +861,18 @@ impl NativeGuard {
     fn announce_async(
         &self,
         py: Python<'_>,
-        bridge: PyRef<'_, Bridge>,
-        id: u64,
         resource: &Bound<'_, PyAny>,
         guard: String,
     ) -> PyResult<Py<PyAny>> {
         self.check_fenceable()?;
-        let fut = announce_future(self.guard.clone(), &self.resources, resource, guard)?;
-        dispatch(py, Some((&bridge, id)), OnCancel::Drop, fut)
+        let fut = announce_future(
+            self.guard.clone(),
+            self.guard.lost_token(),
+            &self.resources,
+            resource,
+            guard,
+        )?;
+        dispatch(py, Some(Asyncio::current(py)?), OnCancel::Drop, fut)
     }
 
     /// Runs `commands`, each fenced by this lock's token on `guard`, in one
@@ -823,6 +887,7 @@ impl NativeGuard {
         self.check_fenceable()?;
         let fut = transaction_future(
             self.guard.clone(),
+            self.guard.lost_token(),
             &self.resources,
             resource,
             guard,
@@ -835,8 +900,6 @@ impl NativeGuard {
     fn fenced_transaction_async(
         &self,
         py: Python<'_>,
-        bridge: PyRef<'_, Bridge>,
-        id: u64,
         resource: &Bound<'_, PyAny>,
         guard: String,
         commands: &Bound<'_, PyList>,
@@ -844,12 +907,13 @@ impl NativeGuard {
         self.check_fenceable()?;
         let fut = transaction_future(
             self.guard.clone(),
+            self.guard.lost_token(),
             &self.resources,
             resource,
             guard,
             commands,
         )?;
-        dispatch(py, Some((&bridge, id)), OnCancel::Drop, fut)
+        dispatch(py, Some(Asyncio::current(py)?), OnCancel::Drop, fut)
     }
 
     /// Ends the block (blocking): stops the keeper, which releases the lock,
@@ -859,15 +923,10 @@ impl NativeGuard {
     }
 
     /// Ends the block (asyncio future).
-    fn exit_async(
-        &self,
-        py: Python<'_>,
-        bridge: PyRef<'_, Bridge>,
-        id: u64,
-    ) -> PyResult<Py<PyAny>> {
+    fn exit_async(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
         dispatch(
             py,
-            Some((&bridge, id)),
+            Some(Asyncio::current(py)?),
             OnCancel::Finish,
             self.exit_future(),
         )

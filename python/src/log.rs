@@ -10,6 +10,7 @@ use pyo3::types::PyAnyMethods;
 use tracing::field::{Field, Visit};
 use tracing::span::{Attributes, Id, Record};
 use tracing::{Event, Level, Metadata, Subscriber};
+use tracing_subscriber::filter::LevelFilter;
 use tracing_subscriber::layer::{Context, Filter, SubscriberExt};
 use tracing_subscriber::registry::LookupSpan;
 use tracing_subscriber::Layer;
@@ -66,14 +67,31 @@ pub(crate) fn set_log_level(level: &str) -> PyResult<()> {
     Ok(())
 }
 
-/// Lets through what `MAX_LEVEL` allows (checked per event, so that a
-/// change takes effect at once).
+/// Lets through the events and spans `MAX_LEVEL` allows. A span of a
+/// level that is not forwarded is not recorded either: the client opens a
+/// debug span for every acquire and release, and recording each one (its
+/// fields formatted, a registry slot taken and looked up on every poll)
+/// cost the asyncio path several percent of its CPU for context that no
+/// forwarded record used (the client's warnings carry their key, token or
+/// node themselves).
 struct LevelGate;
 
 impl<S> Filter<S> for LevelGate {
     fn enabled(&self, meta: &Metadata<'_>, _: &Context<'_, S>) -> bool {
-        // Spans are always recorded: their fields give events context.
-        meta.is_span() || rank(meta.level()) <= MAX_LEVEL.load(Ordering::Relaxed)
+        rank(meta.level()) <= MAX_LEVEL.load(Ordering::Relaxed)
+    }
+
+    /// Lets `tracing`'s macros skip whatever is more verbose than
+    /// `MAX_LEVEL` before building anything (`set_log_level` rebuilds the
+    /// callsites' interest when it changes).
+    fn max_level_hint(&self) -> Option<LevelFilter> {
+        Some(match MAX_LEVEL.load(Ordering::Relaxed) {
+            0 => LevelFilter::ERROR,
+            1 => LevelFilter::WARN,
+            2 => LevelFilter::INFO,
+            3 => LevelFilter::DEBUG,
+            _ => LevelFilter::TRACE,
+        })
     }
 }
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Iterator
 
@@ -33,9 +34,117 @@ def test_module_not_loaded() -> None:
         with pytest.raises(rf.ModuleNotLoadedError) as caught:
             rf.Redlock.connect([plain.url])
         assert caught.value.node == plain.addr
+        assert not caught.value.resource
         assert not caught.value.transient
+        assert plain.addr in str(caught.value) and "loadmodule" in str(caught.value)
     finally:
         plain.close()
+
+
+def lose_the_module(node: Node) -> None:
+    """Restarts `node` on its port as a plain server without the module."""
+    node.stop()
+    node.module = False
+    node.start()
+
+
+def test_lock_commands_on_nodes_that_lost_the_module() -> None:
+    nodes = [Node() for _ in range(3)]
+    try:
+        with rf.Redlock.connect(
+            [n.url for n in nodes], retry=rf.RetryPolicy.no_retry()
+        ) as redlock:
+            redlock.acquire("bare", 5).release()
+            for n in nodes:
+                lose_the_module(n)
+            # The first calls may still meet the broken connections; the
+            # client reconnects in the background.
+            deadline = time.monotonic() + 10
+            while True:
+                try:
+                    redlock.acquire("bare", 5)
+                except rf.ModuleNotLoadedError as err:
+                    caught = err
+                    break
+                except rf.NoQuorumError:
+                    assert time.monotonic() < deadline, "no ModuleNotLoadedError in 10 s"
+                    time.sleep(0.05)
+                else:
+                    pytest.fail("nodes without the module granted a lock")
+            assert caught.node in {n.addr for n in nodes}
+            assert not caught.resource
+            assert caught.node in str(caught) and "loadmodule" in str(caught)
+            with pytest.raises(rf.ModuleNotLoadedError):
+                redlock.release_owner("bare", "someone")
+            views = redlock.inspect("bare")
+            assert all(v.state == "error" and "not loaded" in (v.error or "") for v in views)
+            assert all(command(n.port, "DBSIZE") == b":0\r\n" for n in nodes)
+    finally:
+        for n in nodes:
+            n.close()
+
+
+@pytest.fixture(scope="module")
+def plain_resource() -> Iterator[Node]:
+    """A plain redis-server without the module, as a fenced resource."""
+    node = Node(module=False)
+    try:
+        yield node
+    finally:
+        node.close()
+
+
+def check_resource_error(err: rf.ModuleNotLoadedError, plain: Node, command_name: str) -> None:
+    assert err.resource
+    assert err.node == plain.addr
+    assert not err.transient
+    text = str(err)
+    assert f"resource server {plain.addr}" in text
+    assert command_name in text and "loadmodule" in text
+
+
+def test_module_not_loaded_on_a_resource(
+    redlock: rf.Redlock, plain_resource: Node, key: str
+) -> None:
+    url, guard, state = plain_resource.url, f"{{{key}}}:fence", f"{{{key}}}:state"
+    with redlock.acquire(key, 5) as lock:
+        with pytest.raises(rf.ModuleNotLoadedError) as fenced:
+            lock.fenced(url, guard, "SET", state, "x")
+        check_resource_error(fenced.value, plain_resource, "REDLOCK.FENCED")
+        with pytest.raises(rf.ModuleNotLoadedError) as transaction:
+            lock.fenced_transaction(url, guard, [("SET", state, "x"), ("INCR", state)])
+        check_resource_error(transaction.value, plain_resource, "REDLOCK.FENCED")
+        with pytest.raises(rf.ModuleNotLoadedError) as announced:
+            lock.announce(url, guard)
+        check_resource_error(announced.value, plain_resource, "REDLOCK.GUARD")
+        # Not a stale token: the lock is not lost.
+        assert not lock.lost.is_set()
+    with redlock.hold(key, 5) as held:
+        with pytest.raises(rf.ModuleNotLoadedError) as from_guard:
+            held.fenced(url, guard, "SET", state, "x")
+        check_resource_error(from_guard.value, plain_resource, "REDLOCK.FENCED")
+    assert command(plain_resource.port, "DBSIZE") == b":0\r\n"
+
+
+async def test_module_not_loaded_on_a_resource_async(
+    aredlock: rf.AsyncRedlock, plain_resource: Node, key: str
+) -> None:
+    url, guard, state = plain_resource.url, f"{{{key}}}:fence", f"{{{key}}}:state"
+    async with aredlock.acquire(key, 5) as lock:
+        with pytest.raises(rf.ModuleNotLoadedError) as fenced:
+            await lock.fenced(url, guard, "SET", state, "x")
+        check_resource_error(fenced.value, plain_resource, "REDLOCK.FENCED")
+        with pytest.raises(rf.ModuleNotLoadedError) as transaction:
+            await lock.fenced_transaction(url, guard, [("SET", state, "x")])
+        check_resource_error(transaction.value, plain_resource, "REDLOCK.FENCED")
+        with pytest.raises(rf.ModuleNotLoadedError) as announced:
+            await lock.announce(url, guard)
+        check_resource_error(announced.value, plain_resource, "REDLOCK.GUARD")
+    async with aredlock.hold(key, 5) as held:
+        with pytest.raises(rf.ModuleNotLoadedError) as from_guard:
+            await held.afenced(url, guard, "SET", state, "x")
+        check_resource_error(from_guard.value, plain_resource, "REDLOCK.FENCED")
+    assert command(plain_resource.port, "DBSIZE") == b":0\r\n"
 
 
 @pytest.fixture

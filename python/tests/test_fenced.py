@@ -3,8 +3,10 @@ REDLOCK.GUARD on a module node that is not a lock member)."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -387,3 +389,128 @@ def test_tls_resource_uses_the_client_tls_files(tmp_path: Path, key: str) -> Non
         assert value(node, state) == b"$3\r\ntls\r\n"
     finally:
         node.close()
+
+
+STALE_CALLS = ["fenced", "fenced_transaction", "announce"]
+
+
+def stale_call(lock: rf.Lock | rf.LockGuard, kind: str, resource: str, key: str) -> None:
+    """One fenced call of `kind` that a newer holder's token makes stale."""
+    guard, state = names(key)
+    if kind == "fenced":
+        lock.fenced(resource, guard, "SET", state, "stale")
+    elif kind == "fenced_transaction":
+        lock.fenced_transaction(resource, guard, [("SET", state, "stale")])
+    else:
+        lock.announce(resource, guard)
+
+
+async def astale_call(
+    lock: rf.AsyncLock | rf.LockGuard, kind: str, resource: str, key: str
+) -> None:
+    """`stale_call` on the asyncio surface (`LockGuard`'s `a…` methods)."""
+    guard, state = names(key)
+    if isinstance(lock, rf.AsyncLock):
+        if kind == "fenced":
+            await lock.fenced(resource, guard, "SET", state, "stale")
+        elif kind == "fenced_transaction":
+            await lock.fenced_transaction(resource, guard, [("SET", state, "stale")])
+        else:
+            await lock.announce(resource, guard)
+    elif kind == "fenced":
+        await lock.afenced(resource, guard, "SET", state, "stale")
+    elif kind == "fenced_transaction":
+        await lock.afenced_transaction(resource, guard, [("SET", state, "stale")])
+    else:
+        await lock.aannounce(resource, guard)
+
+
+@pytest.mark.parametrize("kind", STALE_CALLS)
+def test_a_stale_token_sets_the_lock_lost(
+    redlock: rf.Redlock, resource: str, key: str, kind: str
+) -> None:
+    guard, _ = names(key)
+    old = redlock.acquire(key, 30)
+    new = take_over(redlock, old)
+    assert new.announce(resource, guard) == new.token
+    assert not old.lost.is_set() and old.validity > 20
+    with pytest.raises(rf.StaleTokenError):
+        stale_call(old, kind, resource, key)
+    # Lost at once, long before its validity would have run out.
+    assert old.lost.is_set()
+    assert old.lost.wait(0)
+    assert old.validity == 0.0
+    with pytest.raises(rf.LockLostError):
+        old.raise_if_lost()
+    new.release()
+    old.release()
+
+
+@pytest.mark.parametrize("kind", STALE_CALLS)
+def test_a_stale_token_sets_the_hold_guard_lost(
+    redlock: rf.Redlock, resource: str, key: str, kind: str
+) -> None:
+    guard, _ = names(key)
+    with pytest.raises(rf.LockLostError) as exited:
+        with redlock.hold(key, 30) as held:
+            assert held.announce(resource, guard) == held.token
+            assert redlock.release_owner(key, held.owner)
+            with redlock.acquire(key, 5) as new:
+                assert new.announce(resource, guard) == new.token
+                assert not held.lost.is_set()
+                with pytest.raises(rf.StaleTokenError):
+                    stale_call(held, kind, resource, key)
+                # Set by the refusal, not by the keeper (its first extension
+                # is 10 s away).
+                assert held.lost.is_set()
+                assert held.validity == 0.0
+    # The block caught the refusal and ended normally: the exit reports the loss.
+    assert not isinstance(exited.value, rf.StaleTokenError)
+    assert exited.value.token == held.token
+
+
+@pytest.mark.parametrize("kind", STALE_CALLS)
+async def test_a_stale_token_sets_the_async_lock_lost(
+    aredlock: rf.AsyncRedlock, resource: str, key: str, kind: str
+) -> None:
+    guard, _ = names(key)
+    old = await aredlock.acquire(key, 30)
+    assert await aredlock.release_owner(key, old.owner)
+    async with aredlock.acquire(key, 5) as new:
+        assert await new.announce(resource, guard) == new.token
+        assert not old.lost.is_set()
+        with pytest.raises(rf.StaleTokenError):
+            await astale_call(old, kind, resource, key)
+        assert old.lost.is_set()
+        await asyncio.wait_for(old.lost, 1)
+        assert old.validity == 0.0
+    await old.release()
+
+
+@pytest.mark.parametrize("kind", STALE_CALLS)
+async def test_a_stale_token_cancels_the_async_hold_block(
+    aredlock: rf.AsyncRedlock, resource: str, key: str, kind: str
+) -> None:
+    guard, _ = names(key)
+    reached_the_end = False
+    started = time.monotonic()
+    with pytest.raises(rf.LockLostError) as exited:
+        # The outer bound only keeps a broken build from hanging the run.
+        async with asyncio.timeout(20):
+            async with aredlock.hold(key, 30) as held:
+                assert await held.aannounce(resource, guard) == held.token
+                assert await aredlock.release_owner(key, held.owner)
+                async with aredlock.acquire(key, 5) as new:
+                    assert await new.announce(resource, guard) == new.token
+                    try:
+                        await astale_call(held, kind, resource, key)
+                    except rf.StaleTokenError:
+                        pass  # a careless block goes on working...
+                    assert held.lost.is_set()
+                    await asyncio.sleep(15)  # ...and is cancelled here
+                    reached_the_end = True
+    assert not reached_the_end
+    assert not isinstance(exited.value, rf.StaleTokenError)
+    # Cancelled by the refusal, not by the keeper's first extension (10 s).
+    assert time.monotonic() - started < 8
+    assert exited.value.token == held.token

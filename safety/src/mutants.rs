@@ -15,11 +15,13 @@
 //! | a restart is exempt from the guard by today's config alone (a promotion window does not survive a restart) | [`RESTART_EXEMPTION_BY_CONFIG`] in [`MODULE_MUTANTS_ENV`] | module test build |
 //! | a lease loaded from disk ends at its wall-clock expiry only | [`DISK_LEASE_WALL_CLOCK_ONLY`] in [`MODULE_MUTANTS_ENV`] | module test build |
 //! | a grant on a missing key is not floored above the counters reclaimed | [`NO_RECLAIMED_FLOOR`] in [`MODULE_MUTANTS_ENV`] | module test build |
+//! | an ACQUIRE by the holder shortens its lease (a late copy ends an extension) | [`RENEWAL_SHORTENS`] in [`MODULE_MUTANTS_ENV`] | module test build |
 //!
-//! The last three act across restarts, so they are switched on by an
-//! environment variable that the module's test build reads when it loads
-//! (a runtime hook would be gone after the restart under test); the runner
-//! sets it on every node it starts ([`crate::runner::RunConfig::module_mutants`]).
+//! The module mutants are switched on by an environment variable that the
+//! module's test build reads when it loads (most of them act across
+//! restarts, where a runtime hook would be gone after the restart under
+//! test); the runner sets it on every node it starts
+//! ([`crate::runner::RunConfig::module_mutants`]).
 
 use redlock_client::RedlockBuilder;
 
@@ -44,6 +46,12 @@ pub const DISK_LEASE_WALL_CLOCK_ONLY: &str = "disk-lease-from-wall";
 /// the mixed-floor workload with reclamation
 /// ([`crate::runner::RunConfig::mixed_floor`]).
 pub const NO_RECLAIMED_FLOOR: &str = "no-reclaimed-floor";
+
+/// Module mutant: an ACQUIRE by the holder of a live lease sets the lease
+/// to its ttl from now, shorter or not (the rule before 74f467a), so a late
+/// copy of the holder's first ACQUIRE ends a lease it extended since
+/// (issue 35, item 3). Caught by [`crate::runner::FaultType::LateAcquireCopy`].
+pub const RENEWAL_SHORTENS: &str = "renewal-shortens";
 
 /// Turns off step 5 of the algorithm in the client: the validity is not
 /// reduced by the time the acquisition took and an expired acquisition is

@@ -20,7 +20,7 @@ use crate::checker::{self, Report};
 use crate::clock::mono_ns;
 use crate::history::{self, Guarantees, Kind, Recorder};
 use crate::resource::{Checking, ResourceKind, ResourceServer};
-use crate::workload::{ClientOptions, PausePlan, PausePoint, WorkerSpec};
+use crate::workload::{ClientOptions, LateCopyPlan, PausePlan, PausePoint, WorkerSpec};
 
 /// Members of every run's quorum.
 pub const NODES: usize = 5;
@@ -112,6 +112,11 @@ pub enum FaultType {
     /// Mutation tests: every node killed and restarted at once (empty
     /// without persistence).
     KillAll,
+    /// Mutation tests: holders extend their lock beyond its first lease and
+    /// then send the ACQUIRE they took it with to every node again (a late
+    /// copy), and keep using the lock past the end of the first lease
+    /// ([`crate::workload::LateCopyPlan`]). No fault on the nodes.
+    LateAcquireCopy,
 }
 
 impl FaultType {
@@ -175,6 +180,7 @@ impl FaultType {
             FaultType::ResourceKill => "resource_kill9_aof_always",
             FaultType::PartitionRotate => "partition_rotate",
             FaultType::KillAll => "kill9_all",
+            FaultType::LateAcquireCopy => "late_acquire_copy",
         }
     }
 
@@ -712,6 +718,11 @@ pub fn run(cfg: &RunConfig) -> Result<RunResult, String> {
             deadline_ns: deadline,
             out: parts.join(format!("worker{w}.jsonl")),
             client,
+            late_copies: (cfg.fault == FaultType::LateAcquireCopy).then_some(LateCopyPlan {
+                extend_ms: cfg.ttl_ms * 4,
+                hold_ms: cfg.ttl_ms * 2,
+                percent: 25,
+            }),
             pauses: cfg.fault.pause_point().map(|point| PausePlan {
                 point,
                 ms: (cfg.ttl_ms + 100, cfg.ttl_ms * 3),
@@ -1120,7 +1131,7 @@ fn inject(cfg: &RunConfig, c: &mut Deployment, rec: &Recorder, pids: &[u32], dea
             .collect::<Vec<_>>()
             .join(",")
     };
-    if cfg.fault == FaultType::None
+    if matches!(cfg.fault, FaultType::None | FaultType::LateAcquireCopy)
         || (cfg.fault.pause_point().is_some() && cfg.fault != FaultType::ResourceKill)
     {
         sleep_until(deadline);
@@ -1526,6 +1537,7 @@ fn inject(cfg: &RunConfig, c: &mut Deployment, rec: &Recorder, pids: &[u32], dea
                 rec.record(Kind::FaultStop { id });
             }
             FaultType::None
+            | FaultType::LateAcquireCopy
             | FaultType::ClientPauseSend
             | FaultType::ClientPauseUse
             | FaultType::ClientPauseWrite => {}

@@ -90,6 +90,23 @@ pub struct PausePlan {
     pub max: u64,
 }
 
+/// Late copies of a holder's own ACQUIRE (the late-ACQUIRE sequence): in
+/// `percent` of the holds, the task extends its lock to `extend_ms` (longer
+/// than the acquisition's lease), then sends the ACQUIRE it took the lock
+/// with again to every node, as a connection that resends a request or a
+/// second route to the same server would deliver it late, and then keeps
+/// using the lock for `hold_ms`, past the end of the first lease and inside
+/// the extension. A node must not let the copy end the extended lease.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct LateCopyPlan {
+    /// The extension's lease, ms.
+    pub extend_ms: u64,
+    /// How long the task keeps the lock after the copies, ms.
+    pub hold_ms: u64,
+    /// Share of holds that do it, percent.
+    pub percent: u32,
+}
+
 /// Everything a worker process needs; passed as JSON on its command line.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct WorkerSpec {
@@ -133,6 +150,9 @@ pub struct WorkerSpec {
     pub client: ClientOptions,
     /// Client pauses, if this run injects them.
     pub pauses: Option<PausePlan>,
+    /// Late copies of the holders' ACQUIREs, if this run sends them.
+    #[serde(default)]
+    pub late_copies: Option<LateCopyPlan>,
     /// First fault id this worker may use (fault ids must be unique in a run).
     pub fault_id_base: u64,
     /// Short-lived names: the keys are used half at a time, the halves
@@ -303,6 +323,10 @@ async fn client_task(
     let name = format!("w{}.c{}", spec.index, task);
     let mut rng = ChaCha8Rng::seed_from_u64(spec.seed ^ ((spec.index as u64) << 32) ^ task as u64);
     let mut resource: Option<Res> = None;
+    // Connections of this task's own to every node, for the late copies.
+    let mut copy_routes: Vec<Option<redis::aio::MultiplexedConnection>> =
+        vec![None; spec.nodes.len()];
+    let mut next_copy_id = spec.fault_id_base + 500_000 + 1_000 * task as u64;
     let ttl = Duration::from_millis(spec.ttl_ms);
     let mut acquired = 0u64;
     let mut n = 0u64;
@@ -454,7 +478,29 @@ async fn client_task(
                         let hold = rng.gen_range(low..=high.max(low));
                         tokio::time::sleep(Duration::from_millis(hold)).await;
                     }
-                    if rng.gen_range(0..100) < spec.extend_percent {
+                    let late_copy = spec
+                        .late_copies
+                        .as_ref()
+                        .filter(|plan| rng.gen_range(0..100) < plan.percent);
+                    if let Some(plan) = late_copy {
+                        let extended = extend_recorded(&mut lock, plan.extend_ms, rec, &op).await;
+                        if extended {
+                            next_copy_id += 1;
+                            rec.record(Kind::FaultStart {
+                                id: next_copy_id,
+                                kind: "late_acquire_copy".into(),
+                                target: name.clone(),
+                                detail: format!(
+                                    "the {} ms ACQUIRE again, after an extension to {} ms",
+                                    spec.ttl_ms, plan.extend_ms
+                                ),
+                                timing: false,
+                            });
+                            send_late_copies(spec, &mut copy_routes, &lock).await;
+                            rec.record(Kind::FaultStop { id: next_copy_id });
+                            tokio::time::sleep(Duration::from_millis(plan.hold_ms)).await;
+                        }
+                    } else if rng.gen_range(0..100) < spec.extend_percent {
                         let r = {
                             let mut fut = Box::pin(lock.extend(ttl));
                             let invoked = mono_ns();
@@ -504,6 +550,70 @@ async fn client_task(
         rec.record(Kind::ReleaseDone { op, ok });
     }
     Ok(acquired)
+}
+
+/// Extends `lock` to `ttl_ms`, recorded as the workload's extensions are;
+/// true when it succeeded.
+async fn extend_recorded(
+    lock: &mut redlock_client::Lock,
+    ttl_ms: u64,
+    rec: &Recorder,
+    op: &str,
+) -> bool {
+    let invoked = mono_ns();
+    let r = lock.extend(Duration::from_millis(ttl_ms)).await;
+    rec.record_at(&Event {
+        t: invoked,
+        kind: Kind::ExtendInvoke {
+            op: op.to_string(),
+            ttl_ms,
+            first_poll: Some(invoked),
+        },
+    });
+    let validity = lock.validity();
+    rec.record(Kind::ExtendDone {
+        op: op.to_string(),
+        ok: r.is_ok(),
+        validity_ns: if r.is_ok() {
+            validity.as_nanos() as u64
+        } else {
+            0
+        },
+    });
+    r.is_ok()
+}
+
+/// Sends `REDLOCK.ACQUIRE key owner ttl` — the request `lock` was taken
+/// with, without its FLOOR (a renewal only raises the counter to it, and it
+/// was at most the token) — to every node again, on connections of the
+/// task's own; replies and errors are ignored, as a late copy's are.
+async fn send_late_copies(
+    spec: &WorkerSpec,
+    routes: &mut [Option<redis::aio::MultiplexedConnection>],
+    lock: &redlock_client::Lock,
+) {
+    let wait = Duration::from_millis(spec.client.node_timeout_ms.max(50));
+    for (url, route) in spec.nodes.iter().zip(routes.iter_mut()) {
+        if route.is_none() {
+            let Ok(client) = redis::Client::open(url.as_str()) else {
+                continue;
+            };
+            if let Ok(Ok(con)) =
+                tokio::time::timeout(wait, client.get_multiplexed_async_connection()).await
+            {
+                *route = Some(con);
+            }
+        }
+        let Some(con) = route.as_mut() else {
+            continue;
+        };
+        let mut cmd = redis::cmd("REDLOCK.ACQUIRE");
+        cmd.arg(lock.key()).arg(lock.owner()).arg(spec.ttl_ms);
+        let sent = tokio::time::timeout(wait, cmd.query_async::<redis::Value>(con)).await;
+        if !matches!(sent, Ok(Ok(_))) {
+            *route = None;
+        }
+    }
 }
 
 /// The fenced resource as a client task uses it.

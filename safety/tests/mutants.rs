@@ -284,3 +284,28 @@ fn mutant_no_reclaimed_floor_is_caught() {
         "not caught: {r:?}"
     );
 }
+
+#[test]
+#[ignore = "full run only: make safety runs it (the module's own tests cover the rule in make test)"]
+fn mutant_renewal_shortens_is_caught() {
+    // Holders extend to four leases, a late copy of their first ACQUIRE
+    // reaches every node, and they keep the lock for two leases more: with
+    // the renewal that shortens, the copy ends the extension on the nodes
+    // and another client takes the lock while the holder still uses it.
+    let (mut cfg, _dir) = config("renewal_shortens", FaultType::LateAcquireCopy, 8);
+    cfg.keys = 2;
+    cfg.module_mutants = vec![mutants::RENEWAL_SHORTENS.into()];
+    let r = run(&cfg);
+    assert!(r.overlaps_unexplained > 0, "not caught: {r:?}");
+}
+
+#[test]
+#[ignore = "full run only: make safety runs it (the module's own tests cover the rule in make test)"]
+fn control_renewal_never_shortens_passes_the_same_faults() {
+    let (mut cfg, _dir) = config("renewal_control", FaultType::LateAcquireCopy, 8);
+    cfg.keys = 2;
+    let r = run(&cfg);
+    assert!(r.acquisitions > 30, "{r:?}");
+    assert!(r.faults > 8, "few late copies were sent: {r:?}");
+    assert_eq!(r.violations(), 0, "{r:?}");
+}

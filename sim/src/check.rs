@@ -131,7 +131,9 @@ impl Checker {
             self.push(
                 now,
                 "duplicate token",
-                format!("key {k}: token {token} issued to owner {other:#x} and to owner {owner:#x}"),
+                format!(
+                    "key {k}: token {token} issued to owner {other:#x} and to owner {owner:#x}"
+                ),
             );
         }
         self.completed[k].push((now, token, high_so_far));
@@ -272,7 +274,12 @@ impl Checker {
     }
 
     /// Whether `owner` claims a validity at `now`.
-    pub fn claims(&self, key: usize, owner_hash_matches: impl Fn(Owner) -> bool, now: Time) -> bool {
+    pub fn claims(
+        &self,
+        key: usize,
+        owner_hash_matches: impl Fn(Owner) -> bool,
+        now: Time,
+    ) -> bool {
         self.claims[key]
             .iter()
             .any(|c| c.until > now && owner_hash_matches(c.owner))

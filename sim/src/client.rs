@@ -506,7 +506,6 @@ impl Held {
             deadline,
         });
     }
-
 }
 
 fn all(io: &Io) -> Vec<usize> {
@@ -580,7 +579,10 @@ async fn release_on(io: &Io, key: u8, owner: Owner, targets: &[usize]) {
     if targets.is_empty() {
         return;
     }
-    fan_out(io, targets, Cmd::Release { key, owner }, |_, _, _| Next::Wait).await;
+    fan_out(io, targets, Cmd::Release { key, owner }, |_, _, _| {
+        Next::Wait
+    })
+    .await;
     io.out(Out::Released { key, owner });
 }
 
@@ -820,7 +822,8 @@ async fn use_resource(io: &Io, key: u8, token: u64, deadline: &Cell<At>) {
     } else {
         io.draw(0, 500)
     };
-    io.sleep_until(io.local() + Duration::from_micros(stall)).await;
+    io.sleep_until(io.local() + Duration::from_micros(stall))
+        .await;
     let write = io.chance(0.6);
     io.out(Out::Use { key, token, write });
 }
@@ -894,7 +897,8 @@ async fn hold(io: &Io, mut lock: Held, ttl_ms: u64) {
     let steps = io.draw(0, 4);
     for _ in 0..steps {
         let gap = io.draw_skewed(100, ttl_ms * MS);
-        io.sleep_until(io.local() + Duration::from_micros(gap)).await;
+        io.sleep_until(io.local() + Duration::from_micros(gap))
+            .await;
         let most = io.max_ttl_ms.get();
         let shorter = io.draw(ttl_ms / 4, ttl_ms).max(10);
         let longer = io.draw(ttl_ms, most).max(10);
@@ -923,7 +927,8 @@ async fn hold(io: &Io, mut lock: Held, ttl_ms: u64) {
     let left = lock.deadline.get() - io.local();
     if !left.is_zero() && io.chance(0.7) {
         let work = io.draw(0, left.as_micros() as u64);
-        io.sleep_until(io.local() + Duration::from_micros(work)).await;
+        io.sleep_until(io.local() + Duration::from_micros(work))
+            .await;
         let deadline = lock.deadline.clone();
         use_resource(io, lock.key, lock.token, &deadline).await;
     }
@@ -943,7 +948,8 @@ async fn program(io: Rc<Io>) {
     let io = &*io;
     loop {
         let think = io.draw_skewed(100, 60 * MS);
-        io.sleep_until(io.local() + Duration::from_micros(think)).await;
+        io.sleep_until(io.local() + Duration::from_micros(think))
+            .await;
         if io.now.get() >= io.stop_at.get() {
             return;
         }
@@ -1090,7 +1096,15 @@ impl World {
     }
 
     /// A reply reaches client `c`.
-    pub fn client_reply(&mut self, c: u32, life: u32, round: u64, member: u8, _conn: u64, reply: Reply) {
+    pub fn client_reply(
+        &mut self,
+        c: u32,
+        life: u32,
+        round: u64,
+        member: u8,
+        _conn: u64,
+        reply: Reply,
+    ) {
         let ci = c as usize;
         let client = &mut self.clients[ci];
         if !client.alive || client.life != life {
@@ -1126,7 +1140,11 @@ impl World {
             return;
         }
         if client.paused_until.is_some() {
-            client.held.push_back(Ev::ClientTimer { client: c, life, tag });
+            client.held.push_back(Ev::ClientTimer {
+                client: c,
+                life,
+                tag,
+            });
             return;
         }
         self.client_poll(ci);
@@ -1243,7 +1261,11 @@ impl World {
             copy: false,
             blocking: true,
         };
-        let delay = crate::rng::skewed(&mut self.net_rng, self.sc.latency_us.0, self.sc.latency_us.1);
+        let delay = crate::rng::skewed(
+            &mut self.net_rng,
+            self.sc.latency_us.0,
+            self.sc.latency_us.1,
+        );
         self.after(delay, Ev::AtNode(req));
     }
 

@@ -83,9 +83,11 @@ impl World {
                     self.replica_connect(n);
                 }
             }
-            Fault::Switch { member, to, give_up } => {
-                self.switchover_step(member as usize, to as usize, give_up)
-            }
+            Fault::Switch {
+                member,
+                to,
+                give_up,
+            } => self.switchover_step(member as usize, to as usize, give_up),
             Fault::CrashMaster { member } => {
                 let n = self.members[member as usize].master as usize;
                 if self.nodes[n].up && !self.healed {
@@ -190,7 +192,11 @@ impl World {
             FaultKind::ClockForward | FaultKind::ClockBack => {
                 let n = self.pick(k, nodes);
                 let step = skewed(self.fault_rng(k), MS, 3_600 * SEC) as i64;
-                let step = if k == FaultKind::ClockForward { step } else { -step };
+                let step = if k == FaultKind::ClockForward {
+                    step
+                } else {
+                    -step
+                };
                 self.stats.fault(k);
                 let restart = chance(self.fault_rng(k), 0.4);
                 if restart && self.nodes[n].up {
@@ -199,10 +205,13 @@ impl World {
                     self.node_crash(n);
                     self.nodes[n].clock.step_wall(step);
                     let down = skewed(self.fault_rng(k), MS, 100 * MS);
-                    self.after(down, Ev::Fault(Fault::Restart {
-                        node: n as u16,
-                        empty: false,
-                    }));
+                    self.after(
+                        down,
+                        Ev::Fault(Fault::Restart {
+                            node: n as u16,
+                            empty: false,
+                        }),
+                    );
                 } else {
                     self.nodes[n].clock.step_wall(step);
                 }
@@ -310,10 +319,13 @@ impl World {
     /// `empty`).
     fn crash_for(&mut self, n: usize, down: Time, empty: bool) {
         self.node_crash(n);
-        self.after(down, Ev::Fault(Fault::Restart {
-            node: n as u16,
-            empty,
-        }));
+        self.after(
+            down,
+            Ev::Fault(Fault::Restart {
+                node: n as u16,
+                empty,
+            }),
+        );
     }
 
     /// A switchover in progress: once the replica has every effect of the
@@ -338,11 +350,14 @@ impl World {
             self.nodes[master].failing_over = false;
             self.node_resume_held(master);
         } else {
-            self.after(5 * MS, Ev::Fault(Fault::Switch {
-                member: member as u8,
-                to: to as u16,
-                give_up,
-            }));
+            self.after(
+                5 * MS,
+                Ev::Fault(Fault::Switch {
+                    member: member as u8,
+                    to: to as u16,
+                    give_up,
+                }),
+            );
         }
     }
 

@@ -111,14 +111,18 @@ fn run(args: Args) -> Result<ExitCode, String> {
         let m = mutant::named(name).ok_or_else(|| {
             format!(
                 "unknown mutant {name:?}; mutants: {}",
-                MUTANTS.iter().map(|m| m.name).collect::<Vec<_>>().join(", ")
+                MUTANTS
+                    .iter()
+                    .map(|m| m.name)
+                    .collect::<Vec<_>>()
+                    .join(", ")
             )
         })?;
         m.apply(&mut setup);
     }
-    let threads = args.threads.unwrap_or_else(|| {
-        std::thread::available_parallelism().map_or(1, |n| n.get())
-    });
+    let threads = args
+        .threads
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
     if args.mutant_table {
         let mut rows = Vec::new();
         for m in MUTANTS {
@@ -126,8 +130,9 @@ fn run(args: Args) -> Result<ExitCode, String> {
             eprintln!(
                 "{}: {}",
                 m.name,
-                row.first_failure
-                    .map_or("not caught".into(), |s| format!("first failure at seed {s}"))
+                row.first_failure.map_or("not caught".into(), |s| format!(
+                    "first failure at seed {s}"
+                ))
             );
             rows.push(row);
         }

@@ -76,7 +76,10 @@ impl World {
                 if self.now < until && !blocking {
                     self.stats.fault(FaultKind::Duplicate);
                     let jitter = between(&mut self.net_rng, 0, 500);
-                    self.at(arrival + late + jitter, Ev::AtNode(Req { copy: true, ..req }));
+                    self.at(
+                        arrival + late + jitter,
+                        Ev::AtNode(Req { copy: true, ..req }),
+                    );
                 }
             }
             if chance(&mut self.net_rng, self.sc.rate(FaultKind::Reorder)) && !blocking {

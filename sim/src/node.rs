@@ -10,6 +10,7 @@
 use std::collections::VecDeque;
 
 use redlock_module_rules::core::guard_rule::{Guard, Settings};
+use redlock_module_rules::core::lease_time::BootStamp;
 use redlock_module_rules::core::lock::{
     token_within_reach, Acquired, LockState, MonoMillis, OwnerHash, ReclaimRule,
 };
@@ -17,7 +18,9 @@ use redlock_module_rules::core::mutant::Mutant;
 use redlock_module_rules::core::node_record::{
     self, announce_to_new_replica, aux_save2_writes, missing_record, Load, LoadKind,
 };
-use redlock_module_rules::core::persisted::{persist_at, restore, NodeRecord, Persisted};
+use redlock_module_rules::core::persisted::{
+    persist_at, restamp_needed, restore, NodeRecord, Persisted, Source,
+};
 use redlock_module_rules::core::queue::{self, Place, Queue, Ready};
 use redlock_module_rules::core::run_state::RunState;
 
@@ -114,6 +117,13 @@ pub struct Node {
     /// Its clock.
     pub clock: Clock,
     boot_local: u64,
+    /// The machine's boot (its boot id); a reboot makes a new one.
+    pub machine_boot: u32,
+    /// The local clock when the machine booted (its `CLOCK_MONOTONIC` is 0).
+    machine_local: u64,
+    /// Keys a load from disk timed by a rule a later load would apply
+    /// again: written again with this boot's stamp once the load ends.
+    restamp: Vec<u8>,
     /// `redlock.max-ttl-ms`.
     pub max_ttl: u64,
     /// Its persistence.
@@ -164,6 +174,9 @@ impl Node {
             held: VecDeque::new(),
             clock: Clock::new(rate_ppm, 0),
             boot_local: 0,
+            machine_boot: 0,
+            machine_local: 0,
+            restamp: Vec::new(),
             max_ttl: if replica {
                 sc.replica_max_ttl_ms
             } else {
@@ -191,6 +204,18 @@ impl Node {
     /// The module's monotonic clock (ms) at true time `t`.
     pub fn mono(&self, t: Time) -> MonoMillis {
         MONO_BASE + (self.clock.local_us(t).saturating_sub(self.boot_local)) / 1_000
+    }
+
+    /// The machine's boot clock at true time `t` (`CLOCK_MONOTONIC` with its
+    /// boot id: it runs on across process restarts, from 0 after a reboot).
+    pub fn boot_stamp(&self, t: Time) -> Option<BootStamp> {
+        let mut id = [0u8; 16];
+        id[..2].copy_from_slice(&self.id.to_le_bytes());
+        id[2..6].copy_from_slice(&self.machine_boot.to_le_bytes());
+        Some(BootStamp {
+            id,
+            ms: self.clock.local_us(t).saturating_sub(self.machine_local) / 1_000,
+        })
     }
 
     /// The true time at which the monotonic clock reads `m`.
@@ -246,6 +271,10 @@ impl World {
         self.nodes[n].clock.wall_ms(self.now)
     }
 
+    fn boot_stamp(&self, n: usize) -> Option<BootStamp> {
+        self.nodes[n].boot_stamp(self.now)
+    }
+
     fn wall_us(&self, n: usize) -> u64 {
         self.nodes[n].clock.wall_us(self.now)
     }
@@ -261,8 +290,18 @@ impl World {
         node.paused_until = None;
         node.held.clear();
         node.boot_local = node.clock.local_us(now);
+        // The machine reboots with a lost disk (a new machine) and at every
+        // third restart; otherwise the process restarts on the same boot,
+        // and a lease read from its files is timed on the boot clock.
+        if empty || node.boot == 1 || node.boot % 3 == 0 {
+            node.machine_boot += 1;
+            node.machine_local = node.boot_local;
+        }
+        node.restamp.clear();
         node.keys.iter_mut().for_each(|k| *k = None);
-        node.waits.iter_mut().for_each(|w| *w = KeyWaiters::default());
+        node.waits
+            .iter_mut()
+            .for_each(|w| *w = KeyWaiters::default());
         node.guard = Guard::new();
         node.load = Load::default();
         node.reclaimed = 0;
@@ -286,9 +325,9 @@ impl World {
             node.guard.raise_longest(startup, s, mono);
         }
         let durable = node.durable();
-        let record = node
-            .guard
-            .open_after_load(s, node.disk.run_state, durable, node.replica, mono);
+        let record =
+            node.guard
+                .open_after_load(s, node.disk.run_state, durable, node.replica, mono);
         node.disk.run_state = Some(record);
         // The sweep's counter file.
         node.reclaimed = node.reclaimed.max(node.disk.reclaimed_file);
@@ -306,15 +345,38 @@ impl World {
             node.disk.aof.clear();
             node.disk.synced = 0;
         }
+        // Leases timed by a rule a later load would apply again are written
+        // again with this boot's stamp (host/restamp.rs).
+        for key in std::mem::take(&mut self.nodes[n].restamp) {
+            self.persist_effect(n, key as usize);
+        }
         let boot = self.nodes[n].boot;
         if self.sc.reclaim_after_ms > 0 {
-            self.after(100 * MS, Ev::Sweep { node: n as u16, boot });
+            self.after(
+                100 * MS,
+                Ev::Sweep {
+                    node: n as u16,
+                    boot,
+                },
+            );
         }
         match self.nodes[n].persistence {
-            Persistence::AofEverysec => self.after(SEC, Ev::Persist { node: n as u16, boot }),
+            Persistence::AofEverysec => self.after(
+                SEC,
+                Ev::Persist {
+                    node: n as u16,
+                    boot,
+                },
+            ),
             Persistence::Rdb | Persistence::AofAlways => {
                 let every = between(&mut self.repl_rng, 300, 1_500) * MS;
-                self.after(every, Ev::Persist { node: n as u16, boot })
+                self.after(
+                    every,
+                    Ev::Persist {
+                        node: n as u16,
+                        boot,
+                    },
+                )
             }
             Persistence::None => {}
         }
@@ -372,8 +434,31 @@ impl World {
             }
             let clamp = self.nodes[n].guard.longest_lease(self.settings(n));
             let source = self.nodes[n].load.source(clamp);
-            let state = restore(&p, source, self.mono(n), self.wall_ms(n));
+            self.note_restamp(n, key, &p, source);
+            let state = restore(
+                &p,
+                source,
+                self.mono(n),
+                self.wall_ms(n),
+                self.boot_stamp(n),
+            );
             self.nodes[n].keys[key as usize] = Some(state);
+        }
+    }
+
+    /// A record read from disk whose lease must be written again with this
+    /// boot's stamp once the load ends (`lease_time::restamp_needed`).
+    fn note_restamp(&mut self, n: usize, key: u8, p: &Persisted, source: Source) {
+        let boot = self.boot_stamp(n);
+        let needed = restamp_needed(p, source, self.wall_ms(n), boot);
+        let list = &mut self.nodes[n].restamp;
+        if needed {
+            if !list.contains(&key) {
+                list.push(key);
+            }
+        } else if matches!(source, Source::Disk { .. }) {
+            // A later record of the key in the same load states its end.
+            list.retain(|&k| k != key);
         }
     }
 
@@ -389,7 +474,14 @@ impl World {
                 // The clamp after what was learned (host: `apply`).
                 let clamp = self.nodes[n].guard.longest_lease(self.settings(n));
                 let source = node_record::applied_source(loading, clamp);
-                let state = restore(&p, source, self.mono(n), self.wall_ms(n));
+                self.note_restamp(n, key, &p, source);
+                let state = restore(
+                    &p,
+                    source,
+                    self.mono(n),
+                    self.wall_ms(n),
+                    self.boot_stamp(n),
+                );
                 self.nodes[n].keys[key as usize] = Some(state);
                 if !loading {
                     self.state_changed(n, key as usize);
@@ -438,15 +530,9 @@ impl World {
     fn persist_effect(&mut self, n: usize, key: usize) {
         let p = self.nodes[n].keys[key]
             .as_ref()
-            .map(|s| persist_at(s, self.mono(n), self.wall_ms(n)));
+            .map(|s| persist_at(s, self.mono(n), self.wall_ms(n), self.boot_stamp(n)));
         if let Some(p) = p {
-            self.write_effect(
-                n,
-                Effect::State {
-                    key: key as u8,
-                    p,
-                },
-            );
+            self.write_effect(n, Effect::State { key: key as u8, p });
         }
     }
 
@@ -508,6 +594,7 @@ impl World {
     fn snapshot(&mut self, n: usize) -> Snapshot {
         let mono = self.mono(n);
         let wall = self.wall_ms(n);
+        let boot = self.boot_stamp(n);
         let s = self.settings(n);
         let node = &mut self.nodes[n];
         let record = NodeRecord {
@@ -523,7 +610,10 @@ impl World {
                 .keys
                 .iter()
                 .enumerate()
-                .filter_map(|(k, s)| s.as_ref().map(|s| (k as u8, persist_at(s, mono, wall))))
+                .filter_map(|(k, s)| {
+                    s.as_ref()
+                        .map(|s| (k as u8, persist_at(s, mono, wall, boot)))
+                })
                 .collect(),
         }
     }
@@ -535,7 +625,10 @@ impl World {
             return;
         }
         if self.nodes[n].paused_until.is_some() {
-            self.nodes[n].held.push_back(Ev::Persist { node: n as u16, boot });
+            self.nodes[n].held.push_back(Ev::Persist {
+                node: n as u16,
+                boot,
+            });
             return;
         }
         match self.nodes[n].persistence {
@@ -561,7 +654,13 @@ impl World {
         };
         let local = self.nodes[n].clock.local_us(self.now) + every;
         let at = self.nodes[n].clock.true_at(local);
-        self.at(at, Ev::Persist { node: n as u16, boot });
+        self.at(
+            at,
+            Ev::Persist {
+                node: n as u16,
+                boot,
+            },
+        );
     }
 
     /// A request reaches node `n`.
@@ -656,12 +755,18 @@ impl World {
                 );
                 match outcome {
                     Ok(Acquired::Busy) => Reply::Nil,
-                    Ok(Acquired::Renewed { .. })
-                        if before.is_some_and(|d| d > mono + ttl) =>
-                    {
+                    Ok(Acquired::Renewed { .. }) if before.is_some_and(|d| d > mono + ttl) => {
                         self.stats.renewals_shorter += 1;
                         if std::env::var("SIMDEBUG").is_ok() {
-                            eprintln!("t={} renewal node {} key {} owner {:#x} deadline {:?} -> {}", self.now, n, k, owner, before.map(|d| d - mono), ttl);
+                            eprintln!(
+                                "t={} renewal node {} key {} owner {:#x} deadline {:?} -> {}",
+                                self.now,
+                                n,
+                                k,
+                                owner,
+                                before.map(|d| d - mono),
+                                ttl
+                            );
                         }
                         let token = state.counter();
                         self.store(n, k, state);
@@ -779,7 +884,15 @@ impl World {
     }
 
     /// `REDLOCK.WAIT key timeout QUEUE owner ticket` (`host/wait.rs::wait`).
-    fn node_wait(&mut self, n: usize, req: Req, k: usize, timeout_ms: u64, owner: Owner, ticket: u64) {
+    fn node_wait(
+        &mut self,
+        n: usize,
+        req: Req,
+        k: usize,
+        timeout_ms: u64,
+        owner: Owner,
+        ticket: u64,
+    ) {
         let mono = self.mono(n);
         let wall_us = self.wall_us(n);
         let deadline = self.nodes[n].keys[k]
@@ -1013,8 +1126,16 @@ impl World {
         if !self.nodes[n].up || self.nodes[n].boot != boot {
             return;
         }
-        let next = self.nodes[n].clock.true_at(self.nodes[n].clock.local_us(self.now) + 100 * MS);
-        self.at(next, Ev::Sweep { node: n as u16, boot });
+        let next = self.nodes[n]
+            .clock
+            .true_at(self.nodes[n].clock.local_us(self.now) + 100 * MS);
+        self.at(
+            next,
+            Ev::Sweep {
+                node: n as u16,
+                boot,
+            },
+        );
         if self.nodes[n].paused_until.is_some() || self.nodes[n].replica {
             return;
         }
@@ -1136,7 +1257,9 @@ impl World {
             return;
         }
         if self.nodes[r].paused_until.is_some() {
-            self.nodes[r].held.push_back(Ev::ReplConnect { to: r as u16 });
+            self.nodes[r]
+                .held
+                .push_back(Ev::ReplConnect { to: r as u16 });
             return;
         }
         let member = self.nodes[r].member as usize;
@@ -1256,9 +1379,12 @@ impl World {
     /// The sentinel looks at member `m`: a master down for long enough is
     /// replaced by one of its replicas, when the seed lets it fail over.
     pub fn sentinel(&mut self, member: usize) {
-        self.after(100 * MS, Ev::Sentinel {
-            member: member as u8,
-        });
+        self.after(
+            100 * MS,
+            Ev::Sentinel {
+                member: member as u8,
+            },
+        );
         let master = self.members[member].master as usize;
         if self.nodes[master].up {
             self.members[member].master_down_since = None;
@@ -1315,7 +1441,16 @@ impl World {
         if node.guard.longest_lease(s) < self.ttl_ceiling_ms {
             self.stats.short_windows += 1;
             if std::env::var("SIMDEBUG").is_ok() {
-                eprintln!("t={} promote node {} longest {} ceiling {} max_ttl {} recorded {} file {}", self.now, to, node.guard.longest_lease(s), self.ttl_ceiling_ms, node.max_ttl, node.guard.recorded_longest(), node.disk.longest_file);
+                eprintln!(
+                    "t={} promote node {} longest {} ceiling {} max_ttl {} recorded {} file {}",
+                    self.now,
+                    to,
+                    node.guard.longest_lease(s),
+                    self.ttl_ceiling_ms,
+                    node.max_ttl,
+                    node.guard.recorded_longest(),
+                    node.disk.longest_file
+                );
             }
         }
         self.stats.promotions += 1;
@@ -1323,7 +1458,10 @@ impl World {
             // Restarted inside its promotion window (the window must
             // survive the restart, also a durable one).
             let after = skewed(&mut self.repl_rng, MS, 300 * MS);
-            self.after(after, Ev::Fault(crate::world::Fault::Bounce { node: to as u16 }));
+            self.after(
+                after,
+                Ev::Fault(crate::world::Fault::Bounce { node: to as u16 }),
+            );
         }
         self.members[member].master = to as u16;
         self.members[member].master_down_since = None;

@@ -190,11 +190,26 @@ impl Summary {
             ("waiters woken", s.wakeups.to_string()),
             ("replicas promoted", s.promotions.to_string()),
             ("records reclaimed", s.reclaimed.to_string()),
-            ("stale uses refused by the resource", s.resource_refused.to_string()),
-            ("late copies that reached a node", s.copies_landed.to_string()),
-            ("renewals that met a longer lease", s.renewals_shorter.to_string()),
-            ("EXTENDs that shortened a live lease", s.extends_shorter.to_string()),
-            ("promotions with a window shorter than the longest ttl", s.short_windows.to_string()),
+            (
+                "stale uses refused by the resource",
+                s.resource_refused.to_string(),
+            ),
+            (
+                "late copies that reached a node",
+                s.copies_landed.to_string(),
+            ),
+            (
+                "renewals that met a longer lease",
+                s.renewals_shorter.to_string(),
+            ),
+            (
+                "EXTENDs that shortened a live lease",
+                s.extends_shorter.to_string(),
+            ),
+            (
+                "promotions with a window shorter than the longest ttl",
+                s.short_windows.to_string(),
+            ),
             ("CPU time", format!("{:.1} s", self.cpu.as_secs_f64())),
             ("wall time", format!("{:.1} s", self.wall.as_secs_f64())),
             (

@@ -100,7 +100,9 @@ impl Add<Duration> for At {
     type Output = At;
 
     fn add(self, d: Duration) -> At {
-        At(self.0.saturating_add(d.as_micros().min(u64::MAX as u128) as u64))
+        At(self
+            .0
+            .saturating_add(d.as_micros().min(u64::MAX as u128) as u64))
     }
 }
 
@@ -129,7 +131,10 @@ mod tests {
             for local in [0, 1, 999, 1_000_000, 123_456_789] {
                 let t = c.true_at(local);
                 assert!(c.local_us(t) >= local);
-                assert!(t == 0 || c.local_us(t - 1) < local, "rate {rate} local {local}");
+                assert!(
+                    t == 0 || c.local_us(t - 1) < local,
+                    "rate {rate} local {local}"
+                );
             }
         }
     }

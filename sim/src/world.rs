@@ -396,9 +396,7 @@ impl Ev {
                 reply.code(),
             ],
             Ev::ClientTimer { client, tag, .. } => [3, u64::from(*client), *tag, 0],
-            Ev::WaitTimer { node, key, tag, .. } => {
-                [4, u64::from(*node), u64::from(*key), *tag]
-            }
+            Ev::WaitTimer { node, key, tag, .. } => [4, u64::from(*node), u64::from(*key), *tag],
             Ev::WaitTimeout { node, waiter, .. } => [5, u64::from(*node), *waiter, 0],
             Ev::Sweep { node, .. } => [6, u64::from(*node), 0, 0],
             Ev::Persist { node, .. } => [7, u64::from(*node), 0, 0],
@@ -647,7 +645,10 @@ impl World {
 
     fn build(&mut self) {
         let sc = self.sc.clone();
-        let mut drift_rng = stream(sc.seed, Stream::Fault(FaultKind::Drift.index() as u32 + 100));
+        let mut drift_rng = stream(
+            sc.seed,
+            Stream::Fault(FaultKind::Drift.index() as u32 + 100),
+        );
         let drift = |rng: &mut SimRng| -> i64 {
             if sc.drift_ppm == 0 {
                 0
@@ -731,8 +732,10 @@ impl World {
             }
             if self.now > 600 * SEC {
                 // A run that never ends is a bug of the simulator.
-                self.checker
-                    .violate(self.now, "the run did not end within 600 s of simulated time".into());
+                self.checker.violate(
+                    self.now,
+                    "the run did not end within 600 s of simulated time".into(),
+                );
                 break;
             }
         }
@@ -810,10 +813,13 @@ impl World {
         self.heal_at = self.now;
         for n in 0..self.nodes.len() {
             if !self.nodes[n].up {
-                self.at(self.now, Ev::Fault(Fault::Restart {
-                    node: n as u16,
-                    empty: false,
-                }));
+                self.at(
+                    self.now,
+                    Ev::Fault(Fault::Restart {
+                        node: n as u16,
+                        empty: false,
+                    }),
+                );
             }
             if self.nodes[n].paused_until.is_some() {
                 self.at(self.now, Ev::Fault(Fault::Resume { node: n as u16 }));
@@ -827,10 +833,16 @@ impl World {
         }
         for c in 0..self.sc.clients {
             if self.clients[c].paused_until.is_some() {
-                self.at(self.now, Ev::Fault(Fault::ClientResume { client: c as u32 }));
+                self.at(
+                    self.now,
+                    Ev::Fault(Fault::ClientResume { client: c as u32 }),
+                );
             }
             if !self.clients[c].alive {
-                self.at(self.now, Ev::Fault(Fault::ClientRestart { client: c as u32 }));
+                self.at(
+                    self.now,
+                    Ev::Fault(Fault::ClientRestart { client: c as u32 }),
+                );
             }
         }
         // Late copies and held-up messages land within this, restarts and

@@ -57,6 +57,11 @@ pub enum CommandError {
     /// An owner hash in `REDLOCK.APPLY` that is not 16 bytes.
     #[error("ERR invalid owner hash: must be 16 bytes, got {0} bytes")]
     OwnerHashLength(usize),
+    /// A boot stamp in `REDLOCK.APPLY` that is neither empty nor 24 bytes.
+    #[error(
+        "ERR invalid boot stamp: must be 24 bytes (boot id and boot clock) or empty, got {0} bytes"
+    )]
+    BootStampLength(usize),
     /// Recording the longest lease failed, so it cannot be granted safely.
     #[error("ERR cannot record the lease length for the restart guard: {0}")]
     GuardRecord(String),
@@ -77,6 +82,11 @@ pub enum CommandError {
         /// Milliseconds until ACQUIRE is accepted.
         remaining_ms: u64,
     },
+    /// A lock write (ACQUIRE, EXTEND, FENCE) sent to a replica: its locks
+    /// are its master's, whatever `replica-read-only` says. The code is
+    /// Redis's own for a write refused on a replica.
+    #[error("READONLY {0} is refused on a replica: locks are taken and changed on its master")]
+    OnReplica(&'static str),
     /// A user called the internal replication command.
     #[error("ERR REDLOCK.APPLY is internal: it only runs from a master's replication stream or while loading the AOF")]
     InternalOnly,

@@ -333,7 +333,10 @@ mod tests {
         let rs = g.open_after_load(s, None, true, false, 100);
         assert!(rs.window_open);
         assert!(matches!(g.check(s, 100, false, true).0, Err(r) if r.remaining_ms == 5_000));
-        assert_eq!(g.check(s, 5_099, false, true).0.map_err(|r| r.remaining_ms), Err(1));
+        assert_eq!(
+            g.check(s, 5_099, false, true).0.map_err(|r| r.remaining_ms),
+            Err(1)
+        );
         // The window's end is written to the record once.
         assert_eq!(
             g.check(s, 5_100, false, true),

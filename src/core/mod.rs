@@ -9,17 +9,19 @@
 //! hashing, [`args`] argument parsing, [`error`] the command errors,
 //! [`fence_rule`] the fenced-write guard rule, [`run_state`] what one run
 //! leaves the next about the restart guard, [`clock`] the conversion between
-//! the monotonic and the wall clock, [`guard_rule`] the restart and
-//! promotion guard, [`persisted`] the persisted form of a lock and how a
-//! reader times its lease, [`node_record`] the node-wide values and what a
-//! load learns, [`mutant`] the deliberately broken variants (test builds
-//! and the simulator only).
+//! the monotonic and the wall clock, [`lease_time`] how long a lease read
+//! back from a file, a payload or a master still runs, [`guard_rule`] the
+//! restart and promotion guard, [`persisted`] the persisted form of a lock
+//! (its lease timed by [`lease_time`]), [`node_record`] the node-wide values
+//! and what a load learns, [`mutant`] the deliberately broken variants (test
+//! builds and the simulator only).
 
 pub mod args;
 pub mod clock;
 pub mod error;
 pub mod fence_rule;
 pub mod guard_rule;
+pub mod lease_time;
 pub mod lock;
 pub mod mutant;
 pub mod node_record;

@@ -13,6 +13,7 @@
 //! ([`NodeRecord`]).
 
 use crate::core::clock::{to_wall, WallMillis};
+use crate::core::lease_time::{self, BootStamp, Origin, Reading, Written};
 use crate::core::lock::{LockState, MonoMillis, OwnerHash};
 
 /// Longest lease a running peer can hand over (one day, the largest
@@ -60,18 +61,36 @@ pub struct Persisted {
     /// How long a free lock had been unchanged when written, in ms; `None`
     /// in version-1 records.
     pub idle_ms: Option<u64>,
+    /// The boot clock when written; `None` before version 3, or when the
+    /// writer could not read it.
+    pub boot: Option<BootStamp>,
 }
 
-/// Where a persisted lock comes from, which decides how its lease is read.
-/// Either way a loaded lease is never longer than `clamp_ms`, the longest
-/// lease this node may have granted (or learned from its master): a record
-/// cannot hold a lock longer than any lease this node would give.
+impl Persisted {
+    /// What the record says about the end of its lease.
+    pub fn written(&self) -> Written {
+        Written {
+            expiry: self.expiry,
+            remaining: self.remaining,
+            boot: self.boot,
+        }
+    }
+}
+
+/// Where a persisted lock comes from, which decides how its lease is read
+/// ([`crate::core::lease_time::lease_left`]). Either way a loaded lease is
+/// never longer than `clamp_ms`, the longest lease this node may have
+/// granted (or learned from its master): a record cannot hold a lock longer
+/// than any lease this node would give.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Source {
-    /// A file written before this process started (RDB, AOF, AOF preamble).
-    /// The wall clock may have stepped while the node was down, so the lease
-    /// never ends earlier than the time it had left when written: the later
-    /// of its wall-clock end and that time from now.
+    /// A file written before this load (RDB, AOF, AOF preamble), or a
+    /// `RESTORE` payload. Written on this boot: the later of its end on the
+    /// boot clock and its wall-clock end, so a lease that ended while the
+    /// node was down comes back free. Written on another boot: the wall
+    /// clock may have stepped while the node was down, so the lease never
+    /// ends earlier than the time it had left when written (the later of
+    /// its wall-clock end and that time from now).
     Disk {
         /// The longest lease this node may have granted.
         clamp_ms: u64,
@@ -86,9 +105,15 @@ pub enum Source {
     },
 }
 
-/// The persisted form of `state` at the clock readings `mono` / `wall`. An
-/// expired lease is written as free, idle since the lease ended.
-pub fn persist_at(state: &LockState, mono: MonoMillis, wall: WallMillis) -> Persisted {
+/// The persisted form of `state` at the clock readings `mono` / `wall` /
+/// `boot` (`boot` read after `mono`). An expired lease is written as free,
+/// idle since the lease ended.
+pub fn persist_at(
+    state: &LockState,
+    mono: MonoMillis,
+    wall: WallMillis,
+    boot: Option<BootStamp>,
+) -> Persisted {
     match (state.holder(mono), state.live_deadline(mono)) {
         (Some(owner), Some(deadline)) => Persisted {
             counter: state.counter(),
@@ -98,6 +123,7 @@ pub fn persist_at(state: &LockState, mono: MonoMillis, wall: WallMillis) -> Pers
             floored: state.floored(),
             idle_wall: 0,
             idle_ms: Some(0),
+            boot,
         },
         _ => {
             let idle = mono.saturating_sub(state.idle_since());
@@ -109,38 +135,39 @@ pub fn persist_at(state: &LockState, mono: MonoMillis, wall: WallMillis) -> Pers
                 floored: state.floored(),
                 idle_wall: wall.saturating_sub(idle),
                 idle_ms: Some(idle),
+                boot,
             }
         }
     }
 }
 
 /// Rebuilds a live state from its persisted form at the clock readings
-/// `mono` / `wall`. A lease that has ended comes back free; the counter
-/// always survives.
+/// `mono` / `wall` / `boot`. A lease that has ended comes back free; the
+/// counter always survives.
 ///
-/// From disk, a lease is `min(clamp, max(expiry - wall, remaining))`: a
-/// forward step of the wall clock across a restart cannot shorten it (it
-/// would free a lock its holder still uses), and a backward step cannot
-/// stretch it past the longest lease. The idle time of a free lock, which
-/// decides reclamation, is bounded the other way: never more than it was
-/// when written (nor than the wall clock says), so a forward step cannot
-/// make a record reclaimable early; the time the node was down is not
-/// counted, which only delays reclamation.
-pub fn restore(p: &Persisted, source: Source, mono: MonoMillis, wall: WallMillis) -> LockState {
-    let from_wall = || p.expiry.saturating_sub(wall);
-    let lease_ms = match (source, p.remaining) {
-        (Source::Stream { clamp_ms }, Some(remaining)) => remaining.min(clamp_ms),
-        (Source::Disk { clamp_ms }, Some(remaining)) => {
-            if p.expiry == 0 {
-                0
-            } else {
-                from_wall().max(remaining).min(clamp_ms)
-            }
-        }
-        (Source::Stream { clamp_ms } | Source::Disk { clamp_ms }, None) => {
-            from_wall().min(clamp_ms)
-        }
+/// The lease is timed by [`crate::core::lease_time::lease_left`]: from
+/// disk on the boot that wrote it, it ends at its real end (the later of
+/// its boot-clock and wall-clock ends); from disk on another boot, at
+/// `min(clamp, max(expiry - wall, remaining))`, so a forward step of the
+/// wall clock across a restart cannot shorten it (it would free a lock its
+/// holder still uses), and a backward step cannot stretch it past the
+/// longest lease. The idle time of a free lock, which decides reclamation,
+/// is bounded the other way: never more than it was when written (nor than
+/// the wall clock says), so a forward step cannot make a record
+/// reclaimable early; the time the node was down is not counted, which
+/// only delays reclamation.
+pub fn restore(
+    p: &Persisted,
+    source: Source,
+    mono: MonoMillis,
+    wall: WallMillis,
+    boot: Option<BootStamp>,
+) -> LockState {
+    let (origin, clamp_ms) = match source {
+        Source::Disk { clamp_ms } => (Origin::Disk, clamp_ms),
+        Source::Stream { clamp_ms } => (Origin::Stream, clamp_ms),
     };
+    let lease_ms = lease_time::lease_left(&p.written(), origin, &Reading { wall, boot }, clamp_ms);
     if let (Some(owner), true) = (p.owner, lease_ms > 0) {
         let deadline = mono.saturating_add(lease_ms);
         return LockState::from_parts(p.counter, Some(owner), deadline, 0, p.floored);
@@ -165,6 +192,26 @@ pub fn restore(p: &Persisted, source: Source, mono: MonoMillis, wall: WallMillis
     LockState::from_parts(p.counter, None, 0, mono.saturating_sub(idle), p.floored)
 }
 
+/// Whether the lease `p`, read from `source` at `wall` / `boot`, must be
+/// written again with this boot's stamp ([`lease_time::restamp_needed`];
+/// the host writes it: `host/restamp.rs`).
+pub fn restamp_needed(
+    p: &Persisted,
+    source: Source,
+    wall: WallMillis,
+    boot: Option<BootStamp>,
+) -> bool {
+    match source {
+        Source::Disk { clamp_ms } if p.owner.is_some() => lease_time::restamp_needed(
+            &p.written(),
+            Origin::Disk,
+            &Reading { wall, boot },
+            clamp_ms,
+        ),
+        _ => false,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -178,7 +225,7 @@ mod tests {
 
     #[test]
     fn a_live_lease_carries_both_its_end_and_its_remaining_time() {
-        let p = persist_at(&held(5, 1_500), 1_000, WALL);
+        let p = persist_at(&held(5, 1_500), 1_000, WALL, None);
         assert_eq!(
             p,
             Persisted {
@@ -189,10 +236,11 @@ mod tests {
                 floored: true,
                 idle_wall: 0,
                 idle_ms: Some(0),
+                boot: None,
             }
         );
         // Run out 250 ms ago: free, idle since the end of the lease.
-        let free = persist_at(&held(5, 1_500), 1_750, WALL);
+        let free = persist_at(&held(5, 1_500), 1_750, WALL, None);
         assert_eq!(free.owner, None);
         assert_eq!(free.expiry, 0);
         assert_eq!(free.counter, 5);
@@ -203,7 +251,7 @@ mod tests {
     fn the_idle_time_travels_like_the_lease() {
         let mono = 1 << 40;
         let freed = LockState::from_parts(9, None, 0, mono - 7_000, true);
-        let p = persist_at(&freed, mono, WALL);
+        let p = persist_at(&freed, mono, WALL, None);
         assert_eq!(
             (p.idle_wall, p.idle_ms, p.floored),
             (WALL - 7_000, Some(7_000), true)
@@ -212,7 +260,7 @@ mod tests {
         // A running peer: the time since the change, whatever its wall clock.
         let stream = Source::Stream { clamp_ms: 60_000 };
         for peer_wall in [WALL - 3_600_000, WALL + 3_600_000] {
-            let s = restore(&p, stream, 1 << 41, peer_wall);
+            let s = restore(&p, stream, 1 << 41, peer_wall, None);
             assert_eq!(idle(&s, 1 << 41), 7_000);
             assert!(s.floored());
         }
@@ -220,15 +268,18 @@ mod tests {
         // not more (the clock may have stepped forward while the node was down).
         let disk = Source::Disk { clamp_ms: 60_000 };
         assert_eq!(
-            idle(&restore(&p, disk, 1 << 40, WALL + 10_000), 1 << 40),
+            idle(&restore(&p, disk, 1 << 40, WALL + 10_000, None), 1 << 40),
             7_000
         );
         // A wall clock set back: "changed just now", never negative.
-        assert_eq!(idle(&restore(&p, disk, 1 << 40, WALL - 60_000), 1 << 40), 0);
+        assert_eq!(
+            idle(&restore(&p, disk, 1 << 40, WALL - 60_000, None), 1 << 40),
+            0
+        );
         // A lease from disk that, by the wall clock, ended while the node was
         // down is held for the time it had left when written.
-        let leased = persist_at(&held(5, 21_000), 1_000, WALL);
-        let s = restore(&leased, disk, 1 << 40, WALL + 50_000);
+        let leased = persist_at(&held(5, 21_000), 1_000, WALL, None);
+        let s = restore(&leased, disk, 1 << 40, WALL + 50_000, None);
         assert_eq!(s.inspect(1 << 40).pttl, Some(20_000));
         // Version 1 has no FLOOR mark: never reclaimable until a new FLOOR grant.
         let v1 = Persisted {
@@ -238,40 +289,40 @@ mod tests {
             remaining: None,
             ..p
         };
-        let s = restore(&v1, disk, 1 << 40, WALL);
+        let s = restore(&v1, disk, 1 << 40, WALL, None);
         assert!(!s.floored());
         assert_eq!(idle(&s, 1 << 40), 0);
     }
 
     #[test]
     fn a_replica_times_the_lease_from_the_remaining_time_whatever_its_clock() {
-        let p = persist_at(&held(5, 21_000), 1_000, WALL);
+        let p = persist_at(&held(5, 21_000), 1_000, WALL, None);
         let source = Source::Stream { clamp_ms: 60_000 };
         for replica_wall in [WALL - 3_600_000, WALL, WALL + 3_600_000] {
-            let s = restore(&p, source, 70, replica_wall);
+            let s = restore(&p, source, 70, replica_wall, None);
             assert_eq!(s.inspect(70).pttl, Some(20_000), "wall {replica_wall}");
         }
     }
 
     #[test]
     fn a_lease_from_disk_never_ends_before_its_time_left_and_is_clamped() {
-        let p = persist_at(&held(5, 21_000), 1_000, WALL);
+        let p = persist_at(&held(5, 21_000), 1_000, WALL, None);
         let disk = Source::Disk { clamp_ms: 60_000 };
         // Written with 20 s left. Reloaded 5 s later, or with the clock
         // stepped forward 55 s or an hour: never less than those 20 s.
         for wall in [WALL, WALL + 5_000, WALL + 55_000, WALL + 3_600_000] {
-            let s = restore(&p, disk, 9, wall);
+            let s = restore(&p, disk, 9, wall, None);
             assert_eq!(s.inspect(9).pttl, Some(20_000), "wall {wall}");
             assert_eq!(s.counter(), 5);
         }
         // The clock went back an hour across the restart: the wall-clock end,
         // never more than the clamp.
         assert_eq!(
-            restore(&p, disk, 9, WALL - 3_600_000).inspect(9).pttl,
+            restore(&p, disk, 9, WALL - 3_600_000, None).inspect(9).pttl,
             Some(60_000)
         );
         assert_eq!(
-            restore(&p, disk, 9, WALL - 10_000).inspect(9).pttl,
+            restore(&p, disk, 9, WALL - 10_000, None).inspect(9).pttl,
             Some(30_000)
         );
     }
@@ -279,8 +330,8 @@ mod tests {
     #[test]
     fn a_lease_from_a_running_peer_is_clamped_to_the_longest_lease() {
         // A day left, on a node whose longest lease is one second.
-        let p = persist_at(&held(5, 86_400_000 + 1), 1, WALL);
-        let s = restore(&p, Source::Stream { clamp_ms: 1_000 }, 9, WALL);
+        let p = persist_at(&held(5, 86_400_000 + 1), 1, WALL, None);
+        let s = restore(&p, Source::Stream { clamp_ms: 1_000 }, 9, WALL, None);
         assert_eq!(s.inspect(9).pttl, Some(1_000));
         // Its remaining time and its wall-clock end disagree (1 ms left, end
         // a minute away): a running peer is timed by the remaining time.
@@ -289,7 +340,7 @@ mod tests {
             expiry: WALL + 60_000,
             ..p
         };
-        let s = restore(&skewed, Source::Stream { clamp_ms: 60_000 }, 9, WALL);
+        let s = restore(&skewed, Source::Stream { clamp_ms: 60_000 }, 9, WALL, None);
         assert_eq!(s.inspect(9).pttl, Some(1));
     }
 
@@ -303,8 +354,9 @@ mod tests {
             floored: false,
             idle_wall: 0,
             idle_ms: None,
+            boot: None,
         };
-        let s = restore(&p, Source::Stream { clamp_ms: 60_000 }, 1, WALL);
+        let s = restore(&p, Source::Stream { clamp_ms: 60_000 }, 1, WALL, None);
         assert_eq!(s.inspect(1).pttl, Some(60_000));
         assert_eq!(s.holder(1), Some(&hash_owner(b"old")));
     }

@@ -19,6 +19,15 @@
 //! ([`Queue::free_at_once`] never reserves), so repeated WAITs on a free
 //! lock cannot keep it from other owners.
 //!
+//! A reservation ends when its owner takes the lock: its ACQUIRE is granted
+//! (or renews), [`Queue::used_by`]; an ACQUIRE of its owner that is refused
+//! (a bad argument, WRONGTYPE, busy) leaves it in place, since the owner
+//! still has the lock to take. On a replica the owner's ACQUIRE goes to the
+//! master, and what arrives is the master's grant (`REDLOCK.APPLY`): a lock
+//! held again ends the reservation, [`Queue::end_reservation`], so waiters
+//! on the replica are not kept waiting for the rest of the window after the
+//! lock is freed again.
+//!
 //! Safety: a reservation only ever refuses an ACQUIRE that would otherwise
 //! succeed; it never grants anything. Leases, counters and tokens follow
 //! the lock's own rules ([`crate::core::lock`]).
@@ -134,16 +143,39 @@ impl Queue {
 
     /// The reservation an ACQUIRE by `owner` at `now` meets, the input of
     /// the acquire decision ([`crate::core::lock::LockState::acquire_reserved`]).
-    /// The reserved owner's own ACQUIRE ends the reservation.
-    pub fn take(&mut self, owner: &OwnerHash, now: MonoMillis) -> Reservation {
+    /// Reading it changes nothing: the reservation ends only when its owner
+    /// took the lock ([`Queue::used_by`]).
+    pub fn peek(&self, owner: &OwnerHash, now: MonoMillis) -> Reservation {
         match self.reserved(now) {
-            Some((reserved, _)) if reserved == *owner => {
-                self.reservation = None;
-                Reservation::ForCaller
-            }
+            Some((reserved, _)) if reserved == *owner => Reservation::ForCaller,
             Some(_) => Reservation::ForOther,
             None => Reservation::None,
         }
+    }
+
+    /// `owner` took the lock at `now` (its ACQUIRE was granted or renewed):
+    /// a reservation for it is over. One for another owner stays.
+    pub fn used_by(&mut self, owner: &OwnerHash, now: MonoMillis) {
+        if self.peek(owner, now) == Reservation::ForCaller {
+            self.reservation = None;
+        }
+    }
+
+    /// The lock is held again by a grant this node did not decide (a
+    /// replica's `REDLOCK.APPLY` of its master's grant): whoever the
+    /// reservation was for, the hand-off is over.
+    pub fn end_reservation(&mut self) {
+        self.reservation = None;
+    }
+
+    /// [`Queue::peek`], then, for the reserved owner, [`Queue::used_by`]:
+    /// an ACQUIRE that is granted.
+    pub fn take(&mut self, owner: &OwnerHash, now: MonoMillis) -> Reservation {
+        let seen = self.peek(owner, now);
+        if seen == Reservation::ForCaller {
+            self.used_by(owner, now);
+        }
+        seen
     }
 
     /// Whether an ACQUIRE by `owner` at `now` must be answered as busy
@@ -313,6 +345,47 @@ mod tests {
     }
 
     #[test]
+    fn a_refused_acquire_keeps_the_reservation_and_a_grant_ends_it() {
+        let mut q = Queue::default();
+        q.join((10, 1), o(1));
+        assert!(q.may_go((10, 1), &o(1), 100, 50));
+        q.leave((10, 1));
+        // The reserved owner's ACQUIRE is read, then refused (WRONGTYPE, a
+        // bad argument, busy): still reserved for it.
+        for now in [100, 120, 149] {
+            assert_eq!(q.peek(&o(1), now), Reservation::ForCaller);
+            assert_eq!(q.peek(&o(2), now), Reservation::ForOther);
+        }
+        assert_eq!(q.reserved(149), Some((o(1), 150)));
+        // Another owner's grant (not possible while reserved here) leaves it.
+        q.used_by(&o(2), 120);
+        assert_eq!(q.reserved(120), Some((o(1), 150)));
+        // Granted: over.
+        q.used_by(&o(1), 120);
+        assert_eq!(q.reserved(120), None);
+        assert!(q.lets_plain_waiter_go(121, 50));
+    }
+
+    #[test]
+    fn the_masters_grant_ends_a_replicas_reservation() {
+        // On a replica: the queued waiter was woken and reserved for; its
+        // ACQUIRE went to the master, whose grant arrives as an APPLY.
+        let mut q = Queue::default();
+        q.join((10, 1), o(1));
+        q.join((20, 2), o(2));
+        assert!(q.may_go((10, 1), &o(1), 100, 5_000));
+        q.leave((10, 1));
+        q.end_reservation();
+        assert_eq!(q.reserved(101), None);
+        // The lock frees again: the next queued waiter's turn at once, and
+        // a plain waiter goes once nobody is queued.
+        assert!(q.may_go((20, 2), &o(2), 200, 5_000));
+        q.leave((20, 2));
+        q.end_reservation();
+        assert!(q.lets_plain_waiter_go(300, 5_000));
+    }
+
+    #[test]
     fn tickets_count_only_near_the_node_clock() {
         let wall = 1_700_000_000_000_000u64;
         assert_eq!(rank(wall - 5, wall), wall - 5);
@@ -337,6 +410,8 @@ mod tests {
         Leave { nth: usize },
         Ready { nth: usize },
         Acquire { owner: u8 },
+        Refused { owner: u8 },
+        Applied,
         Arrive { owner: Option<u8> },
         PlainReady,
         Advance { ms: u64 },
@@ -348,6 +423,8 @@ mod tests {
             (0usize..8).prop_map(|nth| Op::Leave { nth }),
             (0usize..8).prop_map(|nth| Op::Ready { nth }),
             (0u8..8).prop_map(|owner| Op::Acquire { owner }),
+            (0u8..8).prop_map(|owner| Op::Refused { owner }),
+            Just(Op::Applied),
             proptest::option::of(0u8..8).prop_map(|owner| Op::Arrive { owner }),
             Just(Op::PlainReady),
             (0u64..80).prop_map(|ms| Op::Advance { ms }),
@@ -396,6 +473,17 @@ mod tests {
                         let live = q.reserved(now);
                         let barred = q.bars(&o(owner), now);
                         prop_assert_eq!(barred, live.is_some_and(|(r, _)| r != o(owner)));
+                    }
+                    Op::Refused { owner } => {
+                        // An ACQUIRE read the reservation and was refused
+                        // after: nothing changes.
+                        let before = q.clone();
+                        let _ = q.peek(&o(owner), now);
+                        prop_assert_eq!(&q, &before);
+                    }
+                    Op::Applied => {
+                        q.end_reservation();
+                        prop_assert_eq!(q.reserved(now), None);
                     }
                     Op::Arrive { owner } => {
                         // A WAIT finding the lock free never reserves, and is

@@ -21,9 +21,9 @@ use redis_module::ContextFlags;
 
 use crate::core::args;
 use crate::core::error::CommandError;
-use crate::core::lock::{Acquired, LockError, LockState, MonoMillis};
+use crate::core::lock::{Acquired, LockError, LockState, MonoMillis, Reservation};
 use crate::core::owner::hash_owner;
-use crate::host::clock::{mono_now, wall_now, wall_now_us};
+use crate::host::clock::{boot_now, mono_now, wall_now, wall_now_us};
 use crate::host::config;
 use crate::host::ffi::{self, Call, Reply};
 use crate::host::guard;
@@ -68,6 +68,21 @@ pub mod stats {
 /// Position of the owner argument in ACQUIRE, RELEASE, EXTEND and FENCE.
 const OWNER_ARG: usize = 2;
 
+/// Refuses ACQUIRE, RELEASE, EXTEND and FENCE on a replica. With `replica-read-only
+/// no` Redis lets clients write to a replica; a lock granted, lengthened,
+/// fenced or released there would exist (or be free) on no master (the master's stream overwrites
+/// it, and a promotion keeps it), so a replica answers them as Redis
+/// answers a write with `replica-read-only yes` (`READONLY`). The master's
+/// effects arrive as `REDLOCK.APPLY`, which is not refused. This is the
+/// one read of the context flags these commands make (INSPECT and WAIT
+/// make none here); `docs/performance.md` has its cost.
+fn refuse_on_replica(call: &Call, command: &'static str) -> Result<(), CommandError> {
+    if call.ctx.get_flags().contains(ContextFlags::SLAVE) {
+        return Err(CommandError::OnReplica(command));
+    }
+    Ok(())
+}
+
 fn key_of(call: &Call) -> Result<*mut redis_module::raw::RedisModuleString, CommandError> {
     call.key().ok_or(CommandError::WrongArity("redlock"))
 }
@@ -89,7 +104,9 @@ fn update<R>(
     let (result, changed) = op(&mut state, now)?;
     if changed {
         key.put(&state)?;
-        ffi::replicate_state(call, || persist::persist_at(&state, now, wall_now()));
+        ffi::replicate_state(call, || {
+            persist::persist_at(&state, now, wall_now(), boot_now())
+        });
         wait::state_changed(call, &state, now);
         ffi::signal_modified(call, event);
     }
@@ -111,13 +128,15 @@ fn announce_node_record(call: &Call) {
 
 /// `REDLOCK.ACQUIRE key owner ttl-ms [FLOOR n]`
 ///
-/// Read top-down: parse ([`args::acquire`]), the restart guard
+/// Read top-down: refused on a replica ([`refuse_on_replica`]), parse
+/// ([`args::acquire`]), the restart guard
 /// ([`guard::check`]), the hand-off reservation this node's waiter queue
 /// holds ([`wait::reservation`]), the pure decision
 /// ([`LockState::acquire_reserved`]), then, in [`update`], the store and the
 /// effects (replication, waiters, keyspace event).
 pub fn acquire(call: &Call) -> Result<Reply, CommandError> {
     ffi::redact(call, OWNER_ARG);
+    refuse_on_replica(call, "REDLOCK.ACQUIRE")?;
     let a = args::acquire(&call.args, config::max_ttl())?;
     if a.floor > 0 {
         args::token_within_reach("FLOOR", a.floor, wall_now_us())?;
@@ -129,14 +148,21 @@ pub fn acquire(call: &Call) -> Result<Reply, CommandError> {
     }
     let owner = hash_owner(a.owner);
     // A free lock reserved for the first queued waiter is busy for others:
-    // the reservation is an input of the decision.
+    // the reservation is an input of the decision. It ends only when its
+    // owner takes the lock (below): a refused ACQUIRE keeps it.
     let reservation = wait::reservation(call, &owner, now);
     let outcome = update(call, now, c"redlock.acquire", |state, now| {
         let outcome = state
             .acquire_reserved(reservation, &owner, a.ttl, a.floor, now, wall_now_us())
             .map_err(|LockError::CounterExhausted| CommandError::CounterExhausted)?;
+        if matches!(outcome, Acquired::Renewed { .. }) && mutant::on(Mutant::RenewalShortens) {
+            state.extend(&owner, a.ttl, now);
+        }
         Ok((outcome, outcome != Acquired::Busy))
     })?;
+    if reservation == Reservation::ForCaller && outcome != Acquired::Busy {
+        wait::reservation_used(call, &owner, now);
+    }
     Ok(match outcome {
         Acquired::Granted {
             token,
@@ -162,6 +188,7 @@ pub fn acquire(call: &Call) -> Result<Reply, CommandError> {
 /// `REDLOCK.RELEASE key owner`
 pub fn release(call: &Call) -> Result<Reply, CommandError> {
     ffi::redact(call, OWNER_ARG);
+    refuse_on_replica(call, "REDLOCK.RELEASE")?;
     let a = args::release(&call.args)?;
     let owner = hash_owner(a.owner);
     let released = update(call, mono_now(), c"redlock.release", |state, now| {
@@ -179,6 +206,7 @@ pub fn release(call: &Call) -> Result<Reply, CommandError> {
 /// `REDLOCK.EXTEND key owner ttl-ms`
 pub fn extend(call: &Call) -> Result<Reply, CommandError> {
     ffi::redact(call, OWNER_ARG);
+    refuse_on_replica(call, "REDLOCK.EXTEND")?;
     let a = args::extend(&call.args, config::max_ttl())?;
     if guard::record_lease(a.ttl)? {
         announce_node_record(call);
@@ -199,6 +227,7 @@ pub fn extend(call: &Call) -> Result<Reply, CommandError> {
 /// `REDLOCK.FENCE key owner [token]`
 pub fn fence(call: &Call) -> Result<Reply, CommandError> {
     ffi::redact(call, OWNER_ARG);
+    refuse_on_replica(call, "REDLOCK.FENCE")?;
     let a = args::fence(&call.args)?;
     if let Some(token) = a.token.filter(|&t| t > 0) {
         args::token_within_reach("token", token, wall_now_us())?;
@@ -231,18 +260,24 @@ pub fn inspect(call: &Call) -> Result<Reply, CommandError> {
     })
 }
 
-/// `REDLOCK.APPLY key v2 counter expiry remaining [owner-hash]` (or the
-/// version-1 form): sets the exact state that a master computed. Runs only
-/// from the replication link or while loading the AOF. The node-wide forms
-/// (`reclaimed`, `node`) raise the node's values and, for `reclaimed`,
-/// delete the key.
+/// `REDLOCK.APPLY key v3 counter expiry remaining floored boot-stamp
+/// owner-hash` (a held lock), `REDLOCK.APPLY key v2 counter expiry remaining
+/// floored idle-wall idle-ms [owner-hash]` (a free lock, or a file written
+/// before the boot stamp) or the version-1 form: sets the
+/// exact state that a master computed. Runs only from the replication link
+/// or while loading the AOF. The node-wide forms (`reclaimed`, `node`) raise
+/// the node's values and, for `reclaimed`, delete the key.
 ///
 /// From a master, the lease is timed from the remaining time on this node's
 /// monotonic clock (the master's wall clock means nothing here); from the
-/// AOF, from the later of its wall-clock end and its remaining time, clamped
-/// to the longest lease. A lease received raises this node's longest lease
-/// first, so a replica's promotion window covers it. The state is then
-/// written to this node's own AOF with its own clock readings.
+/// AOF, on the boot that wrote it, from the later of its end on the boot
+/// clock and its wall-clock end (a lease that ended while the node was down
+/// comes back free), and on another boot from the later of its wall-clock
+/// end and its remaining time; clamped to the longest lease
+/// ([`crate::core::lease_time`]). A lease received raises this node's
+/// longest lease first, so a replica's promotion window covers it. The
+/// state is then written to this node's own AOF with its own clock
+/// readings.
 pub fn apply(call: &Call) -> Result<Reply, CommandError> {
     let flags = call.ctx.get_flags();
     if !flags.intersects(ContextFlags::REPLICATED | ContextFlags::LOADING) {
@@ -271,6 +306,7 @@ pub fn apply(call: &Call) -> Result<Reply, CommandError> {
     let loading = flags.contains(ContextFlags::LOADING);
     if loading && mutant::on(Mutant::DiskLeaseFromWall) {
         p.remaining = None;
+        p.boot = None;
     }
     let clamp_ms = guard::longest_lease();
     let source = if loading {
@@ -278,9 +314,16 @@ pub fn apply(call: &Call) -> Result<Reply, CommandError> {
     } else {
         Source::Stream { clamp_ms }
     };
-    let (mono, wall) = (mono_now(), wall_now());
-    let state = persist::restore(&p, source, mono, wall);
-    let own = persist::persist_at(&state, mono, wall);
+    let mono = mono_now();
+    let (wall, boot) = (wall_now(), boot_now());
+    let state = persist::restore(&p, source, mono, wall, boot);
+    if persist::restamp_needed(&p, source, wall, boot) {
+        crate::host::restamp::note();
+    }
+    let own = persist::persist_at(&state, mono, wall, boot);
+    if state.is_held(mono) {
+        wait::reservation_over(call, mono);
+    }
     wait::state_changed(call, &state, mono);
     let mut key = LockKey::write(call.raw(), key_of(call)?);
     key.put(&state)?;
@@ -289,9 +332,9 @@ pub fn apply(call: &Call) -> Result<Reply, CommandError> {
     Ok(Reply::Ok)
 }
 
-/// `REDLOCK.TESTHOOK WALLCLOCK-OFFSET ms | SKIP-REPLICATION 0|1 |
-/// PROMOTION-GUARD 0|1 | REPLICATION-RULE NAIVE|NO-FORKS|SAFE |
-/// MUTANT name 0|1 | PANIC` (test builds only).
+/// `REDLOCK.TESTHOOK WALLCLOCK-OFFSET ms | BOOT-ID id|REAL |
+/// SKIP-REPLICATION 0|1 | PROMOTION-GUARD 0|1 | REPLICATION-RULE
+/// NAIVE|NO-FORKS|SAFE | MUTANT name 0|1 | PANIC` (test builds only).
 #[cfg(feature = "test-hooks")]
 pub fn test_hook(call: &Call) -> Result<Reply, CommandError> {
     match call.args.get(1..).unwrap_or_default() {
@@ -301,6 +344,23 @@ pub fn test_hook(call: &Call) -> Result<Reply, CommandError> {
                 .parse()
                 .map_err(|_| CommandError::NotAnInteger("offset"))?;
             crate::host::clock::set_wall_offset(offset);
+            Ok(Reply::Ok)
+        }
+        [sub, id] if sub.eq_ignore_ascii_case(b"BOOT-ID") => {
+            let fake = if id.eq_ignore_ascii_case(b"REAL") {
+                None
+            } else {
+                let parsed = std::str::from_utf8(id)
+                    .ok()
+                    .and_then(crate::core::lease_time::parse_boot_id)
+                    .ok_or_else(|| {
+                        CommandError::UnknownHook(
+                            "BOOT-ID takes a boot id (32 hex digits) or REAL".into(),
+                        )
+                    })?;
+                Some(parsed)
+            };
+            crate::host::clock::set_fake_boot_id(fake);
             Ok(Reply::Ok)
         }
         [sub, flag] if sub.eq_ignore_ascii_case(b"SKIP-REPLICATION") => {

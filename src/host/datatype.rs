@@ -8,13 +8,14 @@ use std::sync::atomic::{AtomicU8, Ordering::Relaxed};
 use redis_module::native_types::RedisType;
 use redis_module::raw;
 
+use crate::core::lease_time::{self, Reading};
 use crate::core::lock::LockState;
 use crate::core::record;
-use crate::host::clock::{mono_now, wall_now};
+use crate::host::clock::{boot_now, mono_now, wall_now};
 use crate::host::guard;
 use crate::host::mutant::{self, Mutant};
 use crate::host::node::{learn_node_record, node_record};
-use crate::host::persist::{self, NodeRecord, Source, ENCODING_V1, ENCODING_VERSION};
+use crate::host::persist::{self, NodeRecord, Source, ENCODING_V1, ENCODING_V2, ENCODING_VERSION};
 
 /// The registered data type.
 pub static LOCK_TYPE: RedisType = RedisType::new(
@@ -73,15 +74,20 @@ pub fn set_loading(now: Loading) {
     LOADING.store(now as u8, Relaxed);
 }
 
-/// How a record read now is to be timed. A full sync from a master is
+/// How a record read now is to be timed
+/// ([`crate::core::lease_time::lease_left`]). A full sync from a master is
 /// timed by the remaining time (the master's wall clock means nothing
 /// here). A file, and a `RESTORE` payload (written by another process at
 /// another time, perhaps on another shard with another clock), by the rule
-/// for files: the later of its wall-clock end and its remaining time,
-/// clamped to the longest lease. Redis passes a `RESTORE` on to replicas and
-/// the AOF as it came, and this rule reads it the same way live, on a
-/// replica and on a reload, and never ends a lease before the time it had
-/// left when it was dumped.
+/// for files: on the boot that wrote it, the later of its end on the boot
+/// clock and its wall-clock end; on another boot, the later of its
+/// wall-clock end and its remaining time; clamped to the longest lease.
+/// Redis passes a `RESTORE` on to replicas and the AOF as it came, and this
+/// rule reads it the same way live, on a replica and on a reload, never
+/// ending the lease before the real end of the lease it was dumped from: on
+/// the boot that dumped it the end does not move (but for the clamp, which
+/// counts from each load); on another boot the time left when dumped counts
+/// from each load, so a reload can only lengthen it.
 pub fn load_source() -> Source {
     let clamp_ms = guard::longest_lease();
     match loading() {
@@ -90,10 +96,18 @@ pub fn load_source() -> Source {
     }
 }
 
-/// The time left on a restored lock's lease as the payload states it: the
-/// remaining time, or, in version 1, its wall-clock end from now.
-fn restored_lease_ms(p: &persist::Persisted, wall: u64) -> u64 {
-    p.remaining.unwrap_or_else(|| p.expiry.saturating_sub(wall))
+/// The time left on a restored lock's lease as the payload states it
+/// ([`crate::core::lease_time::stated_left`]): the remaining time, less
+/// the time since the dump when it was made on this boot; in version 1, its
+/// wall-clock end from now.
+fn restored_lease_ms(p: &persist::Persisted) -> u64 {
+    lease_time::stated_left(
+        &p.written(),
+        &Reading {
+            wall: wall_now(),
+            boot: boot_now(),
+        },
+    )
 }
 
 /// Whether this node is a replica now, asked through the context of the
@@ -113,7 +127,7 @@ unsafe fn is_replica(rdb: *mut raw::RedisModuleIO) -> bool {
 }
 
 unsafe extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *mut c_void {
-    if encver != ENCODING_VERSION && encver != ENCODING_V1 {
+    if ![ENCODING_VERSION, ENCODING_V2, ENCODING_V1].contains(&encver) {
         return std::ptr::null_mut();
     }
     let loaded = catch_unwind(AssertUnwindSafe(|| -> Option<LockState> {
@@ -128,9 +142,12 @@ unsafe extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *m
                     guard::learn_lease(&redis_module::Context::dummy(), remaining);
                 }
             }
-            Loading::File if mutant::on(Mutant::DiskLeaseFromWall) => p.remaining = None,
+            Loading::File if mutant::on(Mutant::DiskLeaseFromWall) => {
+                p.remaining = None;
+                p.boot = None;
+            }
             Loading::Nothing if p.owner.is_some() => {
-                let left = restored_lease_ms(&p, wall_now());
+                let left = restored_lease_ms(&p);
                 if is_replica(rdb) {
                     // From this replica's master, which accepted it: never
                     // refused here (the key would be missing after a
@@ -155,7 +172,27 @@ unsafe extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *m
             }
             _ => {}
         }
-        Some(persist::restore(&p, load_source(), mono_now(), wall_now()))
+        let source = load_source();
+        let (mono, wall, boot) = (mono_now(), wall_now(), boot_now());
+        if persist::restamp_needed(&p, source, wall, boot) {
+            match loading() {
+                // Written again when the load ends (`events`).
+                Loading::File => crate::host::restamp::note(),
+                // A RESTORE on a master: written again right after it (a
+                // replica's master writes its own).
+                Loading::Nothing if !is_replica(rdb) => {
+                    crate::host::restamp::note();
+                    if let Some(context_of) = raw::RedisModule_GetContextFromIO {
+                        let ctx = context_of(rdb);
+                        if !ctx.is_null() {
+                            crate::host::restamp::schedule(ctx);
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+        Some(persist::restore(&p, source, mono, wall, boot))
     }));
     match loaded {
         Ok(Some(state)) => record::alloc(&state),
@@ -261,7 +298,9 @@ unsafe extern "C" fn rdb_save(rdb: *mut raw::RedisModuleIO, value: *mut c_void) 
     }
     let state = &record::read(value);
     let _ = catch_unwind(AssertUnwindSafe(|| {
-        persist::write_record(rdb, &persist::persist_at(state, mono_now(), wall_now()));
+        let mono = mono_now();
+        let p = persist::persist_at(state, mono, wall_now(), boot_now());
+        persist::write_record(rdb, &p);
     }));
 }
 
@@ -280,11 +319,9 @@ unsafe extern "C" fn aof_rewrite(
         if !NODE_RECORD_REWRITTEN.swap(true, std::sync::atomic::Ordering::Relaxed) {
             persist::rewrite_node(aof, key, &node_record());
         }
-        persist::rewrite(
-            aof,
-            key,
-            &persist::persist_at(state, mono_now(), wall_now()),
-        );
+        let mono = mono_now();
+        let p = persist::persist_at(state, mono, wall_now(), boot_now());
+        persist::rewrite(aof, key, &p);
     }));
 }
 

@@ -56,6 +56,8 @@ extern "C" fn on_loading(
             if RDB_LOAD.swap(false, Relaxed) {
                 datatype::learn_unwritten_node_record(&ctx);
             }
+            // SAFETY: the event's context, on the main thread.
+            unsafe { crate::host::restamp::schedule(ctx.ctx) };
             replication::check_server(&ctx);
         }
         _ => {}

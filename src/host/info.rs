@@ -31,7 +31,7 @@ fn write_info(ctx: *mut raw::RedisModuleInfoCtx) {
         Some((_, remaining)) => (1, remaining),
         None => (0, 0),
     };
-    let counters: [(&CStr, u64); 23] = [
+    let counters: [(&CStr, u64); 24] = [
         (c"acquire_granted", stats::GRANTED.load(Relaxed)),
         (c"acquire_renewed", stats::RENEWED.load(Relaxed)),
         (c"acquire_busy", stats::BUSY.load(Relaxed)),
@@ -46,6 +46,10 @@ fn write_info(ctx: *mut raw::RedisModuleInfoCtx) {
         (c"fence_ok", stats::FENCED.load(Relaxed)),
         (c"fence_missed", stats::FENCE_MISSED.load(Relaxed)),
         (c"expired_leases", stats::EXPIRED.load(Relaxed)),
+        (
+            c"leases_restamped",
+            crate::host::restamp::WRITTEN.load(Relaxed),
+        ),
         (c"wait_calls", wait::stats::WAITS.load(Relaxed)),
         (c"wait_free_at_once", wait::stats::WAIT_FREE.load(Relaxed)),
         (

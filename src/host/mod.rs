@@ -30,5 +30,6 @@ pub mod node;
 pub mod persist;
 pub mod reclaim;
 pub mod replication;
+pub mod restamp;
 pub mod store;
 pub mod wait;

@@ -23,17 +23,22 @@ pub enum Mutant {
     /// record (issue 39: a replica whose `max-ttl-ms` is smaller than its
     /// master's guards too short once promoted).
     AuxWriterBaseline = 16,
+    /// An ACQUIRE by the holder sets its lease to `ttl` from now, shorter
+    /// or not (the rule before 74f467a: a late copy of the holder's ACQUIRE
+    /// ends a lease the holder has extended since).
+    RenewalShortens = 32,
 }
 
 impl Mutant {
     /// Every mutant with its name (as in `REDLOCK.TESTHOOK MUTANT name 0|1`
     /// and the `REDLOCK_TEST_MUTANTS` variable).
-    pub const ALL: [(&'static str, Mutant); 5] = [
+    pub const ALL: [(&'static str, Mutant); 6] = [
         ("config-exemption", Mutant::ConfigExemption),
         ("disk-lease-from-wall", Mutant::DiskLeaseFromWall),
         ("no-reclaimed-floor", Mutant::NoReclaimedFloor),
         ("replica-own-lease", Mutant::ReplicaOwnLease),
         ("aux-writer-baseline", Mutant::AuxWriterBaseline),
+        ("renewal-shortens", Mutant::RenewalShortens),
     ];
 
     /// The mutant of that name (ASCII case-insensitive).

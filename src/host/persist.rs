@@ -3,22 +3,38 @@
 //! replicas and the AOF (one emitter for both).
 //!
 //! What leaves the process is the counter, the *hash* of the holder (never
-//! the owner id itself, see [`crate::core::owner`]), the lease twice: as its
-//! wall-clock end, for a reload after a restart, and as the time remaining,
-//! for a process that is running now (a replica, a full sync) and as the
-//! least a reload or a `RESTORE` keeps;
+//! the owner id itself, see [`crate::core::owner`]), the lease three ways:
+//! its wall-clock end, the time remaining, and the boot clock when written
+//! (the kernel's boot id and a `CLOCK_MONOTONIC` reading), so that a reader
+//! on the same boot knows exactly how much of it is left, and one on
+//! another boot falls back on the other two ([`crate::core::lease_time`]
+//! has the rules; [`Source`] says which one a reader uses);
 //! and, for reclaiming idle records (DESIGN §8), whether the last grant
-//! carried a FLOOR and the idle time of a free lock, twice in the same way:
-//! the wall-clock instant since which it is unchanged, and how long it had
-//! been unchanged when written. [`Source`] says which one a reader uses.
+//! carried a FLOOR and the idle time of a free lock, twice: the wall-clock
+//! instant since which it is unchanged, and how long it had been unchanged
+//! when written.
 //!
-//! Encoding version 2 (RDB and `DUMP`):
+//! Encoding version 3 (RDB and `DUMP`):
 //! `counter (unsigned) · expiry (unsigned, wall-clock ms since the epoch,
 //! 0 = free) · remaining (unsigned, ms) · owner hash (string buffer of 16
 //! bytes, empty = free) · floored (unsigned, 0 or 1) · idle-wall (unsigned,
-//! wall-clock ms since the epoch, 0 = held) · idle-ms (unsigned)`.
+//! wall-clock ms since the epoch, 0 = held) · idle-ms (unsigned) · boot id
+//! (string buffer of 16 bytes, empty = unknown) · boot-ms (unsigned, ms
+//! since that boot)`.
 //!
-//! `REDLOCK.APPLY key v2 counter expiry remaining floored idle-wall idle-ms [owner-hash]`.
+//! `REDLOCK.APPLY key v3 counter expiry remaining floored boot-stamp
+//! owner-hash` for a held lock (`boot-stamp`: the boot id and the boot
+//! clock as 24 raw bytes, [`BootStamp::to_bytes`], or empty when unknown; a
+//! held lock has no idle time), and for a free one, which has no lease to
+//! time, the version-2 form `REDLOCK.APPLY key v2 counter expiry remaining
+//! floored idle-wall idle-ms`. Each effect is written to the AOF and sent to
+//! every replica, so its length counts: the stamp is one argument, where the
+//! idle fields of a held lock were two.
+//!
+//! Version 2, still read: the version-3 record without its last two fields
+//! (RDB, `DUMP`), and `REDLOCK.APPLY key v2 counter expiry remaining floored
+//! idle-wall idle-ms [owner-hash]`; a lease in it is read as from another
+//! boot.
 //!
 //! Node-wide values travel with the records (DESIGN §8, §12): the highest
 //! counter this node ever reclaimed and the longest lease it may have
@@ -39,165 +55,22 @@ use std::os::raw::{c_char, c_longlong};
 use redis_module::raw;
 
 use crate::core::args;
-use crate::core::clock::{to_wall, WallMillis};
 use crate::core::error::CommandError;
-use crate::core::lock::{LockState, MonoMillis, OwnerHash, MAX_OWNER_LEN, MAX_TOKEN};
+use crate::core::lease_time::{BootId, BootStamp};
+use crate::core::lock::{OwnerHash, MAX_OWNER_LEN, MAX_TOKEN};
 use crate::core::owner::hash_owner;
 
 /// The encoding version written by this build.
-pub const ENCODING_VERSION: i32 = 2;
+pub const ENCODING_VERSION: i32 = 3;
+/// The encoding without the boot stamp, still loaded.
+pub const ENCODING_V2: i32 = 2;
 /// The first encoding (clear owner, wall-clock expiry only), still loaded.
 pub const ENCODING_V1: i32 = 1;
 
-/// Longest lease a running peer can hand over (one day, the largest
-/// `redlock.max-ttl-ms`).
-pub const STREAM_LEASE_LIMIT_MS: u64 = 86_400_000;
-
-/// The node-wide values that travel with the data.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct NodeRecord {
-    /// The highest counter of a record this node (or its master) reclaimed.
-    pub reclaimed: u64,
-    /// The longest lease this node (or its master) may have granted, in ms.
-    pub longest_lease_ms: u64,
-}
-
-/// What one `REDLOCK.APPLY` carries.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Applied {
-    /// The resulting state of the key.
-    State(Persisted),
-    /// The key was reclaimed with this counter: delete it, raise the
-    /// node's reclaimed counter.
-    Reclaimed(u64),
-    /// Node-wide values to raise; the key is not touched.
-    Node(NodeRecord),
-}
-
-/// A lock as it leaves the process.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Persisted {
-    /// The fencing counter.
-    pub counter: u64,
-    /// Hash of the holder; `None` when free.
-    pub owner: Option<OwnerHash>,
-    /// Wall-clock end of the lease in ms since the epoch; 0 when free.
-    pub expiry: WallMillis,
-    /// Milliseconds left on the lease when it was written; `None` in
-    /// version-1 records, which only have the wall-clock end.
-    pub remaining: Option<u64>,
-    /// The last grant carried a FLOOR (always false in version 1).
-    pub floored: bool,
-    /// Wall-clock ms since the epoch since which a free lock is unchanged;
-    /// 0 when held (or unknown).
-    pub idle_wall: WallMillis,
-    /// How long a free lock had been unchanged when written, in ms; `None`
-    /// in version-1 records.
-    pub idle_ms: Option<u64>,
-}
-
-/// Where a persisted lock comes from, which decides how its lease is read.
-/// Either way a loaded lease is never longer than `clamp_ms`, the longest
-/// lease this node may have granted (or learned from its master): a record
-/// cannot hold a lock longer than any lease this node would give.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Source {
-    /// A file written before this process started (RDB, AOF, AOF preamble).
-    /// The wall clock may have stepped while the node was down, so the lease
-    /// never ends earlier than the time it had left when written: the later
-    /// of its wall-clock end and that time from now.
-    Disk {
-        /// The longest lease this node may have granted.
-        clamp_ms: u64,
-    },
-    /// A master running now (replication stream, full sync): the
-    /// remaining time, on this node's monotonic clock. The transfer delay
-    /// only lengthens it. A version-1 record has no remaining time and is
-    /// read from its wall-clock end.
-    Stream {
-        /// The longest lease this node may have granted.
-        clamp_ms: u64,
-    },
-}
-
-/// The persisted form of `state` at the clock readings `mono` / `wall`. An
-/// expired lease is written as free, idle since the lease ended.
-pub fn persist_at(state: &LockState, mono: MonoMillis, wall: WallMillis) -> Persisted {
-    match (state.holder(mono), state.live_deadline(mono)) {
-        (Some(owner), Some(deadline)) => Persisted {
-            counter: state.counter(),
-            owner: Some(*owner),
-            expiry: to_wall(deadline, mono, wall),
-            remaining: Some(deadline - mono),
-            floored: state.floored(),
-            idle_wall: 0,
-            idle_ms: Some(0),
-        },
-        _ => {
-            let idle = mono.saturating_sub(state.idle_since());
-            Persisted {
-                counter: state.counter(),
-                owner: None,
-                expiry: 0,
-                remaining: Some(0),
-                floored: state.floored(),
-                idle_wall: wall.saturating_sub(idle),
-                idle_ms: Some(idle),
-            }
-        }
-    }
-}
-
-/// Rebuilds a live state from its persisted form at the clock readings
-/// `mono` / `wall`. A lease that has ended comes back free; the counter
-/// always survives.
-///
-/// From disk, a lease is `min(clamp, max(expiry - wall, remaining))`: a
-/// forward step of the wall clock across a restart cannot shorten it (it
-/// would free a lock its holder still uses), and a backward step cannot
-/// stretch it past the longest lease. The idle time of a free lock, which
-/// decides reclamation, is bounded the other way: never more than it was
-/// when written (nor than the wall clock says), so a forward step cannot
-/// make a record reclaimable early; the time the node was down is not
-/// counted, which only delays reclamation.
-pub fn restore(p: &Persisted, source: Source, mono: MonoMillis, wall: WallMillis) -> LockState {
-    let from_wall = || p.expiry.saturating_sub(wall);
-    let lease_ms = match (source, p.remaining) {
-        (Source::Stream { clamp_ms }, Some(remaining)) => remaining.min(clamp_ms),
-        (Source::Disk { clamp_ms }, Some(remaining)) => {
-            if p.expiry == 0 {
-                0
-            } else {
-                from_wall().max(remaining).min(clamp_ms)
-            }
-        }
-        (Source::Stream { clamp_ms } | Source::Disk { clamp_ms }, None) => {
-            from_wall().min(clamp_ms)
-        }
-    };
-    if let (Some(owner), true) = (p.owner, lease_ms > 0) {
-        let deadline = mono.saturating_add(lease_ms);
-        return LockState::from_parts(p.counter, Some(owner), deadline, 0, p.floored);
-    }
-    // Free: how long it has been unchanged. Unknown (version 1, a wall clock
-    // set back) reads as "changed just now", which only delays reclamation.
-    let idle = match (source, p.idle_ms) {
-        _ if p.owner.is_some() && p.expiry != 0 => match p.remaining {
-            // A lease that ended before this load: "changed just now", or,
-            // in version 1, idle since its wall-clock end.
-            Some(_) => 0,
-            None => wall.saturating_sub(p.expiry),
-        },
-        (Source::Stream { .. }, Some(idle_ms)) => idle_ms,
-        // The wall clock's word, but never more than the idle time written:
-        // a forward step while the node was down must not count as idle.
-        (Source::Disk { .. }, Some(idle_ms)) if p.idle_wall != 0 => {
-            wall.saturating_sub(p.idle_wall).min(idle_ms)
-        }
-        _ => 0,
-    };
-    LockState::from_parts(p.counter, None, 0, mono.saturating_sub(idle), p.floored)
-}
+pub use crate::core::persisted::{
+    persist_at, restamp_needed, restore, Applied, NodeRecord, Persisted, Source,
+    STREAM_LEASE_LIMIT_MS,
+};
 
 /// Reads one record of encoding `encver` from an RDB or `DUMP` payload.
 /// `None` on a read error, an unknown version or a value out of range.
@@ -216,7 +89,7 @@ pub unsafe fn read_record(rdb: *mut raw::RedisModuleIO, encver: i32) -> Option<P
             }
             (None, (!owner.is_empty()).then(|| hash_owner(owner)))
         }
-        ENCODING_VERSION => {
+        ENCODING_V2 | ENCODING_VERSION => {
             let remaining = raw::load_unsigned(rdb).ok()?;
             let hash = raw::load_string_buffer(rdb).ok()?;
             let owner = match hash.as_ref() {
@@ -228,7 +101,7 @@ pub unsafe fn read_record(rdb: *mut raw::RedisModuleIO, encver: i32) -> Option<P
         _ => return None,
     };
     let (floored, idle_wall, idle_ms) = match encver {
-        ENCODING_VERSION => {
+        ENCODING_V2 | ENCODING_VERSION => {
             let floored = match raw::load_unsigned(rdb).ok()? {
                 0 => false,
                 1 => true,
@@ -239,6 +112,20 @@ pub unsafe fn read_record(rdb: *mut raw::RedisModuleIO, encver: i32) -> Option<P
             (floored, idle_wall, Some(idle_ms))
         }
         _ => (false, 0, None),
+    };
+    let boot = match encver {
+        ENCODING_VERSION => {
+            let id = raw::load_string_buffer(rdb).ok()?;
+            let ms = raw::load_unsigned(rdb).ok()?;
+            match id.as_ref() {
+                [] => None,
+                bytes => Some(BootStamp {
+                    id: BootId::try_from(bytes).ok()?,
+                    ms,
+                }),
+            }
+        }
+        _ => None,
     };
     if counter > MAX_TOKEN {
         return None;
@@ -251,6 +138,7 @@ pub unsafe fn read_record(rdb: *mut raw::RedisModuleIO, encver: i32) -> Option<P
         floored,
         idle_wall,
         idle_ms,
+        boot,
     })
 }
 
@@ -266,6 +154,8 @@ pub unsafe fn write_record(rdb: *mut raw::RedisModuleIO, p: &Persisted) {
     raw::save_unsigned(rdb, u64::from(p.floored));
     raw::save_unsigned(rdb, p.idle_wall);
     raw::save_unsigned(rdb, p.idle_ms.unwrap_or(0));
+    raw::save_slice(rdb, p.boot.as_ref().map_or(&[][..], |b| &b.id[..]));
+    raw::save_unsigned(rdb, p.boot.map_or(0, |b| b.ms));
 }
 
 /// Reads the node record from the type's auxiliary RDB data. `None` on a
@@ -274,7 +164,9 @@ pub unsafe fn write_record(rdb: *mut raw::RedisModuleIO, p: &Persisted) {
 /// # Safety
 /// `rdb` must be the IO handle Redis passed to the `aux_load` callback.
 pub unsafe fn read_node_record(rdb: *mut raw::RedisModuleIO, encver: i32) -> Option<NodeRecord> {
-    if encver != ENCODING_VERSION {
+    // The same two fields since version 2 (a file written by version 2
+    // carries its auxiliary data under that version).
+    if encver != ENCODING_VERSION && encver != ENCODING_V2 {
         return None;
     }
     let reclaimed = raw::load_unsigned(rdb).ok()?;
@@ -296,14 +188,17 @@ pub unsafe fn write_node_record(rdb: *mut raw::RedisModuleIO, n: &NodeRecord) {
 
 /// The name of the internal command.
 const APPLY: &std::ffi::CStr = c"REDLOCK.APPLY";
-/// The version marker of the current `REDLOCK.APPLY` form.
+/// The version marker of the form of a held lock.
+const APPLY_V3: &std::ffi::CStr = c"v3";
+/// The version marker of the form of a free lock.
 const APPLY_V2: &std::ffi::CStr = c"v2";
 
-/// Emits `REDLOCK.APPLY key v2 counter expiry remaining floored idle-wall
-/// idle-ms [owner-hash]`
-/// through `emit`, which is `RedisModule_Replicate` (replicas and the AOF)
-/// or `RedisModule_EmitAOF` (AOF rewrite): both take a command name, a
-/// format string and the arguments it describes.
+/// Emits `REDLOCK.APPLY key v3 counter expiry remaining floored boot-stamp
+/// owner-hash` (a held lock) or `REDLOCK.APPLY key v2 counter expiry
+/// remaining floored idle-wall idle-ms` (a free one) through `emit`, which
+/// is `RedisModule_Replicate` (replicas and the AOF) or
+/// `RedisModule_EmitAOF` (AOF rewrite): both take a command name, a format
+/// string and the arguments it describes.
 macro_rules! emit_apply {
     ($emit:expr, $target:expr, $key:expr, $p:expr) => {{
         let p: &Persisted = $p;
@@ -311,8 +206,6 @@ macro_rules! emit_apply {
         let expiry = p.expiry as c_longlong;
         let remaining = p.remaining.unwrap_or(0) as c_longlong;
         let floored = c_longlong::from(p.floored);
-        let idle_wall = p.idle_wall as c_longlong;
-        let idle_ms = p.idle_ms.unwrap_or(0) as c_longlong;
         let cmd: *const c_char = APPLY.as_ptr();
         match &p.owner {
             None => {
@@ -326,23 +219,25 @@ macro_rules! emit_apply {
                     expiry,
                     remaining,
                     floored,
-                    idle_wall,
-                    idle_ms,
+                    p.idle_wall as c_longlong,
+                    p.idle_ms.unwrap_or(0) as c_longlong,
                 );
             }
             Some(hash) => {
+                let stamp = p.boot.map(|b| b.to_bytes());
+                let stamp: &[u8] = stamp.as_ref().map_or(&[][..], |s| &s[..]);
                 $emit(
                     $target,
                     cmd,
-                    c"scllllllb".as_ptr(),
+                    c"scllllbb".as_ptr(),
                     $key,
-                    APPLY_V2.as_ptr(),
+                    APPLY_V3.as_ptr(),
                     counter,
                     expiry,
                     remaining,
                     floored,
-                    idle_wall,
-                    idle_ms,
+                    stamp.as_ptr(),
+                    stamp.len(),
                     hash.as_ptr(),
                     hash.len(),
                 );
@@ -449,6 +344,37 @@ pub unsafe fn rewrite(
     }
 }
 
+/// The state of a `v2` or `v3` `REDLOCK.APPLY`: `fields` are `counter
+/// expiry remaining floored idle-wall idle-ms`, `owner` the optional hash.
+fn apply_state(
+    fields: [&&[u8]; 6],
+    owner: &[&[u8]],
+    boot: Option<BootStamp>,
+) -> Result<Applied, CommandError> {
+    let [counter, expiry, remaining, floored, idle_wall, idle_ms] = fields;
+    let owner = match owner {
+        [] => None,
+        [hash] => Some(
+            OwnerHash::try_from(*hash).map_err(|_| CommandError::OwnerHashLength(hash.len()))?,
+        ),
+        _ => return Err(CommandError::WrongArity("redlock.apply")),
+    };
+    Ok(Applied::State(Persisted {
+        counter: args::token_value("counter", counter)?,
+        owner,
+        expiry: args::non_negative("expiry", expiry)?,
+        remaining: Some(args::non_negative("remaining", remaining)?),
+        floored: match *floored {
+            b"0" => false,
+            b"1" => true,
+            _ => return Err(CommandError::NotAnInteger("floored (0 or 1)")),
+        },
+        idle_wall: args::non_negative("idle-wall", idle_wall)?,
+        idle_ms: Some(args::non_negative("idle-ms", idle_ms)?),
+        boot,
+    }))
+}
+
 /// Parses `REDLOCK.APPLY`'s arguments (`args[0]` is the command name,
 /// `args[1]` the key), in any form.
 pub fn parse_apply(args: &[&[u8]]) -> Result<Applied, CommandError> {
@@ -463,31 +389,26 @@ pub fn parse_apply(args: &[&[u8]]) -> Result<Applied, CommandError> {
                     .min(STREAM_LEASE_LIMIT_MS),
             }))
         }
-        [_, _, v, counter, expiry, remaining, floored, idle_wall, idle_ms, rest @ ..]
-            if v.eq_ignore_ascii_case(b"v2") =>
-        {
-            let owner = match rest {
-                [] => None,
-                [hash] => Some(
-                    OwnerHash::try_from(*hash)
-                        .map_err(|_| CommandError::OwnerHashLength(hash.len()))?,
-                ),
-                _ => return Err(CommandError::WrongArity("redlock.apply")),
-            };
-            Ok(Applied::State(Persisted {
-                counter: args::token_value("counter", counter)?,
-                owner,
-                expiry: args::non_negative("expiry", expiry)?,
-                remaining: Some(args::non_negative("remaining", remaining)?),
-                floored: match *floored {
-                    b"0" => false,
-                    b"1" => true,
-                    _ => return Err(CommandError::NotAnInteger("floored (0 or 1)")),
-                },
-                idle_wall: args::non_negative("idle-wall", idle_wall)?,
-                idle_ms: Some(args::non_negative("idle-ms", idle_ms)?),
-            }))
-        }
+        [_, _, v, tail @ ..] if v.eq_ignore_ascii_case(b"v3") => match tail {
+            [c, e, r, f, stamp, owner] => {
+                let boot = match *stamp {
+                    [] => None,
+                    bytes => Some(
+                        BootStamp::from_bytes(bytes)
+                            .ok_or(CommandError::BootStampLength(bytes.len()))?,
+                    ),
+                };
+                // A held lock: no idle time.
+                apply_state([c, e, r, f, &&b"0"[..], &&b"0"[..]], &[*owner], boot)
+            }
+            _ => Err(CommandError::WrongArity("redlock.apply")),
+        },
+        [_, _, v, tail @ ..] if v.eq_ignore_ascii_case(b"v2") => match tail {
+            [c, e, r, f, iw, im, owner @ ..] if owner.len() <= 1 => {
+                apply_state([c, e, r, f, iw, im], owner, None)
+            }
+            _ => Err(CommandError::WrongArity("redlock.apply")),
+        },
         _ => {
             let old = args::apply_v1(args)?;
             Ok(Applied::State(Persisted {
@@ -498,6 +419,7 @@ pub fn parse_apply(args: &[&[u8]]) -> Result<Applied, CommandError> {
                 floored: false,
                 idle_wall: 0,
                 idle_ms: None,
+                boot: None,
             }))
         }
     }
@@ -506,6 +428,8 @@ pub fn parse_apply(args: &[&[u8]]) -> Result<Applied, CommandError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::core::clock::WallMillis;
+    use crate::core::lock::{LockState, MonoMillis};
 
     const WALL: WallMillis = 1_796_000_000_000;
 
@@ -515,7 +439,7 @@ mod tests {
 
     #[test]
     fn a_live_lease_carries_both_its_end_and_its_remaining_time() {
-        let p = persist_at(&held(5, 1_500), 1_000, WALL);
+        let p = persist_at(&held(5, 1_500), 1_000, WALL, None);
         assert_eq!(
             p,
             Persisted {
@@ -526,10 +450,11 @@ mod tests {
                 floored: true,
                 idle_wall: 0,
                 idle_ms: Some(0),
+                boot: None,
             }
         );
         // Run out 250 ms ago: free, idle since the end of the lease.
-        let free = persist_at(&held(5, 1_500), 1_750, WALL);
+        let free = persist_at(&held(5, 1_500), 1_750, WALL, None);
         assert_eq!(free.owner, None);
         assert_eq!(free.expiry, 0);
         assert_eq!(free.counter, 5);
@@ -540,7 +465,7 @@ mod tests {
     fn the_idle_time_travels_like_the_lease() {
         let mono = 1 << 40;
         let freed = LockState::from_parts(9, None, 0, mono - 7_000, true);
-        let p = persist_at(&freed, mono, WALL);
+        let p = persist_at(&freed, mono, WALL, None);
         assert_eq!(
             (p.idle_wall, p.idle_ms, p.floored),
             (WALL - 7_000, Some(7_000), true)
@@ -549,7 +474,7 @@ mod tests {
         // A running peer: the time since the change, whatever its wall clock.
         let stream = Source::Stream { clamp_ms: 60_000 };
         for peer_wall in [WALL - 3_600_000, WALL + 3_600_000] {
-            let s = restore(&p, stream, 1 << 41, peer_wall);
+            let s = restore(&p, stream, 1 << 41, peer_wall, None);
             assert_eq!(idle(&s, 1 << 41), 7_000);
             assert!(s.floored());
         }
@@ -557,15 +482,18 @@ mod tests {
         // not more (the clock may have stepped forward while the node was down).
         let disk = Source::Disk { clamp_ms: 60_000 };
         assert_eq!(
-            idle(&restore(&p, disk, 1 << 40, WALL + 10_000), 1 << 40),
+            idle(&restore(&p, disk, 1 << 40, WALL + 10_000, None), 1 << 40),
             7_000
         );
         // A wall clock set back: "changed just now", never negative.
-        assert_eq!(idle(&restore(&p, disk, 1 << 40, WALL - 60_000), 1 << 40), 0);
+        assert_eq!(
+            idle(&restore(&p, disk, 1 << 40, WALL - 60_000, None), 1 << 40),
+            0
+        );
         // A lease from disk that, by the wall clock, ended while the node was
         // down is held for the time it had left when written.
-        let leased = persist_at(&held(5, 21_000), 1_000, WALL);
-        let s = restore(&leased, disk, 1 << 40, WALL + 50_000);
+        let leased = persist_at(&held(5, 21_000), 1_000, WALL, None);
+        let s = restore(&leased, disk, 1 << 40, WALL + 50_000, None);
         assert_eq!(s.inspect(1 << 40).pttl, Some(20_000));
         // Version 1 has no FLOOR mark: never reclaimable until a new FLOOR grant.
         let v1 = Persisted {
@@ -575,40 +503,40 @@ mod tests {
             remaining: None,
             ..p
         };
-        let s = restore(&v1, disk, 1 << 40, WALL);
+        let s = restore(&v1, disk, 1 << 40, WALL, None);
         assert!(!s.floored());
         assert_eq!(idle(&s, 1 << 40), 0);
     }
 
     #[test]
     fn a_replica_times_the_lease_from_the_remaining_time_whatever_its_clock() {
-        let p = persist_at(&held(5, 21_000), 1_000, WALL);
+        let p = persist_at(&held(5, 21_000), 1_000, WALL, None);
         let source = Source::Stream { clamp_ms: 60_000 };
         for replica_wall in [WALL - 3_600_000, WALL, WALL + 3_600_000] {
-            let s = restore(&p, source, 70, replica_wall);
+            let s = restore(&p, source, 70, replica_wall, None);
             assert_eq!(s.inspect(70).pttl, Some(20_000), "wall {replica_wall}");
         }
     }
 
     #[test]
     fn a_lease_from_disk_never_ends_before_its_time_left_and_is_clamped() {
-        let p = persist_at(&held(5, 21_000), 1_000, WALL);
+        let p = persist_at(&held(5, 21_000), 1_000, WALL, None);
         let disk = Source::Disk { clamp_ms: 60_000 };
         // Written with 20 s left. Reloaded 5 s later, or with the clock
         // stepped forward 55 s or an hour: never less than those 20 s.
         for wall in [WALL, WALL + 5_000, WALL + 55_000, WALL + 3_600_000] {
-            let s = restore(&p, disk, 9, wall);
+            let s = restore(&p, disk, 9, wall, None);
             assert_eq!(s.inspect(9).pttl, Some(20_000), "wall {wall}");
             assert_eq!(s.counter(), 5);
         }
         // The clock went back an hour across the restart: the wall-clock end,
         // never more than the clamp.
         assert_eq!(
-            restore(&p, disk, 9, WALL - 3_600_000).inspect(9).pttl,
+            restore(&p, disk, 9, WALL - 3_600_000, None).inspect(9).pttl,
             Some(60_000)
         );
         assert_eq!(
-            restore(&p, disk, 9, WALL - 10_000).inspect(9).pttl,
+            restore(&p, disk, 9, WALL - 10_000, None).inspect(9).pttl,
             Some(30_000)
         );
     }
@@ -616,8 +544,8 @@ mod tests {
     #[test]
     fn a_lease_from_a_running_peer_is_clamped_to_the_longest_lease() {
         // A day left, on a node whose longest lease is one second.
-        let p = persist_at(&held(5, 86_400_000 + 1), 1, WALL);
-        let s = restore(&p, Source::Stream { clamp_ms: 1_000 }, 9, WALL);
+        let p = persist_at(&held(5, 86_400_000 + 1), 1, WALL, None);
+        let s = restore(&p, Source::Stream { clamp_ms: 1_000 }, 9, WALL, None);
         assert_eq!(s.inspect(9).pttl, Some(1_000));
         // Its remaining time and its wall-clock end disagree (1 ms left, end
         // a minute away): a running peer is timed by the remaining time.
@@ -626,7 +554,7 @@ mod tests {
             expiry: WALL + 60_000,
             ..p
         };
-        let s = restore(&skewed, Source::Stream { clamp_ms: 60_000 }, 9, WALL);
+        let s = restore(&skewed, Source::Stream { clamp_ms: 60_000 }, 9, WALL, None);
         assert_eq!(s.inspect(9).pttl, Some(1));
     }
 
@@ -640,8 +568,9 @@ mod tests {
             floored: false,
             idle_wall: 0,
             idle_ms: None,
+            boot: None,
         };
-        let s = restore(&p, Source::Stream { clamp_ms: 60_000 }, 1, WALL);
+        let s = restore(&p, Source::Stream { clamp_ms: 60_000 }, 1, WALL, None);
         assert_eq!(s.inspect(1).pttl, Some(60_000));
         assert_eq!(s.holder(1), Some(&hash_owner(b"old")));
     }
@@ -702,6 +631,7 @@ mod tests {
                 floored: true,
                 idle_wall: 0,
                 idle_ms: Some(0),
+                boot: None,
             })
         );
         let v2_free: Vec<&[u8]> = vec![
@@ -731,6 +661,7 @@ mod tests {
                 floored: false,
                 idle_wall: 0,
                 idle_ms: None,
+                boot: None,
             })
         );
         let short: Vec<&[u8]> = vec![
@@ -741,5 +672,131 @@ mod tests {
         assert!(parse_apply(&bad).is_err());
         let bad_flag: Vec<&[u8]> = vec![b"x", b"k", b"v2", b"5", b"0", b"0", b"2", b"0", b"0"];
         assert!(parse_apply(&bad_flag).is_err());
+    }
+    #[test]
+    fn a_lease_read_back_on_the_boot_that_wrote_it_ends_at_its_real_end() {
+        let boot = |id: u8, ms: u64| Some(BootStamp { id: [id; 16], ms });
+        // Written with 20 s left at boot clock 100 s.
+        let p = persist_at(&held(5, 21_000), 1_000, WALL, boot(1, 100_000));
+        assert_eq!(p.boot, boot(1, 100_000));
+        let disk = Source::Disk { clamp_ms: 60_000 };
+        // Read 25 s later on the same boot: over, free, counter kept.
+        let s = restore(&p, disk, 9, WALL + 25_000, boot(1, 125_000));
+        assert_eq!(s.inspect(9).pttl, None);
+        assert_eq!(s.counter(), 5);
+        // 5 s later: 15 s left (and the one millisecond of slack).
+        let s = restore(&p, disk, 9, WALL + 5_000, boot(1, 105_000));
+        assert_eq!(s.inspect(9).pttl, Some(15_001));
+        // Another boot: the time left when written.
+        let s = restore(&p, disk, 9, WALL + 25_000, boot(2, 1_000));
+        assert_eq!(s.inspect(9).pttl, Some(20_000));
+        // From a running master: the time left when sent, whatever the boot.
+        let stream = Source::Stream { clamp_ms: 60_000 };
+        let s = restore(&p, stream, 9, WALL + 5_000, boot(1, 105_000));
+        assert_eq!(s.inspect(9).pttl, Some(20_000));
+    }
+
+    #[test]
+    fn apply_parses_the_boot_stamp_of_version_three() {
+        let hash = hash_owner(b"me");
+        let stamp = BootStamp {
+            id: [3u8; 16],
+            ms: 123_456,
+        };
+        let bytes = stamp.to_bytes();
+        let v3: Vec<&[u8]> = vec![
+            b"x",
+            b"k",
+            b"v3",
+            b"5",
+            b"1796000000500",
+            b"500",
+            b"1",
+            &bytes,
+            &hash,
+        ];
+        let p = state(parse_apply(&v3)).unwrap();
+        assert_eq!(
+            p,
+            Persisted {
+                counter: 5,
+                owner: Some(hash),
+                expiry: 1_796_000_000_500,
+                remaining: Some(500),
+                floored: true,
+                idle_wall: 0,
+                idle_ms: Some(0),
+                boot: Some(stamp),
+            }
+        );
+        // No stamp: read as from another boot.
+        let mut unknown = v3.clone();
+        unknown[7] = b"";
+        assert_eq!(state(parse_apply(&unknown)).unwrap().boot, None);
+        let mut short = v3.clone();
+        short[7] = b"abc";
+        assert_eq!(parse_apply(&short), Err(CommandError::BootStampLength(3)));
+        let mut bad_hash = v3.clone();
+        bad_hash[8] = b"abc";
+        assert_eq!(
+            parse_apply(&bad_hash),
+            Err(CommandError::OwnerHashLength(3))
+        );
+        // A held lock only: the owner hash is not optional, nothing follows it.
+        for wrong in [&v3[..8], &[&v3[..], &[&b"more"[..]][..]].concat()[..]] {
+            assert_eq!(
+                parse_apply(wrong),
+                Err(CommandError::WrongArity("redlock.apply"))
+            );
+        }
+    }
+
+    #[test]
+    fn a_held_lock_travels_as_v3_and_a_free_one_as_v2() {
+        // What the emitter writes, read back: the same state.
+        let boot = Some(BootStamp {
+            id: [9; 16],
+            ms: 77,
+        });
+        let leased = persist_at(&held(5, 21_000), 1_000, WALL, boot);
+        let stamp = leased.boot.unwrap().to_bytes();
+        let owner = leased.owner.unwrap();
+        let (counter, expiry, remaining) = (
+            leased.counter.to_string(),
+            leased.expiry.to_string(),
+            leased.remaining.unwrap().to_string(),
+        );
+        let v3: Vec<&[u8]> = vec![
+            b"x",
+            b"k",
+            b"v3",
+            counter.as_bytes(),
+            expiry.as_bytes(),
+            remaining.as_bytes(),
+            b"1",
+            &stamp,
+            &owner,
+        ];
+        assert_eq!(state(parse_apply(&v3)), Ok(leased));
+        let free = persist_at(&held(5, 1_500), 1_750, WALL, boot);
+        let (idle_wall, idle_ms) = (
+            free.idle_wall.to_string(),
+            free.idle_ms.unwrap().to_string(),
+        );
+        let v2: Vec<&[u8]> = vec![
+            b"x",
+            b"k",
+            b"v2",
+            b"5",
+            b"0",
+            b"0",
+            b"1",
+            idle_wall.as_bytes(),
+            idle_ms.as_bytes(),
+        ];
+        assert_eq!(
+            state(parse_apply(&v2)),
+            Ok(Persisted { boot: None, ..free })
+        );
     }
 }

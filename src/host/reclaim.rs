@@ -179,6 +179,11 @@ pub fn on_fork(ctx: &Context) {
 /// Number of databases (`databases`), read at load.
 static DATABASES: AtomicI32 = AtomicI32::new(16);
 
+/// The server's number of databases (`databases`, read at load).
+pub(crate) fn databases() -> c_int {
+    DATABASES.load(Relaxed).max(1)
+}
+
 /// The scan position: a cursor and the database it walks, kept by the one
 /// thread that runs the ticks (the sweep thread, or the main thread with
 /// timers).
@@ -473,7 +478,7 @@ unsafe fn visit(
 /// Whether the key holds a lock record. The type handle is a `RefCell` in
 /// redis-module; reading it from the sweep thread is safe because every
 /// reader, on either thread, holds Redis's module lock.
-unsafe fn is_lock(key: *mut raw::RedisModuleKey) -> bool {
+pub(crate) unsafe fn is_lock(key: *mut raw::RedisModuleKey) -> bool {
     let key_type = raw::RedisModule_KeyType.map_or(0, |f| f(key));
     key_type == raw::REDISMODULE_KEYTYPE_MODULE as c_int
         && raw::RedisModule_ModuleTypeGetType.map_or(std::ptr::null_mut(), |f| f(key))

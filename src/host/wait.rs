@@ -16,7 +16,10 @@
 //! the lock's queue on this node ([`crate::core::queue`]): a lock freed under
 //! queued waiters is then reserved for the first waiter in ticket order for
 //! `redlock.handoff-ms`, only that waiter is answered, and ACQUIREs by
-//! other owners are answered as busy meanwhile ([`reservation`]). A WAIT that
+//! other owners are answered as busy meanwhile ([`reservation`]). The
+//! reservation ends when its owner's ACQUIRE is granted
+//! ([`reservation_used`]; a refused one keeps it), or, on a replica, when
+//! the master's grant arrives ([`reservation_over`]). A WAIT that
 //! finds the lock free with nobody queued is answered at once and stores
 //! nothing. Waiters without `QUEUE` are answered when the lock is free and
 //! not reserved (when an ACQUIRE would succeed).
@@ -298,29 +301,54 @@ fn free_at_once(waited: &WaitedKey, owner: Option<OwnerHash>, now: MonoMillis) -
 
 /// The reservation an ACQUIRE by `owner` of the call's key meets (see
 /// [`crate::core::queue`]), the input of the acquire decision
-/// ([`crate::core::lock::LockState::acquire_reserved`]). The reserved owner's
-/// ACQUIRE ends the reservation.
+/// ([`crate::core::lock::LockState::acquire_reserved`]). Reading it leaves
+/// it in place: an ACQUIRE refused after this (WRONGTYPE, busy) keeps the
+/// reservation for its owner; one that is granted ends it with
+/// [`reservation_used`].
 pub fn reservation(call: &Call, owner: &OwnerHash, now: MonoMillis) -> Reservation {
     // No key with waiters or a reservation: no lock, no lookup, no
     // allocation.
     if WAIT_KEYS.load(Relaxed) == 0 {
         return Reservation::None;
     }
-    let Some(name) = call.args.get(1) else {
-        return Reservation::None;
-    };
+    with_entry(call, now, |queue| queue.peek(owner, now)).unwrap_or(Reservation::None)
+}
+
+/// The reserved `owner` took the lock of the call's key (its ACQUIRE was
+/// granted or renewed): the reservation is over.
+pub fn reservation_used(call: &Call, owner: &OwnerHash, now: MonoMillis) {
+    if WAIT_KEYS.load(Relaxed) == 0 {
+        return;
+    }
+    with_entry(call, now, |queue| queue.used_by(owner, now));
+}
+
+/// The call (`REDLOCK.APPLY` from a master, or the AOF) made the lock of
+/// its key held: a grant this node did not decide. On a replica the
+/// reserved owner's ACQUIRE went to the master, and this is how it comes
+/// back; whoever the reservation was for, the hand-off is over, and the
+/// lock's next release hands it on afresh.
+pub fn reservation_over(call: &Call, now: MonoMillis) {
+    if WAIT_KEYS.load(Relaxed) == 0 {
+        return;
+    }
+    with_entry(call, now, |queue| queue.end_reservation());
+}
+
+/// Runs `f` on the queue of the call's key, when the key is in the map;
+/// then drops the entry if nobody waits and nothing is reserved any more.
+fn with_entry<R>(call: &Call, now: MonoMillis, f: impl FnOnce(&mut Queue) -> R) -> Option<R> {
+    let name = call.args.get(1)?;
     let mut map = waiting();
     let waited: WaitedKey = (selected_db(call.raw()), name.to_vec());
-    let Some(entry) = map.get_mut(&waited) else {
-        return Reservation::None;
-    };
-    let seen = entry.queue.take(owner, now);
+    let entry = map.get_mut(&waited)?;
+    let result = f(&mut entry.queue);
     if entry.count == 0 && entry.queue.is_idle(now) {
         stop_timer(call.raw(), entry);
         map.remove(&waited);
         count_keys(&map);
     }
-    seen
+    Some(result)
 }
 
 /// Makes the key's timer fire at `deadline` (replacing one set for another

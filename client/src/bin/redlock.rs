@@ -310,7 +310,9 @@ impl Out {
         let (kind, code) = match error {
             Error::Busy { .. } => ("busy", EXIT_BUSY),
             Error::NoQuorum { .. } => ("no_quorum", EXIT_ERROR),
-            Error::ModuleNotLoaded { .. } => ("module_not_loaded", EXIT_ERROR),
+            Error::ModuleNotLoaded { .. } | Error::ResourceModuleNotLoaded { .. } => {
+                ("module_not_loaded", EXIT_ERROR)
+            }
             Error::RestartGuard { .. } => ("restart_guard", EXIT_ERROR),
             Error::PermissionDenied { .. } => ("permission_denied", EXIT_ERROR),
             Error::ExpiredBeforeUse { .. } => ("expired_before_use", EXIT_ERROR),

@@ -45,6 +45,20 @@ pub enum Error {
         node: String,
     },
 
+    /// The resource server of a fenced command runs without the redlock
+    /// module: it answered "unknown command" to `REDLOCK.FENCED` or
+    /// `REDLOCK.GUARD`. Nothing ran.
+    #[error("the redlock module is not loaded on the resource server{}: it answered \"unknown command\" to {command}; fenced commands need the module on the resource server, not only on the lock's nodes: add `loadmodule /path/to/libredlock.so` to its redis.conf (or include modules.conf) and restart it", ResourceName(.resource.as_deref()))]
+    ResourceModuleNotLoaded {
+        /// The resource server's address (`host:port`) when the caller
+        /// knows it. [`LockInfo::fenced`](crate::LockInfo::fenced) and its
+        /// siblings get a connection, not an address, and leave it `None`.
+        resource: Option<String>,
+        /// The module's command the server did not know (`REDLOCK.FENCED`
+        /// or `REDLOCK.GUARD`).
+        command: String,
+    },
+
     /// The nodes' ACL does not let the connecting user run this command on
     /// this key (`NOPERM`).
     #[error("permission denied by the ACL of {}: {detail}; grant the user the REDLOCK commands on this key (e.g. ~locks:* +redlock.acquire +redlock.release +redlock.extend +redlock.fence +redlock.inspect)", .nodes.join(", "))]
@@ -154,6 +168,34 @@ impl fmt::Display for NodeList<'_> {
     }
 }
 
+struct ResourceName<'a>(Option<&'a str>);
+
+impl fmt::Display for ResourceName<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0 {
+            Some(addr) => write!(f, " {addr}"),
+            None => Ok(()),
+        }
+    }
+}
+
+/// The module's command named by a server's "unknown command" reply (the
+/// error's detail, after its code), when that reply says the server runs
+/// without the module: Redis and Valkey answer a command they do not know
+/// with `unknown command 'REDLOCK.FENCED', with args beginning with: …`.
+/// `None` for any other reply: a command that is not the module's, and the
+/// module's own refusal of a fenced command's unknown inner command
+/// (`unknown command 'x' inside REDLOCK.FENCED`), which proves the module is
+/// there.
+pub fn unknown_module_command(detail: &str) -> Option<&str> {
+    let rest = detail.strip_prefix("unknown command '")?;
+    let (name, after) = rest.split_once('\'')?;
+    let is_module_command = name
+        .get(..8)
+        .is_some_and(|prefix| prefix.eq_ignore_ascii_case("redlock."));
+    (is_module_command && after.starts_with(',')).then_some(name)
+}
+
 struct RetryHint(Option<Duration>);
 
 impl fmt::Display for RetryHint {
@@ -240,6 +282,52 @@ impl NodeFailure {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_the_servers_unknown_module_command_means_no_module() {
+        // Redis 7.0 and Valkey 8 word it alike.
+        let redis = "unknown command 'REDLOCK.FENCED', with args beginning with: 'g' 'k' '5' 'SET' 'a' 'b' ";
+        assert_eq!(unknown_module_command(redis), Some("REDLOCK.FENCED"));
+        let lower = "unknown command 'redlock.acquire', with args beginning with: 'k' 'o' '100' ";
+        assert_eq!(unknown_module_command(lower), Some("redlock.acquire"));
+        let bare = "unknown command 'REDLOCK.INSPECT', with args beginning with: ";
+        assert_eq!(unknown_module_command(bare), Some("REDLOCK.INSPECT"));
+        // The module refusing an unknown inner command: the module is there.
+        let inner = "unknown command 'nosuch' inside REDLOCK.FENCED";
+        assert_eq!(unknown_module_command(inner), None);
+        let inner_redlock = "unknown command 'redlock.nosuch' inside REDLOCK.FENCED";
+        assert_eq!(unknown_module_command(inner_redlock), None);
+        // Another command the server does not know.
+        let other = "unknown command 'FOO', with args beginning with: ";
+        assert_eq!(unknown_module_command(other), None);
+        assert_eq!(unknown_module_command("unknown command 'é"), None);
+        assert_eq!(unknown_module_command("wrong number of arguments"), None);
+    }
+
+    #[test]
+    fn resource_module_not_loaded_names_the_server_and_the_fix() {
+        let e = Error::ResourceModuleNotLoaded {
+            resource: Some("10.0.0.9:6379".into()),
+            command: "REDLOCK.FENCED".into(),
+        };
+        let text = e.to_string();
+        assert!(
+            text.starts_with("the redlock module is not loaded on the resource server 10.0.0.9:6379: it answered \"unknown command\" to REDLOCK.FENCED;"),
+            "{text}"
+        );
+        assert!(text.contains("loadmodule /path/to/libredlock.so"), "{text}");
+        let unnamed = Error::ResourceModuleNotLoaded {
+            resource: None,
+            command: "REDLOCK.GUARD".into(),
+        };
+        assert!(
+            unnamed
+                .to_string()
+                .starts_with("the redlock module is not loaded on the resource server: "),
+            "{unnamed}"
+        );
+        assert!(!unnamed.is_transient());
+    }
 
     #[test]
     fn no_quorum_lists_nodes_with_reasons() {

@@ -12,7 +12,9 @@ import atexit
 from importlib.metadata import PackageNotFoundError, version
 
 from . import _native
-from ._sync import Lock, LockGuard, LostSignal, Redlock, current_guard
+from ._client import Redlock
+from ._lock import Lock
+from ._shared import LockGuard, LostSignal, current_guard
 from ._types import Arg, Cluster, NodeView, Resource, RetryPolicy, Seconds
 from .asyncio import AcquireContext, AsyncLock, AsyncRedlock
 from .errors import (

@@ -50,6 +50,9 @@ def seconds(name: str, value: object, *, minimum: float, maximum: float = DAY,
 
 def ttl_seconds(value: object) -> float:
     """A lease: at least 1 ms, at most one day."""
+    # The usual case without the general checks (a NaN fails the comparison).
+    if (type(value) is float or type(value) is int) and 0.001 <= value <= DAY:
+        return float(value)
     return seconds("ttl", value, minimum=0.001)
 
 

@@ -12,7 +12,7 @@ error's detail as attributes. The owner id never appears in a message.
     │   └── StaleTokenError       a fenced command was refused: a newer holder wrote first
     ├── ResourceError             the resource server refused a fenced command otherwise
     ├── ExpiredBeforeUseError     the acquisition ate the whole lease
-    ├── ModuleNotLoadedError      a node runs without the redlock module
+    ├── ModuleNotLoadedError      a node or the resource server runs without the module
     ├── PermissionDeniedError     the nodes' ACL refused the command
     ├── InvalidArgumentError      bad input (also a ValueError)
     └── LockStateError            released lock, closed client, use after fork (also a RuntimeError)
@@ -116,8 +116,9 @@ class LockLostError(LockError):
 class StaleTokenError(LockLostError):
     """A fenced command was refused: the resource's `guard` has seen
     `highest`, a newer token of the lock on `key` than this lock's `token`,
-    so another holder took over. Nothing ran and nothing changed. Stop using
-    this lock; never retry with the same token."""
+    so another holder took over. Nothing ran and nothing changed. The lock's
+    `lost` signal is set (under `AsyncRedlock.hold` that cancels the block).
+    Stop using this lock; never retry with the same token."""
 
     def __init__(
         self,
@@ -156,11 +157,15 @@ class ExpiredBeforeUseError(LockError):
 
 
 class ModuleNotLoadedError(LockError):
-    """A node (`host:port`) runs without the redlock module."""
+    """A server runs without the redlock module: one of the lock's nodes, or
+    (`resource` is True) the resource server of a fenced command. `node` is
+    its address (`host:port`; `cluster(a,b)` for a `Cluster` resource's
+    seeds). The message says how to load the module."""
 
-    def __init__(self, message: str, node: str = "") -> None:
+    def __init__(self, message: str, node: str = "", resource: bool = False) -> None:
         super().__init__(message)
         self.node = node
+        self.resource = resource
 
 
 class PermissionDeniedError(LockError):

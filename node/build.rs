@@ -1,0 +1,5 @@
+//! Linker settings for a Node-API addon (napi-build).
+
+fn main() {
+    napi_build::setup();
+}

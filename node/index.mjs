@@ -1,0 +1,9 @@
+// The ES module entry: the same classes as the CommonJS entry (dist/index.js).
+import cjs from "./dist/index.js";
+
+export const {
+  Redlock, Lock, HeldLock, Cluster,
+  RedlockError, LockBusyError, NoQuorumError, RestartGuardError, LockLostError, StaleTokenError,
+  ResourceError, ConfigError, ExpiredBeforeUseError, ModuleNotLoadedError, PermissionDeniedError,
+  LockStateError,
+} = cjs;
