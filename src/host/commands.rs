@@ -318,7 +318,7 @@ pub fn apply(call: &Call) -> Result<Reply, CommandError> {
     let (wall, boot) = (wall_now(), boot_now());
     let state = persist::restore(&p, source, mono, wall, boot);
     if persist::restamp_needed(&p, source, wall, boot) {
-        crate::host::restamp::note();
+        crate::host::datatype::note_restamp();
     }
     let own = persist::persist_at(&state, mono, wall, boot);
     if state.is_held(mono) {

@@ -3,7 +3,7 @@
 
 use std::os::raw::{c_int, c_void};
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicU8, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering::Relaxed};
 
 use redis_module::native_types::RedisType;
 use redis_module::raw;
@@ -58,6 +58,26 @@ pub enum Loading {
 }
 
 static LOADING: AtomicU8 = AtomicU8::new(Loading::Nothing as u8);
+
+/// Leases read since the last pass of [`crate::host::restamp`] that it
+/// must write again.
+static RESTAMP_PENDING: AtomicU64 = AtomicU64::new(0);
+
+/// Counts one lease read by a rule other than the exact same-boot one
+/// ([`crate::host::persist::restamp_needed`]).
+pub fn note_restamp() {
+    RESTAMP_PENDING.fetch_add(1, Relaxed);
+}
+
+/// The leases counted by [`note_restamp`] since the last call, reset.
+pub fn take_restamp_pending() -> u64 {
+    RESTAMP_PENDING.swap(0, Relaxed)
+}
+
+/// Whether leases wait for [`crate::host::restamp`].
+pub fn restamp_pending() -> bool {
+    RESTAMP_PENDING.load(Relaxed) > 0
+}
 
 /// What the server is loading now, as told by the loading events
 /// ([`crate::host::events`] calls [`set_loading`]).
@@ -176,19 +196,11 @@ unsafe extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *m
         let (mono, wall, boot) = (mono_now(), wall_now(), boot_now());
         if persist::restamp_needed(&p, source, wall, boot) {
             match loading() {
-                // Written again when the load ends (`events`).
-                Loading::File => crate::host::restamp::note(),
-                // A RESTORE on a master: written again right after it (a
-                // replica's master writes its own).
-                Loading::Nothing if !is_replica(rdb) => {
-                    crate::host::restamp::note();
-                    if let Some(context_of) = raw::RedisModule_GetContextFromIO {
-                        let ctx = context_of(rdb);
-                        if !ctx.is_null() {
-                            crate::host::restamp::schedule(ctx);
-                        }
-                    }
-                }
+                // Written again when the load ends, or right after the
+                // RESTORE (its keyspace event); a replica's master writes
+                // its own ([`crate::host::restamp`]).
+                Loading::File => note_restamp(),
+                Loading::Nothing if !is_replica(rdb) => note_restamp(),
                 _ => {}
             }
         }

@@ -5,7 +5,8 @@
 //! keyspace events, for waiters whose key leaves with its slot (see
 //! [`crate::host::wait::on_generic_event`]).
 
-use std::os::raw::c_void;
+use std::ffi::CStr;
+use std::os::raw::{c_char, c_int, c_void};
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 
 use redis_module::{raw, Context};
@@ -153,7 +154,8 @@ pub fn subscribe(ctx: &Context) {
             replication::someone_may_listen();
         }
     }
-    // Generic keyspace events: a waited-on key that MIGRATE moved away.
+    // Generic keyspace events: a waited-on key that MIGRATE moved away; a
+    // RESTORE whose lease must be written again.
     // SAFETY: called from OnLoad with a valid context.
     unsafe {
         if let Some(subscribe) = raw::RedisModule_SubscribeToKeyspaceEvents {
@@ -162,6 +164,25 @@ pub fn subscribe(ctx: &Context) {
                 raw::REDISMODULE_NOTIFY_GENERIC,
                 Some(crate::host::wait::on_generic_event),
             );
+            subscribe(ctx.ctx, raw::REDISMODULE_NOTIFY_GENERIC, Some(on_restore));
         }
     }
+}
+
+/// A `RESTORE` (its `restore` keyspace event) may have read a lease that
+/// must be written again ([`crate::host::restamp`]).
+unsafe extern "C" fn on_restore(
+    ctx: *mut raw::RedisModuleCtx,
+    _type: c_int,
+    event: *const c_char,
+    _key: *mut raw::RedisModuleString,
+) -> c_int {
+    let _ = std::panic::catch_unwind(|| {
+        // SAFETY: Redis passes the event name as a NUL-terminated string.
+        if !event.is_null() && unsafe { CStr::from_ptr(event) } == c"restore" {
+            // SAFETY: the event's context, on the main thread.
+            unsafe { crate::host::restamp::schedule(ctx) };
+        }
+    });
+    raw::REDISMODULE_OK as c_int
 }

@@ -29,28 +29,20 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use redis_module::{raw, ContextFlags};
 
 use crate::host::clock::{boot_now, mono_now, wall_now};
-use crate::host::reclaim;
 use crate::host::store::LockKey;
-use crate::host::{persist, replication};
+use crate::host::{datatype, persist, reclaim, replication};
 
-/// Leases loaded since the last pass that must be written again.
-static PENDING: AtomicU64 = AtomicU64::new(0);
 /// A pass is scheduled and has not run yet.
 static SCHEDULED: AtomicBool = AtomicBool::new(false);
 
-/// Counts one lease that must be written again (the load in progress, or a
-/// `RESTORE`, read it).
-pub fn note() {
-    PENDING.fetch_add(1, Relaxed);
-}
-
-/// Schedules a pass when a lease is waiting for one (after a load ends, or
-/// after a `RESTORE`, with that command's context).
+/// Schedules a pass when a lease is waiting for one
+/// ([`datatype::note_restamp`]): after a load ends, or after a `RESTORE`
+/// (its keyspace event).
 ///
 /// # Safety
 /// `ctx` must be a context Redis handed to the module on the main thread.
 pub unsafe fn schedule(ctx: *mut raw::RedisModuleCtx) {
-    if PENDING.load(Relaxed) == 0 || SCHEDULED.swap(true, Relaxed) {
+    if !datatype::restamp_pending() || SCHEDULED.swap(true, Relaxed) {
         return;
     }
     match raw::RedisModule_CreateTimer {
@@ -79,10 +71,10 @@ fn pass(ctx: *mut raw::RedisModuleCtx) {
     // A replica takes its leases from its master, which writes them again
     // itself; a node still loading is scheduled again when it ends.
     if flags.intersects(ContextFlags::SLAVE | ContextFlags::LOADING) {
-        PENDING.store(0, Relaxed);
+        datatype::take_restamp_pending();
         return;
     }
-    PENDING.store(0, Relaxed);
+    datatype::take_restamp_pending();
     if !replication::needed(&context) {
         return;
     }
