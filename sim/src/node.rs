@@ -293,7 +293,7 @@ impl World {
         // The machine reboots with a lost disk (a new machine) and at every
         // third restart; otherwise the process restarts on the same boot,
         // and a lease read from its files is timed on the boot clock.
-        if empty || node.boot == 1 || node.boot % 3 == 0 {
+        if empty || node.boot == 1 || node.boot.is_multiple_of(3) {
             node.machine_boot += 1;
             node.machine_local = node.boot_local;
         }

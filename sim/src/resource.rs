@@ -36,7 +36,7 @@ impl World {
     pub fn resource_op(&mut self, _client: u32, key: u8, token: u64, write: bool) {
         let mutant = self.setup.resource;
         let resource = &mut self.resources[key as usize];
-        let checked = !(mutant == ResourceMutant::ReadsUnfenced && !write);
+        let checked = mutant != ResourceMutant::ReadsUnfenced || write;
         let passes = mutant == ResourceMutant::CheckOff
             || !checked
             || fence_rule::check(GUARD, resource.guard.as_ref(), LOCK, token).is_ok();

@@ -422,9 +422,10 @@ impl Scenario {
                 k,
                 FaultKind::DiskLoss | FaultKind::Failover | FaultKind::LaggingPromotion
             );
-            let usable = !(k.needs_replicas() && replicas == 0)
-                && !(k == FaultKind::Drift && drift_ppm == 0)
-                && !(mixed_floors && loses_counters);
+            let pointless =
+                (k.needs_replicas() && replicas == 0) || (k == FaultKind::Drift && drift_ppm == 0);
+            let refused = mixed_floors && loses_counters;
+            let usable = !(pointless || refused);
             if on && usable && allowed.has(k) {
                 faults = faults.with(k, true);
                 rates[k.index()] = rate;

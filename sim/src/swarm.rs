@@ -217,6 +217,20 @@ impl Summary {
                 format!("{:.0}", self.ops_per_cpu_second()),
             ),
             (
+                "seeds per minute (wall)",
+                format!(
+                    "{:.0}",
+                    self.seeds as f64 * 60.0 / self.wall.as_secs_f64().max(1e-9)
+                ),
+            ),
+            (
+                "seeds per CPU-minute",
+                format!(
+                    "{:.0}",
+                    self.seeds as f64 * 60.0 / self.cpu.as_secs_f64().max(1e-9)
+                ),
+            ),
+            (
                 "acquisitions per CPU-second",
                 format!(
                     "{:.0}",
