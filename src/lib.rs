@@ -18,7 +18,7 @@ use redis_module::{redis_module, Context, ModuleOptions, RedisString, Status};
 use crate::host::datatype::LOCK_TYPE;
 use crate::host::fence_type::GUARD_TYPE;
 use crate::host::{
-    clock, commands, config, events, fenced, ffi, guard, info, reclaim, replication, wait,
+    clock, commands, config, events, fenced, ffi, guard, info, reclaim, replication, sync, wait,
 };
 
 /// The release, the workspace's version (`[workspace.package]` in
@@ -64,6 +64,7 @@ command_entry!(apply_entry, "REDLOCK.APPLY", fenced::apply);
 command_entry!(guard_entry, "REDLOCK.GUARD", fenced::guard);
 command_entry!(guardinfo_entry, "REDLOCK.GUARDINFO", fenced::guard_info);
 command_entry!(wait_entry, "REDLOCK.WAIT", wait::wait);
+command_entry!(replicas_entry, "REDLOCK.REPLICAS", commands::replicas);
 #[cfg(feature = "test-hooks")]
 command_entry!(test_hook_entry, "REDLOCK.TESTHOOK", fenced::test_hook);
 
@@ -153,6 +154,18 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
         ctx.log_warning(&e);
         return Status::Err;
     }
+    // The replica set of the sync check: admin (FORGET changes what the
+    // master vouches for), no keys.
+    if let Err(e) = ffi::register(
+        ctx,
+        c"REDLOCK.REPLICAS",
+        replicas_entry,
+        c"admin",
+        (0, 0, 0),
+    ) {
+        ctx.log_warning(&e);
+        return Status::Err;
+    }
     #[cfg(feature = "test-hooks")]
     if let Err(e) = ffi::register(
         ctx,
@@ -178,6 +191,7 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
     #[cfg(feature = "test-hooks")]
     host::mutant::load_from_env();
     guard::on_load(ctx, clock::mono_now());
+    sync::on_load(ctx, clock::mono_now());
     redis_module::raw::register_info_function(ctx.ctx, Some(info::info));
     events::subscribe(ctx);
     replication::check_server(ctx);

@@ -684,6 +684,7 @@ fn release_build_registers_no_test_hooks() {
             "redlock.guardinfo",
             "redlock.inspect",
             "redlock.release",
+            "redlock.replicas",
             "redlock.wait"
         ]
     );

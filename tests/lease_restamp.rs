@@ -120,3 +120,94 @@ fn a_restored_lease_from_another_boot_is_not_revived_at_a_same_boot_restart() {
     );
     assert_eq!(acquire(&mut t, "k", "bob", 1_000), Some(2));
 }
+
+/// A `RESTORE` of an other-boot lease and a `CLIENT PAUSE … WRITE` in one
+/// pipeline: the pass that writes the lease again runs from a 0 ms timer,
+/// at the next turn of the event loop, while the writes are paused. Redis
+/// asserts that nothing is propagated while clients are paused (7.0
+/// `propagateNow`: "the dataset should be fixed during client pause,
+/// otherwise data may be lost during a failover"), as the reclaim sweep
+/// respects (`reclaim::may_sweep`). Expected: the server keeps running, and
+/// the lease is written again once the pause ends.
+#[test]
+fn a_restamp_pass_during_a_client_pause_waits_for_it() {
+    let source = Node::builder()
+        .env("REDLOCK_TEST_BOOT_ID", OTHER_BOOT)
+        .start();
+    let mut s = source.connection();
+    assert_eq!(acquire(&mut s, "k", "alice", 20_000), Some(1));
+    let payload: Vec<u8> = redis::cmd("DUMP").arg("k").query(&mut s).unwrap();
+
+    let target = durable().start();
+    let mut t = target.connection();
+    let replies: redis::RedisResult<((), ())> = redis::pipe()
+        .cmd("RESTORE")
+        .arg("k")
+        .arg(0)
+        .arg(payload)
+        .cmd("CLIENT")
+        .arg("PAUSE")
+        .arg(1_000)
+        .arg("WRITE")
+        .query(&mut t);
+    assert!(
+        replies.is_ok(),
+        "{replies:?}; the server's log says:\n{}",
+        std::fs::read_to_string(target.dir().join("redis.log"))
+            .unwrap_or_default()
+            .lines()
+            .filter(|l| l.contains("ASSERTION") || l.contains("==> ") || l.contains("crashed by"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    // While paused: reads still answer, so the server must be up.
+    let mut probe = target.connection();
+    let v = inspect(&mut probe, "k");
+    assert!(
+        v.as_ref().is_some_and(|v| v.held),
+        "the server did not survive the pass during the pause: {v:?}"
+    );
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let written = info_field(&mut probe, "redlock", "redlock_leases_restamped");
+        if written.as_deref().is_some_and(|w| w != "0") {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the lease was never written again after the pause: {written:?}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// The `restamp-skipped` mutant (no lease written again after a load that
+/// timed it by the rule across a reboot) brings the revival back: the
+/// lease from before the reboot is held again at a later restart of the
+/// new boot, after it ended there, and another owner is refused.
+#[test]
+fn the_restamp_skipped_mutant_revives_the_lease() {
+    let mut node = durable()
+        .env("REDLOCK_TEST_MUTANTS", "restamp-skipped")
+        .start();
+    let mut con = node.connection();
+    assert_eq!(acquire(&mut con, "k", "alice", 2_000), Some(1));
+    drop(con);
+    std::thread::sleep(Duration::from_millis(3_000));
+    node.set_env("REDLOCK_TEST_BOOT_ID", OTHER_BOOT);
+    shutdown_and_restart(&mut node);
+    let mut con = node.connection();
+    assert!(inspect(&mut con, "k").unwrap().held);
+    std::thread::sleep(Duration::from_millis(2_500));
+    assert!(!inspect(&mut con, "k").unwrap().held);
+    assert_eq!(
+        info_field(&mut con, "redlock", "redlock_leases_restamped").as_deref(),
+        Some("0")
+    );
+    drop(con);
+    shutdown_and_restart(&mut node);
+    let mut con = node.connection();
+    let v = inspect(&mut con, "k").unwrap();
+    assert!(v.held && v.pttl > 1_000, "{v:?}");
+    assert_eq!(acquire(&mut con, "k", "bob", 1_000), None);
+}

@@ -109,7 +109,9 @@ fn a_restart_after_a_suspend_keeps_the_lease_the_running_node_would_keep() {
     restart_ahead(&mut node, "suspend", 30, 30_000);
     let mut con = node.connection();
     let v = inspect(&mut con, "k").unwrap();
-    let least = 20_000 - granted.elapsed().as_millis() as i64 - 5;
+    // The grant happened before its reply arrived: allow for that delay on a
+    // loaded machine (the hole freed the lease, or kept 30 s less of it).
+    let least = 20_000 - granted.elapsed().as_millis() as i64 - 1_000;
     assert!(
         v.held && v.pttl >= least,
         "{v:?}: the running node (CLOCK_MONOTONIC) would still hold it for about {least} ms, and a holder on this host counts the same"
@@ -140,7 +142,9 @@ fn a_restart_inside_a_time_namespace_reads_the_hosts_boot_clock() {
     restart_ahead(&mut node, "namespace", 30, 30_000);
     let mut con = node.connection();
     let v = inspect(&mut con, "k").unwrap();
-    let least = 20_000 - granted.elapsed().as_millis() as i64 - 5;
+    // The grant happened before its reply arrived: allow for that delay on a
+    // loaded machine (the hole freed the lease, or kept 30 s less of it).
+    let least = 20_000 - granted.elapsed().as_millis() as i64 - 1_000;
     assert!(v.held && v.pttl >= least && v.pttl <= 20_000, "{v:?}");
     assert_eq!(acquire(&mut con, "k", "bob", 1_000), None);
 }

@@ -18,6 +18,7 @@ pub mod reclaim;
 pub mod resp;
 pub mod server;
 pub mod stats;
+pub mod sync_handwritten;
 pub mod waiting;
 pub mod workload;
 

@@ -12,13 +12,16 @@ use crate::core::rules::Rules;
 use crate::defaults::DangerSwitches;
 use crate::defaults::{
     RetryPolicy, DEFAULT_CONNECT_TIMEOUT, DEFAULT_DRIFT_FACTOR, DEFAULT_NODE_TIMEOUT,
+    DEFAULT_SYNC_TIMEOUT,
 };
 use crate::identity::{identical_urls, shared_server, Endpoint};
 use crate::member::{Member, MemberKind, Voter};
 use crate::node::Node;
 use crate::quorum::Quorum;
 use crate::redlock::Redlock;
+use crate::sentinel::SentinelMember;
 use crate::shared::Inner;
+use crate::sync_check::SyncState;
 use crate::tls::TlsFiles;
 
 /// Options for a [`Redlock`]; made by [`Redlock::builder`].
@@ -27,6 +30,7 @@ pub struct RedlockBuilder {
     pub(crate) members: Vec<Member>,
     pub(crate) node_timeout: Duration,
     pub(crate) connect_timeout: Duration,
+    pub(crate) sync_timeout: Duration,
     pub(crate) retry: RetryPolicy,
     pub(crate) drift_factor: f64,
     pub(crate) clock_floor: bool,
@@ -50,6 +54,25 @@ impl RedlockBuilder {
     /// ```
     pub fn node_timeout(mut self, timeout: Duration) -> Self {
         self.node_timeout = timeout;
+        self
+    }
+
+    /// Bound on the replica-sync check's `WAIT` (default 250 ms): on a member
+    /// whose nodes set `redlock.sync-replicas` to R > 0, every grant,
+    /// extension and write-back waits at most this long for R replicas to
+    /// acknowledge it, on top of the node timeout, and does not count
+    /// without them (DESIGN §13).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let builder = redlock_client::Redlock::builder(["redis://127.0.0.1:7001"])
+    ///     .sync_timeout(Duration::from_millis(500));
+    /// # let _ = builder;
+    /// ```
+    pub fn sync_timeout(mut self, timeout: Duration) -> Self {
+        self.sync_timeout = timeout;
         self
     }
 
@@ -214,9 +237,12 @@ impl RedlockBuilder {
                 "no nodes given: pass at least one redis:// URL (5 independent masters are the usual setup)".into(),
             ));
         }
-        if self.node_timeout.is_zero() || self.connect_timeout.is_zero() {
+        if self.node_timeout.is_zero()
+            || self.connect_timeout.is_zero()
+            || self.sync_timeout.is_zero()
+        {
             return Err(Error::InvalidArgument(
-                "node and connect timeouts must be above zero".into(),
+                "node, connect and sync timeouts must be above zero".into(),
             ));
         }
         if !(0.0..1.0).contains(&self.drift_factor) {
@@ -235,14 +261,33 @@ impl RedlockBuilder {
             .members
             .iter()
             .map(|member| match &member.0 {
-                MemberKind::Node(url) => {
-                    Node::new(url, self.node_timeout, self.connect_timeout, tls.as_ref())
-                        .map(Voter::Node)
-                }
-                MemberKind::Cluster(seeds) => {
-                    Cluster::new(seeds, self.node_timeout, self.connect_timeout, tls.as_ref())
-                        .map(Voter::Cluster)
-                }
+                MemberKind::Node(url) => Node::new(
+                    url,
+                    self.node_timeout,
+                    self.connect_timeout,
+                    tls.as_ref(),
+                    Arc::new(SyncState::new(self.sync_timeout)),
+                )
+                .map(Voter::Node),
+                MemberKind::Cluster(seeds) => Cluster::new(
+                    seeds,
+                    self.node_timeout,
+                    self.connect_timeout,
+                    tls.as_ref(),
+                    Arc::new(SyncState::new(self.sync_timeout)),
+                )
+                .map(Voter::Cluster),
+                MemberKind::Sentinel(spec) => SentinelMember::new(
+                    spec,
+                    self.node_timeout,
+                    self.connect_timeout,
+                    tls.as_ref(),
+                    Arc::new(SyncState::new(self.sync_timeout)),
+                )
+                .map(Voter::Sentinel),
+                MemberKind::Misused(what) => Err(Error::InvalidArgument(format!(
+                    "Member::{what} applies to Sentinel members only (Member::sentinel)"
+                ))),
             })
             .collect::<Result<Box<[_]>, _>>()?;
         // Every endpoint a member connects to (a cluster's seeds), with
@@ -251,6 +296,8 @@ impl RedlockBuilder {
         for (i, voter) in nodes.iter().enumerate() {
             match voter {
                 Voter::Node(n) => endpoints.push((n.endpoint().clone(), i)),
+                // Told apart by the master's run_id once connected.
+                Voter::Sentinel(_) => {}
                 Voter::Cluster(c) => {
                     let mut own: Vec<Endpoint> = Vec::new();
                     for e in c.endpoints() {
@@ -368,6 +415,7 @@ impl Redlock {
             members: members.into_iter().map(Into::into).collect(),
             node_timeout: DEFAULT_NODE_TIMEOUT,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            sync_timeout: DEFAULT_SYNC_TIMEOUT,
             retry: RetryPolicy::default(),
             drift_factor: DEFAULT_DRIFT_FACTOR,
             clock_floor: true,

@@ -20,6 +20,13 @@ pub(crate) fn node_failure(err: &redis::RedisError) -> (NodeFailure, bool) {
                     remaining: parse_grace_remaining(detail),
                     message: text,
                 }
+            } else if code == "SYNCREPLICAS" {
+                match detail.split_whitespace().next().map(str::parse::<u64>) {
+                    Some(Ok(r)) => NodeFailure::SyncStated(r),
+                    _ => NodeFailure::Refused(text),
+                }
+            } else if code == "TOOMANYREPLICAS" || code == "NOSYNC" {
+                NodeFailure::SyncRefused(text)
             } else if code == "NOAUTH" || code == "WRONGPASS" {
                 NodeFailure::AuthFailed(text)
             } else if code == "NOPERM" {

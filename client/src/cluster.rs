@@ -82,6 +82,7 @@ use tokio::sync::{oneshot, watch};
 use crate::core::error::{Error, NodeFailure};
 use crate::identity::{parse_run_id, Endpoint, ServerId};
 use crate::node::{connection_config, redact};
+use crate::sync_check::{self, SyncState};
 use crate::tls::TlsSettings;
 
 /// Retries of one command inside the cluster connection (redirects,
@@ -123,6 +124,16 @@ pub(crate) struct Cluster {
     blocking: Mutex<HashMap<Box<str>, Vec<MultiplexedConnection>>>,
     /// The master of a slot, as the latest `-MOVED` for `REDLOCK.WAIT` said.
     slot_owners: Mutex<HashMap<u16, Box<str>>>,
+    /// The replica-sync check: the R the shards state (the same on every
+    /// node of the cluster), learned from them.
+    sync: Arc<SyncState>,
+}
+
+/// What a sequenced call sends: one command, or a lock write and its
+/// `WAIT` as one pipeline to the key's slot master.
+enum Request {
+    Command(Cmd, RoutingInfo),
+    Pipeline(redis::Pipeline, SingleNodeRoutingInfo),
 }
 
 #[derive(Default)]
@@ -146,6 +157,7 @@ impl Cluster {
         timeout: Duration,
         connect_timeout: Duration,
         tls: Option<&TlsSettings>,
+        sync: Arc<SyncState>,
     ) -> Result<Arc<Self>, Error> {
         if seeds.is_empty() {
             return Err(Error::InvalidArgument(
@@ -236,6 +248,7 @@ impl Cluster {
             in_flight: Mutex::new(HashMap::new()),
             blocking: Mutex::new(HashMap::new()),
             slot_owners: Mutex::new(HashMap::new()),
+            sync,
         }))
     }
 
@@ -251,7 +264,7 @@ impl Cluster {
 
     /// The per-member timeout.
     pub(crate) fn timeout(&self) -> Duration {
-        self.timeout
+        self.timeout + self.sync.extra()
     }
 
     /// Where the seeds connect, normalised (to find a seed listed as
@@ -407,6 +420,42 @@ impl Cluster {
     /// its own (the rounds bound it). Mutating lock commands are sequenced
     /// per key and owner (see the module docs).
     pub(crate) async fn call(self: &Arc<Self>, cmd: &Cmd) -> Result<Value, NodeFailure> {
+        let Some(kind) = sync_check::lock_write(cmd) else {
+            return self.call_plain(cmd).await;
+        };
+        // A lock write: the replica-sync check (see `sync_check.rs`), its
+        // WAIT routed with it to the key's slot master.
+        let mut reply = Err(NodeFailure::SyncStated(0));
+        for _ in 0..sync_check::RESTATE_TRIES {
+            let r = self.sync.r();
+            reply = if r == 0 {
+                self.call_plain(cmd).await
+            } else {
+                self.call_synced(kind, cmd, r).await
+            };
+            match reply {
+                Err(NodeFailure::SyncStated(stated)) if stated != r => self.sync.learn(stated),
+                _ => break,
+            }
+        }
+        reply
+    }
+
+    /// Learns the shards' R from [`sync_check::probe`] (routed like any lock
+    /// command; nothing learned on a failure).
+    pub(crate) async fn learn_sync_replicas(self: &Arc<Self>) {
+        let probe = sync_check::probe();
+        let reply = match tokio::time::timeout(self.connect_timeout, self.call_plain(&probe)).await
+        {
+            Ok(reply) => reply,
+            Err(_) => return,
+        };
+        if let Some(r) = sync_check::probed(&reply) {
+            self.sync.learn(r);
+        }
+    }
+
+    async fn call_plain(self: &Arc<Self>, cmd: &Cmd) -> Result<Value, NodeFailure> {
         let conn = self.connection()?;
         let (routing, sequence) = route(cmd);
         let reply = match sequence {
@@ -414,11 +463,44 @@ impl Cluster {
                 let mut conn = conn;
                 conn.route_command(cmd.clone(), routing).await
             }
-            Some(sequence) => self.sequenced(conn, sequence, cmd.clone(), routing).await,
+            Some(sequence) => {
+                self.sequenced(conn, sequence, Request::Command(cmd.clone(), routing))
+                    .await
+            }
         };
         reply
             .and_then(Value::extract_error)
             .map_err(|e| failure(&e))
+    }
+
+    /// `cmd SYNC r` and `WAIT r` as one pipeline to the master of the key's
+    /// slot, sequenced like the command alone.
+    async fn call_synced(
+        self: &Arc<Self>,
+        kind: sync_check::LockWrite,
+        cmd: &Cmd,
+        r: u64,
+    ) -> Result<Value, NodeFailure> {
+        let conn = self.connection()?;
+        let (routing, sequence) = route(cmd);
+        let (RoutingInfo::SingleNode(node), Some(sequence)) = (routing, sequence) else {
+            return Err(NodeFailure::Unexpected("a lock write without a key".into()));
+        };
+        let pipe = sync_check::synced_pipeline(cmd, r, self.sync.timeout());
+        let replies = self
+            .sequenced(conn, sequence, Request::Pipeline(pipe, node))
+            .await
+            .map_err(|e| failure(&e))?;
+        let Value::Array(replies) = replies else {
+            return Err(NodeFailure::Unexpected(format!("{replies:?}")));
+        };
+        let mut replies = replies.into_iter();
+        match (replies.next(), replies.next()) {
+            (Some(reply), Some(wait)) => {
+                sync_check::judge(kind, reply, wait, r, self.sync.timeout())
+            }
+            other => Err(NodeFailure::Unexpected(format!("{other:?}"))),
+        }
     }
 
     /// Runs `cmd` in a task of its own once the previous sequenced command
@@ -429,8 +511,7 @@ impl Cluster {
         self: &Arc<Self>,
         conn: ClusterConnection,
         sequence: Box<[u8]>,
-        cmd: Cmd,
-        routing: RoutingInfo,
+        request: Request,
     ) -> impl std::future::Future<Output = redis::RedisResult<Value>> {
         let (done, done_rx) = watch::channel(());
         let previous = lock(&self.in_flight).insert(sequence.clone(), done_rx.clone());
@@ -442,7 +523,13 @@ impl Cluster {
                 let _ = previous.changed().await;
             }
             let mut conn = conn;
-            let reply = conn.route_command(cmd, routing).await;
+            let reply = match request {
+                Request::Command(cmd, routing) => conn.route_command(cmd, routing).await,
+                Request::Pipeline(pipe, node) => conn
+                    .route_pipeline(pipe, 0, 2, node)
+                    .await
+                    .map(Value::Array),
+            };
             let _ = reply_tx.send(reply);
             drop(done);
             let mut in_flight = lock(&this.in_flight);
@@ -844,7 +931,7 @@ mod tests {
         let ms = Duration::from_millis(100);
         let new = |seeds: &[&str]| {
             let seeds: Vec<String> = seeds.iter().map(|s| s.to_string()).collect();
-            match Cluster::new(&seeds, ms, ms, None) {
+            match Cluster::new(&seeds, ms, ms, None, Arc::new(SyncState::new(ms))) {
                 Ok(_) => String::new(),
                 Err(e) => e.to_string(),
             }
@@ -858,8 +945,14 @@ mod tests {
         assert!(new(&["unix:///tmp/redis.sock"]).contains("not a TCP URL"));
         // TLS seeds are accepted (the redis crate's cluster client does TLS).
         assert_eq!(new(&["rediss://h:7000", "rediss://h:7001"]), "");
-        let cluster = Cluster::new(&["redis://u:secret@H:7000".to_string()], ms, ms, None)
-            .expect("a plain seed");
+        let cluster = Cluster::new(
+            &["redis://u:secret@H:7000".to_string()],
+            ms,
+            ms,
+            None,
+            Arc::new(SyncState::new(ms)),
+        )
+        .expect("a plain seed");
         assert_eq!(cluster.addr(), "cluster(H:7000)");
         assert_eq!(cluster.url(), "cluster(redis://***@H:7000)");
     }

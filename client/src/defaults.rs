@@ -8,6 +8,10 @@ use std::time::Duration;
 pub const DEFAULT_NODE_TIMEOUT: Duration = Duration::from_millis(100);
 /// Default bound on opening a connection to a node.
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+/// Default bound on the replica-sync check's `WAIT` (DESIGN §13): how long
+/// a lock write on a master with replicas may wait for them to acknowledge
+/// it, on top of the node timeout.
+pub const DEFAULT_SYNC_TIMEOUT: Duration = Duration::from_millis(250);
 /// Default clock drift factor: 1 % of the TTL (plus 2 ms) is kept as margin.
 pub const DEFAULT_DRIFT_FACTOR: f64 = 0.01;
 

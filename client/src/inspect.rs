@@ -76,7 +76,7 @@ impl Redlock {
         let cmd = &cmd;
         let replies = futures_util::future::join_all(nodes.iter().map(|member| async move {
             match member {
-                Voter::Node(_) => (member.call(cmd).await, None),
+                Voter::Node(_) | Voter::Sentinel(_) => (member.call(cmd).await, None),
                 Voter::Cluster(c) => match c.inspect(key).await {
                     Ok((value, shard)) => (Ok(value), shard),
                     Err(e) => (Err(e), None),

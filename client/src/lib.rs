@@ -20,7 +20,9 @@ mod node;
 mod quorum;
 mod redlock;
 mod round_calls;
+mod sentinel;
 mod shared;
+mod sync_check;
 mod tls;
 mod waiting;
 mod with_lock;
@@ -29,6 +31,7 @@ pub use crate::core::error::Error;
 pub use builder::RedlockBuilder;
 pub use defaults::{
     RetryPolicy, DEFAULT_CONNECT_TIMEOUT, DEFAULT_DRIFT_FACTOR, DEFAULT_NODE_TIMEOUT,
+    DEFAULT_SYNC_TIMEOUT,
 };
 pub use inspect::{NodeState, NodeView, Shard};
 pub use lock::{Lock, LockInfo};

@@ -13,6 +13,7 @@ use crate::cluster::Cluster;
 use crate::core::error::NodeFailure;
 use crate::identity::ServerId;
 use crate::node::{redact, Node};
+use crate::sentinel::{SentinelMember, SentinelSpec};
 
 /// One member of the quorum: a single Redis master given by its URL, or a
 /// Redis Cluster (or Valkey cluster) given by the URLs of some of its nodes
@@ -51,6 +52,11 @@ pub(crate) enum MemberKind {
     Node(String),
     /// A cluster's seed URLs.
     Cluster(Vec<String>),
+    /// One master with replicas behind Sentinel.
+    Sentinel(SentinelSpec),
+    /// A Sentinel-only setting was applied to another kind of member
+    /// (building fails, naming the setting).
+    Misused(&'static str),
 }
 
 impl Member {
@@ -90,6 +96,101 @@ impl Member {
         ))
     }
 
+    /// One master with replicas behind Redis Sentinel (or Valkey Sentinel):
+    /// `master_name` as in the sentinels' `sentinel monitor NAME …`, and the
+    /// URLs of some of the sentinels (`redis://host:26379`, `rediss://…`,
+    /// `redis://user:password@…` for the sentinels' own credentials). The
+    /// client asks the sentinels for the master, checks that it says it is
+    /// one (`ROLE`), and follows failovers: it asks again when the master
+    /// stops answering or refuses a write as a replica. The data nodes'
+    /// credentials and TLS are their own: [`Member::data_credentials`],
+    /// [`Member::data_tls`].
+    ///
+    /// One vote, like a node: alone (N = 1, the common deployment) or as one
+    /// member of a quorum. With `redlock.sync-replicas` set on its nodes,
+    /// every lock write is confirmed by every replica before it counts, and
+    /// a failover keeps the locks (DESIGN §13); without it, a promoted
+    /// replica refuses new locks for the longest lease.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use redlock_client::Member;
+    ///
+    /// let member = Member::sentinel("locks", ["redis://10.0.0.1:26379", "redis://10.0.0.2:26379"])
+    ///     .data_credentials(Some("locker"), "secret");
+    /// assert!(member.is_sentinel());
+    /// ```
+    pub fn sentinel<I, S>(master_name: impl Into<String>, sentinels: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        Member(MemberKind::Sentinel(SentinelSpec {
+            name: master_name.into(),
+            sentinels: sentinels.into_iter().map(Into::into).collect(),
+            data_user: None,
+            data_password: None,
+            data_tls: false,
+        }))
+    }
+
+    /// The credentials of a Sentinel member's data nodes (an ACL user, or
+    /// `None` for the default user, and its password); the sentinels keep
+    /// the ones in their URLs. Building fails when this member is not a
+    /// Sentinel member.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let member = redlock_client::Member::sentinel("locks", ["redis://:sentinel-pw@10.0.0.1:26379"])
+    ///     .data_credentials(None, "data-pw");
+    /// # let _ = member;
+    /// ```
+    pub fn data_credentials(mut self, user: Option<&str>, password: &str) -> Self {
+        match &mut self.0 {
+            MemberKind::Sentinel(spec) => {
+                spec.data_user = user.map(str::to_string);
+                spec.data_password = Some(password.to_string());
+            }
+            _ => self.0 = MemberKind::Misused("data_credentials"),
+        }
+        self
+    }
+
+    /// A Sentinel member's data nodes serve TLS (`rediss://`; the
+    /// builder's [`tls_ca_file`](crate::RedlockBuilder::tls_ca_file) and
+    /// client certificate apply). The sentinels use TLS when their URLs say
+    /// `rediss://`. Building fails when this member is not a Sentinel
+    /// member.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let member = redlock_client::Member::sentinel("locks", ["redis://10.0.0.1:26379"]).data_tls();
+    /// # let _ = member;
+    /// ```
+    pub fn data_tls(mut self) -> Self {
+        match &mut self.0 {
+            MemberKind::Sentinel(spec) => spec.data_tls = true,
+            _ => self.0 = MemberKind::Misused("data_tls"),
+        }
+        self
+    }
+
+    /// Whether this member is a Sentinel member.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use redlock_client::Member;
+    /// assert!(Member::sentinel("locks", ["redis://10.0.0.1:26379"]).is_sentinel());
+    /// assert!(!Member::node("redis://10.0.0.1:6379").is_sentinel());
+    /// ```
+    pub fn is_sentinel(&self) -> bool {
+        matches!(self.0, MemberKind::Sentinel(_))
+    }
+
     /// Whether this member is a cluster.
     ///
     /// # Examples
@@ -112,6 +213,17 @@ impl std::fmt::Debug for Member {
                 .debug_tuple("Cluster")
                 .field(&seeds.iter().map(|s| redact(s)).collect::<Vec<_>>())
                 .finish(),
+            MemberKind::Sentinel(spec) => f
+                .debug_struct("Sentinel")
+                .field("name", &spec.name)
+                .field(
+                    "sentinels",
+                    &spec.sentinels.iter().map(|s| redact(s)).collect::<Vec<_>>(),
+                )
+                .field("data_user", &spec.data_user)
+                .field("data_tls", &spec.data_tls)
+                .finish_non_exhaustive(),
+            MemberKind::Misused(what) => f.debug_tuple("Misused").field(what).finish(),
         }
     }
 }
@@ -140,6 +252,7 @@ impl From<&String> for Member {
 pub(crate) enum Voter {
     Node(Arc<Node>),
     Cluster(Arc<Cluster>),
+    Sentinel(Arc<SentinelMember>),
 }
 
 impl Voter {
@@ -149,6 +262,7 @@ impl Voter {
         match self {
             Voter::Node(n) => n.addr(),
             Voter::Cluster(c) => c.addr(),
+            Voter::Sentinel(s) => s.addr(),
         }
     }
 
@@ -157,6 +271,7 @@ impl Voter {
         match self {
             Voter::Node(n) => n.url(),
             Voter::Cluster(c) => c.url(),
+            Voter::Sentinel(s) => s.addr(),
         }
     }
 
@@ -165,6 +280,7 @@ impl Voter {
         match self {
             Voter::Node(n) => n.timeout(),
             Voter::Cluster(c) => c.timeout(),
+            Voter::Sentinel(s) => s.timeout(),
         }
     }
 
@@ -180,6 +296,7 @@ impl Voter {
             // the size of the largest, and this keeps the single-node one
             // as small as it was.
             Voter::Cluster(c) => (None, Box::pin(c.call(cmd)).await),
+            Voter::Sentinel(s) => Box::pin(s.call_untimed(cmd)).await,
         }
     }
 
@@ -191,6 +308,7 @@ impl Voter {
                 Ok(reply) => reply,
                 Err(_) => Err(NodeFailure::Timeout(c.timeout())),
             },
+            Voter::Sentinel(s) => s.call(cmd).await,
         }
     }
 
@@ -199,12 +317,17 @@ impl Voter {
         match self {
             Voter::Node(n) => {
                 n.connect().await?;
-                n.check_module().await
+                n.check_module().await?;
+                n.learn_sync_replicas().await;
+                Ok(())
             }
             Voter::Cluster(c) => {
                 c.connect().await?;
-                c.check_module().await
+                c.check_module().await?;
+                c.learn_sync_replicas().await;
+                Ok(())
             }
+            Voter::Sentinel(s) => s.connect_and_check().await,
         }
     }
 
@@ -214,6 +337,7 @@ impl Voter {
         match self {
             Voter::Node(n) => n.server_id().into_iter().collect(),
             Voter::Cluster(c) => c.server_ids(),
+            Voter::Sentinel(s) => s.server_ids(),
         }
     }
 
@@ -224,6 +348,7 @@ impl Voter {
         match self {
             Voter::Node(n) => n.wait_free(cmd).await,
             Voter::Cluster(c) => c.wait_free(key, cmd).await,
+            Voter::Sentinel(s) => s.wait_free(cmd).await,
         }
     }
 }

@@ -51,6 +51,7 @@ use redis::{AsyncConnectionConfig, Client, Cmd, Value};
 
 use crate::core::error::{Error, NodeFailure};
 use crate::identity::{parse_run_id, Endpoint, ServerId};
+use crate::sync_check::{self, LockWrite, SyncState};
 use crate::tls::TlsSettings;
 
 /// The settings of every node's connection; see the module docs for what
@@ -95,6 +96,13 @@ pub(crate) struct Node {
     /// go through the shared connection: a blocked command would stall
     /// every command queued behind it.
     blocking: Mutex<Vec<MultiplexedConnection>>,
+    /// The replica-sync check: the R this node's member states, learned
+    /// from the nodes (shared by every node a Sentinel member resolves).
+    sync: Arc<SyncState>,
+    /// While the check is on, the connections that carry the lock commands,
+    /// each key over one of them ([`sync_check::lock_key`]); opened when
+    /// first needed, forgotten when broken.
+    shards: Mutex<[Option<MultiplexedConnection>; sync_check::SHARDS]>,
 }
 
 /// Most idle blocking connections kept per node.
@@ -144,6 +152,7 @@ impl Node {
         timeout: Duration,
         connect_timeout: Duration,
         tls_settings: Option<&TlsSettings>,
+        sync: Arc<SyncState>,
     ) -> Result<Arc<Self>, Error> {
         crate::tls::check_url(url, &redact(url), tls_settings)?;
         if url
@@ -168,6 +177,8 @@ impl Node {
             tls,
             state: Mutex::new(ConnState::default()),
             blocking: Mutex::new(Vec::new()),
+            sync,
+            shards: Mutex::new(Default::default()),
         }))
     }
 
@@ -342,9 +353,10 @@ impl Node {
         self.spawn_reconnect();
     }
 
-    /// The per-node timeout.
+    /// The per-node timeout, and the replica-sync check's `WAIT` when it is
+    /// on.
     pub(crate) fn timeout(&self) -> Duration {
-        self.timeout
+        self.timeout + self.sync.extra()
     }
 
     /// Sends one command and waits at most the per-node timeout for its reply.
@@ -381,6 +393,31 @@ impl Node {
                 | NodeFailure::NoPermission(_),
             ) => Ok(()),
             Err(e) => Err(e),
+        }
+    }
+
+    /// Learns the node's R from [`sync_check::probe`] on the main
+    /// connection, within the connect timeout (nothing learned on any
+    /// failure: the first lock write learns it then).
+    pub(crate) async fn learn_sync_replicas(self: &Arc<Self>) {
+        let current = self
+            .lock_state()
+            .current
+            .as_ref()
+            .map(|(g, c, _)| (*g, c.clone()));
+        let Some((generation, mut conn)) = current else {
+            return;
+        };
+        let reply = self
+            .send(
+                &mut conn,
+                Some(generation),
+                &sync_check::probe(),
+                Some(self.connect_timeout),
+            )
+            .await;
+        if let Some(r) = sync_check::probed(&reply) {
+            self.sync.learn(r);
         }
     }
 
@@ -465,26 +502,172 @@ impl Node {
                 return (None, Err(NodeFailure::NotConnected(reason)));
             }
         };
+        // While the check is on, a key's lock commands have a connection of
+        // their own among a few (see `sync_check::lock_key`); a broken one
+        // is forgotten, never the main connection.
+        let mut shard = None;
+        let mut generation = Some(generation);
+        if self.sync.r() > 0 {
+            if let Some(key) = sync_check::lock_key(cmd) {
+                let i = sync_check::shard_of(key);
+                match self.shard_connection(i).await {
+                    Ok(c) => (conn, shard, generation) = (c, Some(i), None),
+                    Err(e) => return (id, Err(e)),
+                }
+            }
+        }
+        let Some(kind) = sync_check::lock_write(cmd) else {
+            let reply = self.send(&mut conn, generation, cmd, timeout).await;
+            if let (Some(i), Err(NodeFailure::Connection(_))) = (shard, &reply) {
+                self.forget_shard(i);
+            }
+            return (id, reply);
+        };
+        // A lock write: stated with the R the nodes asked for, followed by
+        // WAIT R (see `sync_check.rs`); sent again when the node states
+        // another R (it changed nothing), on the key's connection for that R.
+        let mut reply = Err(NodeFailure::SyncStated(0));
+        for _ in 0..sync_check::RESTATE_TRIES {
+            let r = self.sync.r();
+            reply = if r == 0 {
+                self.send(&mut conn, generation, cmd, timeout).await
+            } else {
+                self.send_synced(&mut conn, generation, kind, cmd, r, timeout)
+                    .await
+            };
+            match reply {
+                Err(NodeFailure::SyncStated(stated)) if stated != r => {
+                    tracing::debug!(node = %self.addr, r = stated, "the node states another R");
+                    self.sync.learn(stated);
+                    let key = sync_check::lock_key(cmd).filter(|_| stated > 0);
+                    match key.map(sync_check::shard_of) {
+                        Some(i) => match self.shard_connection(i).await {
+                            Ok(c) => (conn, shard, generation) = (c, Some(i), None),
+                            Err(e) => return (id, Err(e)),
+                        },
+                        None => match &self.lock_state().current {
+                            Some((g, c, _)) => {
+                                (conn, shard, generation) = (c.clone(), None, Some(*g));
+                            }
+                            None => return (id, reply),
+                        },
+                    }
+                }
+                Err(NodeFailure::Connection(_)) => {
+                    if let Some(i) = shard {
+                        self.forget_shard(i);
+                    }
+                    break;
+                }
+                _ => break,
+            }
+        }
+        (id, reply)
+    }
+
+    /// Lock-command connection `shard`, opened now when missing (within the
+    /// connect timeout). Only while the node's main connection is up: a node
+    /// that is down never makes a call wait.
+    async fn shard_connection(&self, shard: usize) -> Result<MultiplexedConnection, NodeFailure> {
+        if let Some(conn) = self.shards.lock().unwrap_or_else(|p| p.into_inner())[shard].clone() {
+            return Ok(conn);
+        }
+        // In a task of its own: the calls' futures stay `Sync`.
+        let (client, timeout) = (self.client.clone(), self.connect_timeout);
+        let opened = tokio::spawn(async move {
+            let config = connection_config(timeout);
+            tokio::time::timeout(
+                timeout,
+                client.get_multiplexed_async_connection_with_config(&config),
+            )
+            .await
+        });
+        let conn = match opened.await {
+            Err(e) => return Err(NodeFailure::NotConnected(e.to_string())),
+            Ok(Err(_)) => {
+                return Err(NodeFailure::NotConnected(format!(
+                    "connect timed out after {} ms",
+                    timeout.as_millis()
+                )))
+            }
+            Ok(Ok(Err(e))) => return Err(NodeFailure::NotConnected(e.to_string())),
+            Ok(Ok(Ok(conn))) => conn,
+        };
+        let mut shards = self.shards.lock().unwrap_or_else(|p| p.into_inner());
+        // Another call may have opened it meanwhile: keep one, so that the
+        // key's commands stay on a single connection.
+        Ok(shards[shard].get_or_insert(conn).clone())
+    }
+
+    /// Forgets a broken lock-command connection.
+    fn forget_shard(&self, shard: usize) {
+        self.shards.lock().unwrap_or_else(|p| p.into_inner())[shard] = None;
+    }
+
+    /// One command on `conn` (of generation `generation`), bounded by
+    /// `timeout` when given; a broken connection is marked down.
+    async fn send(
+        self: &Arc<Self>,
+        conn: &mut MultiplexedConnection,
+        generation: Option<u64>,
+        cmd: &Cmd,
+        timeout: Option<Duration>,
+    ) -> Result<Value, NodeFailure> {
         let reply = match timeout {
             Some(timeout) => {
                 match tokio::time::timeout(timeout, conn.send_packed_command(cmd)).await {
-                    Err(_) => return (id, Err(NodeFailure::Timeout(timeout))),
+                    Err(_) => return Err(NodeFailure::Timeout(timeout)),
                     Ok(reply) => reply,
                 }
             }
             None => conn.send_packed_command(cmd).await,
         };
-        let reply = match reply.and_then(Value::extract_error) {
-            Ok(value) => Ok(value),
-            Err(e) => {
-                let (failure, broken) = crate::classify::node_failure(&e);
-                if broken {
-                    self.mark_down(generation, &failure);
+        reply
+            .and_then(Value::extract_error)
+            .map_err(|e| self.failure(generation, &e))
+    }
+
+    /// `cmd SYNC r` and `WAIT r` in one write on `conn`, judged by
+    /// [`sync_check::judge`].
+    async fn send_synced(
+        self: &Arc<Self>,
+        conn: &mut MultiplexedConnection,
+        generation: Option<u64>,
+        kind: LockWrite,
+        cmd: &Cmd,
+        r: u64,
+        timeout: Option<Duration>,
+    ) -> Result<Value, NodeFailure> {
+        let pipe = sync_check::synced_pipeline(cmd, r, self.sync.timeout());
+        let replies = match timeout {
+            Some(timeout) => {
+                let timeout = timeout + self.sync.timeout();
+                match tokio::time::timeout(timeout, conn.send_packed_commands(&pipe, 0, 2)).await {
+                    Err(_) => return Err(NodeFailure::Timeout(timeout)),
+                    Ok(replies) => replies,
                 }
-                Err(failure)
             }
+            None => conn.send_packed_commands(&pipe, 0, 2).await,
         };
-        (id, reply)
+        let mut replies = replies
+            .map_err(|e| self.failure(generation, &e))?
+            .into_iter();
+        match (replies.next(), replies.next()) {
+            (Some(reply), Some(wait)) => {
+                sync_check::judge(kind, reply, wait, r, self.sync.timeout())
+            }
+            other => Err(NodeFailure::Unexpected(format!("{other:?}"))),
+        }
+    }
+
+    /// Classifies an error of the main connection of `generation` (`None`:
+    /// a lock-command connection), and marks it down when it is broken.
+    fn failure(self: &Arc<Self>, generation: Option<u64>, e: &redis::RedisError) -> NodeFailure {
+        let (failure, broken) = crate::classify::node_failure(e);
+        if let (true, Some(generation)) = (broken, generation) {
+            self.mark_down(generation, &failure);
+        }
+        failure
     }
 }
 
@@ -546,6 +729,7 @@ mod tests {
             Duration::from_millis(1),
             Duration::from_millis(1),
             None,
+            Arc::new(SyncState::new(Duration::from_millis(1))),
         )
         .err()
         .expect("bad scheme");

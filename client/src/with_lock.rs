@@ -18,9 +18,12 @@ impl Redlock {
     /// ends, whatever it returned (also when it panics or is dropped).
     ///
     /// A background task extends the lock to `ttl` about every `ttl / 3`.
-    /// If an extension fails to reach a quorum, or the validity runs out
-    /// before an extension succeeds, [`LockGuard::lost`] fires at once: stop
-    /// using the token then. Returns `f`'s value.
+    /// An extension that too few members answered (a failover inside a
+    /// Sentinel member, a replica-sync check that failed) is tried again
+    /// every 100 ms while the validity lasts. If an extension finds the lock
+    /// no longer held by a quorum, or the validity runs out before an
+    /// extension succeeds, [`LockGuard::lost`] fires at once: stop using the
+    /// token then. Returns `f`'s value.
     ///
     /// Needs a tokio runtime with the `time` driver (the extension runs as a
     /// spawned task).
@@ -121,9 +124,10 @@ where
 }
 
 /// The background task of [`Redlock::with_lock`]: carries out the
-/// [`KeepAlive`] machine (`core/keep_alive.rs`): extends every `ttl / 3`,
-/// fires `lost` on a failed extension or when the validity runs out, and
-/// releases the lock when `done` fires.
+/// [`KeepAlive`] machine (`core/keep_alive.rs`): extends every `ttl / 3`
+/// (sooner again after an extension no quorum answered), fires `lost` when
+/// an extension finds the lock no longer held or when the validity runs
+/// out, and releases the lock when `done` fires.
 async fn keep_alive(
     mut lock: Lock,
     ttl: Duration,
@@ -145,11 +149,16 @@ async fn keep_alive(
             Action::Extend => tokio::select! {
                 _ = done.cancelled() => Event::Done,
                 _ = tokio::time::sleep_until(deadline) => Event::ValidityEnded,
-                result = lock.extend(ttl) => {
-                    if let Err(error) = &result {
-                        tracing::warn!(key, token, %error, "extension failed: lock lost");
+                result = lock.extend(ttl) => match result {
+                    Ok(()) => Event::Extended(true),
+                    Err(error) if error.is_transient() => {
+                        tracing::info!(key, token, %error, "extension failed; trying again while the lease lasts");
+                        Event::Unanswered
                     }
-                    Event::Extended(result.is_ok())
+                    Err(error) => {
+                        tracing::warn!(key, token, %error, "extension failed: lock lost");
+                        Event::Extended(false)
+                    }
                 }
             },
             Action::Lost(because) => {

@@ -876,3 +876,59 @@ fn cluster_members_by_option_and_environment() {
     assert!(help.contains("--cluster <SEEDS>"), "{help}");
     assert!(help.contains("REDLOCK_CLUSTERS"), "{help}");
 }
+
+/// `--sentinel NAME@host:port,…` (and `REDLOCK_SENTINELS`): a lock through
+/// a Sentinel group with the replica-sync check, the master found through
+/// the sentinels.
+#[test]
+fn sentinel_members_from_the_command_line() {
+    let group = redlock_testkit::SentinelGroup::builder()
+        .node(redlock_testkit::Node::builder().config("redlock.sync-replicas", "2"))
+        .start();
+    let spec = format!(
+        "{}@{}",
+        group.name(),
+        group
+            .sentinels()
+            .iter()
+            .map(|s| format!("127.0.0.1:{}", s.port()))
+            .collect::<Vec<_>>()
+            .join(",")
+    );
+    let out = redlock(
+        "",
+        &[
+            "--sentinel",
+            &spec,
+            "--json",
+            "acquire",
+            "job",
+            "--ttl",
+            "20s",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let v = json(&out);
+    let owner = v["owner"].as_str().expect("owner").to_string();
+    // Every replica has the grant: the check waited for both.
+    for i in 0..3 {
+        let held: Vec<redis::Value> = redis::cmd("REDLOCK.INSPECT")
+            .arg("job")
+            .query(&mut group.connection(i))
+            .unwrap();
+        assert_eq!(held[1], redis::Value::Int(1), "node {i}");
+    }
+    let child = Command::new(BIN)
+        .env_remove("REDLOCK_NODES")
+        .env("REDLOCK_SENTINELS", &spec)
+        .args(["release", "job", "--owner", &owner])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let out = wait_bounded(child, Duration::from_secs(20));
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let out = redlock("", &["--sentinel", "no-at-sign", "inspect", "job"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("NAME@host:port"), "{}", stderr(&out));
+}

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-use napi::bindgen_prelude::{Either, Env, PromiseRaw, ToNapiValue};
+use napi::bindgen_prelude::{Either3, Env, PromiseRaw, ToNapiValue};
 use napi_derive::napi;
 use redlock_client::{CancellationToken, Error, Member, NodeState, Redlock, RetryPolicy};
 
@@ -30,6 +30,23 @@ pub struct NativeOptions {
     pub tls_ca_file: Option<String>,
     pub tls_cert_file: Option<String>,
     pub tls_key_file: Option<String>,
+    /// Bound on the replica-sync check's `WAIT`.
+    pub sync_timeout: f64,
+}
+
+/// A Sentinel member as the TypeScript `Sentinel(...)` gives it.
+#[napi(object)]
+pub struct NativeSentinel {
+    /// The master's name in Sentinel.
+    pub name: String,
+    /// The sentinels' URLs.
+    pub sentinels: Vec<String>,
+    /// The data nodes' ACL user.
+    pub data_user: Option<String>,
+    /// The data nodes' password.
+    pub data_password: Option<String>,
+    /// The data nodes serve TLS.
+    pub data_tls: bool,
 }
 
 /// One member's view of a lock (see `Redlock::inspect` in the client).
@@ -135,18 +152,29 @@ impl TlsFiles {
     }
 }
 
-/// Connects to `members` (URLs, or lists of a cluster's seed URLs).
+/// Connects to `members` (URLs, lists of a cluster's seed URLs, or Sentinel
+/// members).
 #[napi(ts_return_type = "Promise<NativeRedlock>")]
 pub fn connect<'env>(
     env: &'env Env,
-    members: Vec<Either<String, Vec<String>>>,
+    members: Vec<Either3<String, Vec<String>, NativeSentinel>>,
     options: NativeOptions,
 ) -> napi::Result<PromiseRaw<'env, NativeRedlock>> {
     let list: Vec<Member> = members
         .into_iter()
         .map(|m| match m {
-            Either::A(url) => Member::node(url),
-            Either::B(seeds) => Member::cluster(seeds),
+            Either3::A(url) => Member::node(url),
+            Either3::B(seeds) => Member::cluster(seeds),
+            Either3::C(s) => {
+                let mut member = Member::sentinel(s.name, s.sentinels);
+                if let Some(password) = &s.data_password {
+                    member = member.data_credentials(s.data_user.as_deref(), password);
+                }
+                if s.data_tls {
+                    member = member.data_tls();
+                }
+                member
+            }
         })
         .collect();
     if !options.drift_factor.is_finite() {
@@ -164,6 +192,12 @@ pub fn connect<'env>(
             DAY_MS,
         )?)
         .connect_timeout(connect_timeout)
+        .sync_timeout(errors::duration(
+            "syncTimeout",
+            options.sync_timeout,
+            1.0,
+            DAY_MS,
+        )?)
         .retry(RetryPolicy {
             attempts: options.retry_attempts,
             base_delay: errors::duration("retry.baseDelay", options.retry_base_delay, 0.0, DAY_MS)?,

@@ -1,5 +1,6 @@
 // Members beyond plain nodes: TLS nodes (CA and client certificate files),
-// and a Redis Cluster as one member (Cluster([...seeds])).
+// a Redis Cluster as one member (Cluster([...seeds])), and a Sentinel member
+// (Sentinel(name, [...sentinels])).
 
 import assert from "node:assert/strict";
 import { mkdtempSync, rmSync } from "node:fs";
@@ -7,8 +8,8 @@ import { tmpdir } from "node:os";
 import path from "node:path";
 import { test } from "node:test";
 
-import { Cluster, ConfigError, Redlock } from "../index.mjs";
-import { freePort, Node, startCluster, startNodes } from "./nodes.mjs";
+import { Cluster, ConfigError, Redlock, Sentinel } from "../index.mjs";
+import { command, freePort, Node, startCluster, startNodes, startSentinelGroup } from "./nodes.mjs";
 import { heldOn, makePki, uniqueKey } from "./helpers.mjs";
 
 test("TLS: rediss:// nodes with the CA and the client certificate files", async () => {
@@ -65,5 +66,26 @@ test("a Redis Cluster member has one vote next to plain nodes", async () => {
     redlock.close();
   } finally {
     await Promise.all([...cluster, ...plain].map((n) => n.close()));
+  }
+});
+
+test("a Sentinel member: the master found through the sentinels, grants on every replica", async () => {
+  const group = await startSentinelGroup();
+  try {
+    const member = Sentinel(group.name, group.sentinels.map((s) => s.url));
+    const redlock = await Redlock.connect([member], { ttl: 5000, syncTimeout: 500 });
+    assert.match(redlock.nodes[0], /^sentinel\(redlock@/);
+    const name = uniqueKey();
+    const lock = await redlock.acquire(name);
+    for (const node of group.nodes) {
+      const reply = await command(node.port, ["REDLOCK.INSPECT", name]);
+      assert.match(reply, /held\r\n:1\r\n/, `node ${node.port}: ${JSON.stringify(reply)}`);
+    }
+    assert.equal(await lock.release(), true);
+    redlock.close();
+    assert.throws(() => Sentinel("", ["redis://127.0.0.1:1"]), ConfigError);
+    assert.throws(() => Sentinel("x", ["redis://127.0.0.1:1"], { nope: 1 }), ConfigError);
+  } finally {
+    await group.close();
   }
 });

@@ -5,7 +5,7 @@
 // stopped by their own pid.
 
 import { spawn } from "node:child_process";
-import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import net from "node:net";
 import { tmpdir } from "node:os";
 import path from "node:path";
@@ -272,6 +272,83 @@ export async function startCluster(masters) {
     }
   } catch (error) {
     await Promise.all(nodes.map((n) => n.close()));
+    throw error;
+  }
+}
+
+/** One `redis-server --sentinel` watching `name` (stopped by its pid). */
+export class SentinelProc {
+  static async start(name, masterPort, quorum) {
+    const s = new SentinelProc();
+    s.dir = mkdtempSync(path.join(tmpdir(), "redlock-node-sentinel-"));
+    s.port = await freePort();
+    const conf = path.join(s.dir, "sentinel.conf");
+    writeFileSync(conf, `port ${s.port}\nbind 127.0.0.1\ndaemonize no\n`
+      + `logfile ${path.join(s.dir, "sentinel.log")}\ndir ${s.dir}\n`
+      + `sentinel monitor ${name} 127.0.0.1 ${masterPort} ${quorum}\n`
+      + `sentinel down-after-milliseconds ${name} 1000\nsentinel failover-timeout ${name} 4000\n`);
+    s.proc = spawn(serverBin(), [conf, "--sentinel"], { stdio: "ignore" });
+    const deadline = Date.now() + START_DEADLINE_MS;
+    for (;;) {
+      try {
+        if ((await command(s.port, ["PING"], 200)).startsWith("+PONG")) return s;
+      } catch {
+        // not up yet
+      }
+      if (Date.now() > deadline) throw new Error(`sentinel on ${s.port}: no PING reply`);
+      await new Promise((r) => setTimeout(r, 20));
+    }
+  }
+
+  get url() {
+    return `redis://127.0.0.1:${this.port}`;
+  }
+
+  async close() {
+    if (this.proc) {
+      this.proc.kill("SIGKILL");
+      this.proc = null;
+    }
+    rmSync(this.dir, { recursive: true, force: true });
+  }
+}
+
+/**
+ * A master with `replicas` replicas and `sentinels` sentinels watching it
+ * (`redlock.sync-replicas` at `r`), like the Rust test kit's SentinelGroup.
+ * Resolves once the replicas are online and the sentinels know each other.
+ */
+export async function startSentinelGroup({ replicas = 2, sentinels = 3, r = 2, name = "redlock" } = {}) {
+  const group = { name, nodes: [], sentinels: [] };
+  group.close = async () => {
+    await Promise.all([...group.sentinels, ...group.nodes].map((p) => p.close()));
+  };
+  const waitFor = async (check, what) => {
+    const deadline = Date.now() + 45_000;
+    while (!(await check())) {
+      if (Date.now() > deadline) throw new Error(`waited 45 s for ${what}`);
+      await new Promise((res) => setTimeout(res, 50));
+    }
+  };
+  try {
+    const check = ["--redlock.sync-replicas", String(r)];
+    group.nodes.push(await Node.start({ extra: check }));
+    const master = group.nodes[0].port;
+    for (let i = 0; i < replicas; i++) {
+      group.nodes.push(await Node.start({ extra: [...check, "--replicaof", "127.0.0.1", String(master)] }));
+    }
+    await waitFor(async () => (await command(master, ["INFO", "replication"])).split("state=online").length - 1
+      >= replicas, "the replicas online");
+    for (let i = 0; i < sentinels; i++) {
+      group.sentinels.push(await SentinelProc.start(name, master, Math.floor(sentinels / 2) + 1));
+    }
+    for (const s of group.sentinels) {
+      await waitFor(async () => (await command(s.port, ["SENTINEL", "SENTINELS", name]))
+        .startsWith(`*${sentinels - 1}\r\n`), "the sentinels to meet");
+    }
+    return group;
+  } catch (error) {
+    await group.close();
     throw error;
   }
 }

@@ -8,8 +8,10 @@ export { Redlock } from "./redlock.js";
 export type { AcquireOptions, NodeView, TryAcquireOptions, UsingOptions } from "./redlock.js";
 export { HeldLock, Lock } from "./lock.js";
 export type { CommandArg, LockInfo, RedisReply, Resource } from "./lock.js";
-export { Cluster } from "./options.js";
-export type { ClusterMember, Member, RedlockOptions, RetryOptions, TlsOptions } from "./options.js";
+export { Cluster, Sentinel } from "./options.js";
+export type {
+  ClusterMember, Member, RedlockOptions, RetryOptions, SentinelMember, SentinelOptions, TlsOptions,
+} from "./options.js";
 export {
   ConfigError, ExpiredBeforeUseError, LockBusyError, LockLostError, LockStateError, ModuleNotLoadedError,
   NoQuorumError, PermissionDeniedError, RedlockError, ResourceError, RestartGuardError, StaleTokenError,

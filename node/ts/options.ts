@@ -26,8 +26,57 @@ export function Cluster(seeds: readonly string[]): ClusterMember {
   return Object.freeze({ cluster: Object.freeze([...seeds]) });
 }
 
-/** A node URL (`redis://host:port`, `rediss://…`) or a {@link Cluster}. */
-export type Member = string | ClusterMember;
+/** The data nodes' settings of a {@link Sentinel} member. */
+export interface SentinelOptions {
+  /** ACL user of the data nodes (the sentinels keep the credentials of their URLs). */
+  dataUser?: string;
+  /** Password of the data nodes. */
+  dataPassword?: string;
+  /** The data nodes serve TLS (`rediss://`; the client's `tls` files apply). */
+  dataTls?: boolean;
+}
+
+/** A member of the quorum that is one master with replicas behind Redis Sentinel. */
+export interface SentinelMember {
+  /** The master's name in Sentinel. */
+  readonly sentinel: string;
+  /** The sentinels' URLs. */
+  readonly sentinels: readonly string[];
+  /** The data nodes' settings. */
+  readonly data: Readonly<SentinelOptions>;
+}
+
+/**
+ * A Sentinel member (one vote, like a node): the master's name in Sentinel
+ * and the URLs of some of the sentinels, `Sentinel("locks", ["redis://10.0.0.1:26379", …])`.
+ * The client asks the sentinels for the master and follows failovers. With
+ * `redlock.sync-replicas` set on its nodes, every grant is confirmed by every
+ * replica before it counts, and a failover keeps the locks.
+ */
+export function Sentinel(name: string, sentinels: readonly string[], options?: SentinelOptions): SentinelMember {
+  if (typeof name !== "string" || name.length === 0) {
+    throw new ConfigError("Sentinel(name, sentinels) needs the master's name as in `sentinel monitor NAME …`", "members");
+  }
+  if (!Array.isArray(sentinels) || sentinels.length === 0) {
+    throw new ConfigError("Sentinel(name, sentinels) takes a non-empty array of sentinel URLs", "members");
+  }
+  const o = optionsObject(options, "Sentinel options");
+  checkKeys(o, ["dataUser", "dataPassword", "dataTls"], "Sentinel options");
+  const dataUser = stringOption(o.dataUser, "dataUser");
+  const dataPassword = stringOption(o.dataPassword, "dataPassword");
+  const dataTls = o.dataTls ?? false;
+  if (typeof dataTls !== "boolean") {
+    throw new ConfigError(`dataTls must be a boolean, got ${describe(dataTls)}`, "dataTls");
+  }
+  return Object.freeze({
+    sentinel: name,
+    sentinels: Object.freeze([...sentinels]),
+    data: Object.freeze({ dataUser, dataPassword, dataTls }),
+  });
+}
+
+/** A node URL (`redis://host:port`, `rediss://…`), a {@link Cluster} or a {@link Sentinel}. */
+export type Member = string | ClusterMember | SentinelMember;
 
 /** How `acquire` without `wait` retries a busy lock (or no quorum, or a restart guard). */
 export interface RetryOptions {
@@ -59,6 +108,11 @@ export interface RedlockOptions {
   nodeTimeout?: number;
   /** Bound on opening a connection and checking for the module, ms (default 1000). */
   connectTimeout?: number;
+  /**
+   * Bound on the replica-sync check's `WAIT` on a master with
+   * `redlock.sync-replicas` set, on top of `nodeTimeout`, ms (default 250).
+   */
+  syncTimeout?: number;
   /** Share of the ttl kept as margin for clock drift, plus 2 ms (default 0.01). */
   driftFactor?: number;
   /** Send the client's clock as a floor, so tokens keep increasing when a node loses its counter (default true). */
@@ -83,6 +137,16 @@ export interface NativeOptions {
   tlsCaFile?: string;
   tlsCertFile?: string;
   tlsKeyFile?: string;
+  syncTimeout: number;
+}
+
+/** A Sentinel member as the addon takes it. */
+export interface NativeSentinel {
+  name: string;
+  sentinels: string[];
+  dataUser?: string;
+  dataPassword?: string;
+  dataTls: boolean;
 }
 
 /** node-redlock's settings, named in the error when one is passed by habit. */
@@ -186,8 +250,10 @@ function withCredentials(url: string, option: string, username?: string, passwor
   return parsed.toString();
 }
 
-/** The members as the addon takes them: URLs, or arrays of a cluster's seed URLs. */
-export function members(value: unknown, username?: string, password?: string): (string | string[])[] {
+/** The members as the addon takes them: URLs, arrays of a cluster's seed URLs, or Sentinel members. */
+export function members(
+  value: unknown, username?: string, password?: string,
+): (string | string[] | NativeSentinel)[] {
   if (!Array.isArray(value) || value.length === 0) {
     throw new ConfigError(
       "members must be a non-empty array of node URLs or Cluster([...]) members (5 independent nodes is the usual setup)",
@@ -210,15 +276,31 @@ export function members(value: unknown, username?: string, password?: string): (
         return withCredentials(seed, `${option}.cluster[${j}]`, username, password);
       });
     }
-    throw new ConfigError(`${option} must be a URL string or Cluster([...]), got ${describe(member)}`, option);
+    if (typeof member === "object" && member !== null && typeof (member as SentinelMember).sentinel === "string") {
+      const m = member as SentinelMember;
+      return {
+        name: m.sentinel,
+        sentinels: m.sentinels.map((url, j) => {
+          if (typeof url !== "string" || !/^rediss?:\/\//i.test(url)) {
+            throw new ConfigError(`${option}.sentinels[${j}] must be a redis:// or rediss:// URL`, option);
+          }
+          return url;
+        }),
+        dataUser: m.data.dataUser,
+        dataPassword: m.data.dataPassword,
+        dataTls: m.data.dataTls ?? false,
+      };
+    }
+    throw new ConfigError(`${option} must be a URL string, Cluster([...]) or Sentinel(...), got ${describe(member)}`,
+      option);
   });
 }
 
 /** The checked options of `connect`, and its default ttl. */
 export function connectOptions(value: RedlockOptions | undefined): { native: NativeOptions; ttl?: number } {
   const o = optionsObject(value, "options");
-  checkKeys(o, ["ttl", "retry", "nodeTimeout", "connectTimeout", "driftFactor", "clockFloor", "tls",
-    "username", "password"], "");
+  checkKeys(o, ["ttl", "retry", "nodeTimeout", "connectTimeout", "syncTimeout", "driftFactor", "clockFloor",
+    "tls", "username", "password"], "");
   const retry = optionsObject(o.retry, "retry");
   checkKeys(retry, ["attempts", "baseDelay", "jitter"], "retry");
   const attempts = retry.attempts ?? 3;
@@ -238,6 +320,7 @@ export function connectOptions(value: RedlockOptions | undefined): { native: Nat
   checkKeys(tls, ["ca", "cert", "key"], "tls");
   const native: NativeOptions = {
     nodeTimeout: millis(o.nodeTimeout ?? 100, "nodeTimeout", 1),
+    syncTimeout: millis(o.syncTimeout ?? 250, "syncTimeout", 1),
     connectTimeout: millis(o.connectTimeout ?? 1000, "connectTimeout", 1),
     retryAttempts: attempts,
     retryBaseDelay: millis(retry.baseDelay ?? 100, "retry.baseDelay", 0),

@@ -6,7 +6,7 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use pyo3::prelude::*;
-use pyo3::types::{PyList, PyString};
+use pyo3::types::{PyList, PyString, PyTuple};
 use redlock_client::{Error, Member, NodeState, Redlock, RetryPolicy};
 
 use crate::bridge::{dispatch, Asyncio};
@@ -54,11 +54,31 @@ fn builder(
     clock_floor: bool,
     tls_ca_file: Option<PathBuf>,
     tls_client_cert: Option<(PathBuf, PathBuf)>,
+    sync_timeout: f64,
 ) -> PyResult<(redlock_client::RedlockBuilder, Duration, TlsFiles)> {
     let mut list = Vec::with_capacity(members.len());
     for member in members.iter() {
         if member.is_instance_of::<PyString>() {
             list.push(Member::node(member.extract::<String>()?));
+        } else if member.is_instance_of::<PyTuple>() {
+            // `("sentinel", name, sentinels, data_user, data_password, data_tls)`
+            // from `redlock_fenced.Sentinel`.
+            let (_, name, sentinels, user, password, tls): (
+                String,
+                String,
+                Vec<String>,
+                Option<String>,
+                Option<String>,
+                bool,
+            ) = member.extract()?;
+            let mut m = Member::sentinel(name, sentinels);
+            if let Some(password) = &password {
+                m = m.data_credentials(user.as_deref(), password);
+            }
+            if tls {
+                m = m.data_tls();
+            }
+            list.push(m);
         } else {
             list.push(Member::cluster(member.extract::<Vec<String>>()?));
         }
@@ -71,6 +91,7 @@ fn builder(
     let connect_timeout = errors::duration("connect_timeout", connect_timeout, 0.0, DAY)?;
     let mut b = Redlock::builder(list)
         .node_timeout(errors::duration("node_timeout", node_timeout, 0.0, DAY)?)
+        .sync_timeout(errors::duration("sync_timeout", sync_timeout, 0.0, DAY)?)
         .connect_timeout(connect_timeout)
         .retry(RetryPolicy {
             attempts,
@@ -160,6 +181,7 @@ impl Client {
         clock_floor: bool,
         tls_ca_file: Option<PathBuf>,
         tls_client_cert: Option<(PathBuf, PathBuf)>,
+        sync_timeout: f64,
     ) -> PyResult<Py<PyAny>> {
         let (b, connect_timeout, tls) = builder(
             members,
@@ -172,6 +194,7 @@ impl Client {
             clock_floor,
             tls_ca_file,
             tls_client_cert,
+            sync_timeout,
         )?;
         dispatch(py, asyncio, OnCancel::Drop, async move {
             let redlock = b.build().await.map_err(|e| errors::lock_error(e, None))?;
@@ -307,7 +330,7 @@ impl Client {
     /// Connects (blocking). Durations in seconds.
     #[staticmethod]
     #[allow(clippy::too_many_arguments)]
-    #[pyo3(signature = (members, node_timeout, connect_timeout, attempts, base_delay, jitter, drift_factor, clock_floor, tls_ca_file=None, tls_client_cert=None))]
+    #[pyo3(signature = (members, node_timeout, connect_timeout, attempts, base_delay, jitter, drift_factor, clock_floor, tls_ca_file=None, tls_client_cert=None, sync_timeout=0.25))]
     fn connect(
         py: Python<'_>,
         members: &Bound<'_, PyList>,
@@ -320,6 +343,7 @@ impl Client {
         clock_floor: bool,
         tls_ca_file: Option<PathBuf>,
         tls_client_cert: Option<(PathBuf, PathBuf)>,
+        sync_timeout: f64,
     ) -> PyResult<Py<PyAny>> {
         Self::connect_impl(
             py,
@@ -334,13 +358,14 @@ impl Client {
             clock_floor,
             tls_ca_file,
             tls_client_cert,
+            sync_timeout,
         )
     }
 
     /// Connects (asyncio future).
     #[staticmethod]
     #[allow(clippy::too_many_arguments)]
-    #[pyo3(signature = (members, node_timeout, connect_timeout, attempts, base_delay, jitter, drift_factor, clock_floor, tls_ca_file=None, tls_client_cert=None))]
+    #[pyo3(signature = (members, node_timeout, connect_timeout, attempts, base_delay, jitter, drift_factor, clock_floor, tls_ca_file=None, tls_client_cert=None, sync_timeout=0.25))]
     fn connect_async(
         py: Python<'_>,
         members: &Bound<'_, PyList>,
@@ -353,6 +378,7 @@ impl Client {
         clock_floor: bool,
         tls_ca_file: Option<PathBuf>,
         tls_client_cert: Option<(PathBuf, PathBuf)>,
+        sync_timeout: f64,
     ) -> PyResult<Py<PyAny>> {
         Self::connect_impl(
             py,
@@ -367,6 +393,7 @@ impl Client {
             clock_floor,
             tls_ca_file,
             tls_client_cert,
+            sync_timeout,
         )
     }
 

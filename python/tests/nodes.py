@@ -13,6 +13,7 @@ import socket
 import subprocess
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -190,3 +191,94 @@ def start_cluster(masters: int) -> list[Node]:
 def cluster_slot(port: int, key: str) -> int:
     """`CLUSTER KEYSLOT key`."""
     return int(command(port, "CLUSTER", "KEYSLOT", key)[1:].strip())
+
+
+class SentinelProc:
+    """One `redis-server --sentinel` in its own folder, watching `name`."""
+
+    def __init__(self, name: str, master_port: int, quorum: int) -> None:
+        self.dir = tempfile.TemporaryDirectory(prefix="redlock-py-sentinel-")
+        self.port = free_port()
+        conf = Path(self.dir.name) / "sentinel.conf"
+        conf.write_text(
+            f"port {self.port}\nbind 127.0.0.1\ndaemonize no\n"
+            f"logfile {Path(self.dir.name) / 'sentinel.log'}\ndir {self.dir.name}\n"
+            f"sentinel monitor {name} 127.0.0.1 {master_port} {quorum}\n"
+            f"sentinel down-after-milliseconds {name} 1000\n"
+            f"sentinel failover-timeout {name} 4000\n"
+        )
+        self.proc: subprocess.Popen[bytes] | None = subprocess.Popen(
+            [server_bin(), str(conf), "--sentinel"],
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )
+        deadline = time.monotonic() + START_DEADLINE
+        while True:
+            try:
+                if command(self.port, "PING", timeout=0.2).startswith(b"+PONG"):
+                    return
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"sentinel on {self.port}: no PING reply")
+            time.sleep(0.02)
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}"
+
+    def close(self) -> None:
+        if self.proc is not None:
+            self.proc.kill()
+            self.proc.wait()
+            self.proc = None
+        self.dir.cleanup()
+
+
+class SentinelGroup:
+    """A master with replicas and sentinels watching it (like the Rust test
+    kit's `SentinelGroup`), `redlock.sync-replicas` at `r`."""
+
+    name = "redlock"
+
+    def __init__(self, replicas: int = 2, sentinels: int = 3, r: int = 2) -> None:
+        self.nodes: list[Node] = []
+        self.sentinels: list[SentinelProc] = []
+        try:
+            check = ("--redlock.sync-replicas", str(r))
+            self.nodes.append(Node(extra=check))
+            master = self.nodes[0].port
+            for _ in range(replicas):
+                self.nodes.append(Node(extra=(*check, "--replicaof", "127.0.0.1", str(master))))
+            self._wait(lambda: command(master, "INFO", "replication").count(b"state=online")
+                       >= replicas, "the replicas online")
+            for _ in range(sentinels):
+                self.sentinels.append(SentinelProc(self.name, master, sentinels // 2 + 1))
+            for s in self.sentinels:
+                self._wait(self._sees(s.port, sentinels - 1), "the sentinels to meet")
+        except BaseException:
+            self.close()
+            raise
+
+    def _sees(self, port: int, others: int) -> Callable[[], bool]:
+        """Whether the sentinel on `port` knows `others` other sentinels."""
+        return lambda: command(port, "SENTINEL", "SENTINELS", self.name).startswith(
+            f"*{others}\r\n".encode()
+        )
+
+    @staticmethod
+    def _wait(check: Callable[[], bool], what: str) -> None:
+        deadline = time.monotonic() + 45.0
+        while not check():
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"waited 45 s for {what}")
+            time.sleep(0.05)
+
+    @property
+    def sentinel_urls(self) -> list[str]:
+        return [s.url for s in self.sentinels]
+
+    def close(self) -> None:
+        for s in self.sentinels:
+            s.close()
+        for n in self.nodes:
+            n.close()

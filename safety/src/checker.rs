@@ -54,6 +54,15 @@ pub struct Report {
     pub counter_regressions: u64,
     /// The run promises durable per-node counters.
     pub durable_counters: bool,
+    /// Holds still valid on their client's clock right after a failover
+    /// inside a Sentinel member, as checked against the new master.
+    #[serde(default)]
+    pub locks_checked: u64,
+    /// Of those, holds the new master did not have (a lock lost by its
+    /// holder: not a violation while the promotion guard keeps others out,
+    /// but the holder's extensions fail).
+    #[serde(default)]
+    pub locks_lost: u64,
     /// Milliseconds from the first event to the first violation.
     pub first_violation_ms: Option<u64>,
     /// A few violations, described.
@@ -91,6 +100,8 @@ impl Report {
         self.overlaps_unexplained += other.overlaps_unexplained;
         self.valid_after_end += other.valid_after_end;
         self.counter_regressions += other.counter_regressions;
+        self.locks_checked += other.locks_checked;
+        self.locks_lost += other.locks_lost;
         self.durable_counters |= other.durable_counters;
         if self.examples.len() < 10 {
             self.examples.extend(other.examples.iter().take(3).cloned());
@@ -283,6 +294,40 @@ pub fn check(events: &[Event]) -> Report {
             Kind::FaultStop { id } => {
                 if let Some(fl) = faults.get_mut(id) {
                     fl.stop = Some(t);
+                }
+            }
+            Kind::LockAfterFailover {
+                key,
+                held,
+                token,
+                pttl_ms,
+            } => {
+                // Read before this stamp: the lease ends no later than this.
+                let pttl = pttl_ms.filter(|&p| p <= 86_400_000).unwrap_or(0);
+                let node_end = t.saturating_add(pttl * 1_000_000);
+                // Events come in time order: a hold whose release is not
+                // recorded yet was not released before this reading.
+                for (op, a) in &acqs {
+                    let live =
+                        a.key == *key && a.ok.is_some() && a.release.is_none() && a.claimed_end > t;
+                    if !live {
+                        continue;
+                    }
+                    f.report.locks_checked += 1;
+                    let kept = *held
+                        && (*token > a.token || (*token == a.token && node_end >= a.claimed_end));
+                    if !kept {
+                        f.report.locks_lost += 1;
+                        if f.report.examples.len() < 20 {
+                            f.report.examples.push(format!(
+                                "{op} (token {}, valid {} ms more) lost in a failover: the new master has {key} {} at {token}{}",
+                                a.token,
+                                a.claimed_end.saturating_sub(t) / 1_000_000,
+                                if *held { "held" } else { "free" },
+                                pttl_ms.map(|p| format!(" for {p} ms")).unwrap_or_default()
+                            ));
+                        }
+                    }
                 }
             }
             Kind::NodeCounter {

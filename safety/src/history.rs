@@ -195,6 +195,23 @@ pub enum Kind {
         /// Fault id.
         id: u64,
     },
+    /// A lock as the new master of a Sentinel group reports it right after
+    /// a failover (`INSPECT`, read directly by the injector): a hold still
+    /// valid on its client's clock is *lost by its holder* when the new
+    /// master does not hold the lock with at least its token, or holds it
+    /// with a lease that ends before the validity the holder was told (an
+    /// extension the new master never received).
+    LockAfterFailover {
+        /// Key.
+        key: String,
+        /// The new master holds the lock.
+        held: bool,
+        /// Its counter (`0` when the key does not exist there).
+        token: u64,
+        /// Time left on its lease, ms (when held).
+        #[serde(default)]
+        pttl_ms: Option<u64>,
+    },
     /// A node's counter for a key, read directly (not through the proxy)
     /// around a restart.
     NodeCounter {

@@ -13,7 +13,7 @@ use std::time::Duration;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use redlock_testkit::proxy::{Fault, FaultProxy};
-use redlock_testkit::{start_nodes, Cluster, Node, NodeBuilder};
+use redlock_testkit::{start_nodes, Cluster, Node, NodeBuilder, SentinelGroup};
 use serde::{Deserialize, Serialize};
 
 use crate::checker::{self, Report};
@@ -107,6 +107,22 @@ pub enum FaultType {
     /// replica must learn its master's longer leases from the full sync
     /// (issue 39). The fenced resource stays on the default server.
     PromoteLaggingReplicaValkey,
+    /// The quorum is one Sentinel member: a master with two replicas and
+    /// three sentinels, `redlock.sync-replicas 2` (the replica-sync check).
+    /// Faults, in turn: the master killed -9 (a supervisor restarts it as a
+    /// replica of the new master); the master killed while both replicas
+    /// lag (SIGSTOPped, so that the grants of that time exist on the master
+    /// only); the master SIGSTOPped past Sentinel's down-after (it resumes
+    /// and is pointed at the new master); `SENTINEL FAILOVER`; a replica
+    /// restarted empty. After each failover the new master's view of every
+    /// key is read: a hold still valid on its client's clock that the new
+    /// master lacks is a lock lost by its holder (with the check: none).
+    Sentinel,
+    /// [`FaultType::Sentinel`] without the check (`redlock.sync-replicas 0`),
+    /// with the crash faults only (see [`RunConfig::sentinel_live_failovers`]):
+    /// a promoted replica keeps the guard, so the run stays safe, and the
+    /// locks lost by their holders are counted.
+    SentinelUnchecked,
     /// Mutation tests: two random nodes cut off, rotating quickly.
     PartitionRotate,
     /// Mutation tests: every node killed and restarted at once (empty
@@ -121,7 +137,7 @@ pub enum FaultType {
 
 impl FaultType {
     /// The matrix `make safety` runs.
-    pub const MATRIX: [FaultType; 20] = [
+    pub const MATRIX: [FaultType; 22] = [
         FaultType::None,
         FaultType::KillNone,
         FaultType::KillEverysec,
@@ -143,6 +159,8 @@ impl FaultType {
         FaultType::ClockStepRestart,
         FaultType::PromotedRestart,
         FaultType::PromoteLaggingReplicaValkey,
+        FaultType::Sentinel,
+        FaultType::SentinelUnchecked,
     ];
 
     /// Whether the quick run (`safety --quick`, part of `make test`) has a
@@ -152,7 +170,7 @@ impl FaultType {
     /// would carry one fault, too few to reach what it is for; it runs in
     /// the full matrix only.
     pub fn in_quick_run(self) -> bool {
-        self != FaultType::PromotedRestart
+        self != FaultType::PromotedRestart && self != FaultType::SentinelUnchecked
     }
 
     /// Name in tables and file names.
@@ -178,10 +196,18 @@ impl FaultType {
             FaultType::ClockStepRestart => "clock_step_durable_restart",
             FaultType::ClusterShards => "cluster_shards",
             FaultType::ResourceKill => "resource_kill9_aof_always",
+            FaultType::Sentinel => "sentinel",
+            FaultType::SentinelUnchecked => "sentinel_unchecked",
             FaultType::PartitionRotate => "partition_rotate",
             FaultType::KillAll => "kill9_all",
             FaultType::LateAcquireCopy => "late_acquire_copy",
         }
+    }
+
+    /// Whether the quorum is one Sentinel member (and with the replica-sync
+    /// check when [`FaultType::Sentinel`]).
+    pub fn is_sentinel(self) -> bool {
+        matches!(self, FaultType::Sentinel | FaultType::SentinelUnchecked)
     }
 
     /// Node persistence for this fault type.
@@ -222,6 +248,8 @@ impl FaultType {
                 | FaultType::PromotedRestart
                 | FaultType::ClockStepRestart
                 | FaultType::ClusterShards
+                | FaultType::Sentinel
+                | FaultType::SentinelUnchecked
         )
     }
 
@@ -299,6 +327,14 @@ pub struct RunConfig {
     pub no_aof_propagation: bool,
     /// Mutant: replicas grant at once when promoted (no promotion guard).
     pub no_promotion_guard: bool,
+    /// Sentinel runs: the faults taken in turn (see [`SentinelFault`]).
+    /// With the check, all of them; without it, the crashes and the empty
+    /// replica only: the failovers that leave the old master running
+    /// (`SENTINEL FAILOVER`, a SIGSTOPped master) give two holders without
+    /// the check (the old master grants to the clients that still talk to
+    /// it after the promotion, past the guard window), which a mutation
+    /// check shows.
+    pub sentinel_faults: &'static [SentinelFault],
     /// Mutants of the module switched on at every start of every node,
     /// through [`crate::mutants::MODULE_MUTANTS_ENV`] (names in
     /// [`crate::mutants`]).
@@ -329,6 +365,9 @@ impl RunConfig {
     pub fn new(fault: FaultType, duration: Duration, worker_exe: PathBuf, out: PathBuf) -> Self {
         let ttl_ms = match fault {
             FaultType::PromotedRestart | FaultType::ClockStepRestart => 1_000,
+            // A hold must outlive a failover (Sentinel takes 2–3 s) for the
+            // new master's view of it to say anything.
+            FaultType::Sentinel | FaultType::SentinelUnchecked => 8_000,
             _ => 400,
         };
         RunConfig {
@@ -340,7 +379,7 @@ impl RunConfig {
             tasks: 8,
             seed: 1,
             ttl_ms,
-            max_ttl_ms: 2_000,
+            max_ttl_ms: ttl_ms.max(2_000),
             fault_budget: 30,
             client: ClientOptions::default(),
             checking: Checking::ReadsAndWrites,
@@ -349,6 +388,11 @@ impl RunConfig {
             fenced_raise_off: false,
             no_aof_propagation: false,
             no_promotion_guard: false,
+            sentinel_faults: if fault == FaultType::Sentinel {
+                &SentinelFault::ALL
+            } else {
+                &SentinelFault::CRASHES
+            },
             module_mutants: Vec::new(),
             mixed_floor: false,
             reclaim: None,
@@ -443,6 +487,8 @@ struct Deployment {
     keys: Vec<String>,
     /// The Redis server that holds the fenced resource (Redis-held runs).
     resource_node: Option<Node>,
+    /// The Sentinel group that is the quorum's one member (Sentinel runs).
+    group: Option<SentinelGroup>,
 }
 
 /// Starts the Redis server of the fenced resource: the module, AOF
@@ -615,7 +661,12 @@ pub fn run(cfg: &RunConfig) -> Result<RunResult, String> {
     } else {
         0
     };
-    let nodes = start_nodes(NODES - cluster_members, &builder);
+    let group = cfg.fault.is_sentinel().then(|| start_group(cfg, &builder));
+    let nodes = if group.is_some() {
+        Vec::new()
+    } else {
+        start_nodes(NODES - cluster_members, &builder)
+    };
     let clusters = start_clusters(cluster_members, &builder)?;
     let mut replicas = Vec::new();
     let mut links = Vec::new();
@@ -664,7 +715,7 @@ pub fn run(cfg: &RunConfig) -> Result<RunResult, String> {
         persistence: persistence.name().to_string(),
         seed: cfg.seed,
         ttl_ms: cfg.ttl_ms,
-        nodes: NODES,
+        nodes: if group.is_some() { 1 } else { NODES },
         keys: keys.clone(),
         guarantees: Guarantees {
             durable_counters: persistence == Persistence::AofAlways,
@@ -708,12 +759,18 @@ pub fn run(cfg: &RunConfig) -> Result<RunResult, String> {
             fenced_reads: cfg.checking == Checking::ReadsAndWrites,
             keys: keys.clone(),
             ttl_ms: cfg.ttl_ms,
-            extend_percent: 10,
-            // Failovers and restarts only void a lock that is held across them.
-            hold_ms: cfg
-                .fault
-                .long_holds()
-                .then_some((cfg.ttl_ms / 8, cfg.ttl_ms / 2)),
+            // Sentinel runs: every hold extends, so that extensions, too,
+            // meet failovers.
+            extend_percent: if cfg.fault.is_sentinel() { 100 } else { 10 },
+            // Failovers and restarts only void a lock that is held across
+            // them; in a Sentinel run, across a whole failover (2–3 s).
+            hold_ms: if cfg.fault.is_sentinel() {
+                Some((cfg.ttl_ms / 2, cfg.ttl_ms * 3 / 4))
+            } else {
+                cfg.fault
+                    .long_holds()
+                    .then_some((cfg.ttl_ms / 8, cfg.ttl_ms / 2))
+            },
             seed: cfg.seed.wrapping_mul(31).wrapping_add(w as u64),
             deadline_ns: deadline,
             out: parts.join(format!("worker{w}.jsonl")),
@@ -731,6 +788,9 @@ pub fn run(cfg: &RunConfig) -> Result<RunResult, String> {
             }),
             fault_id_base: 1_000_000 * (w as u64 + 1),
             key_phase_ms: cfg.reclaim.map(|r| r.phase_ms),
+            sentinel: group
+                .as_ref()
+                .map(|g| (g.name().to_string(), g.sentinel_urls())),
         };
         let json = serde_json::to_string(&spec).map_err(|e| e.to_string())?;
         let child = Command::new(&cfg.worker_exe)
@@ -754,6 +814,7 @@ pub fn run(cfg: &RunConfig) -> Result<RunResult, String> {
         proxies,
         keys,
         resource_node,
+        group,
     };
     // Let the workers connect before the first fault.
     std::thread::sleep(Duration::from_millis(300));
@@ -1150,6 +1211,12 @@ fn inject(cfg: &RunConfig, c: &mut Deployment, rec: &Recorder, pids: &[u32], dea
             // cut off by it is not recorded: leave room between restarts
             // for stalled clients to come back with their stale tokens.
             FaultType::ResourceKill => ms(1_000, 2_000, &mut rng),
+            // Room for grants between failovers: without the check, a
+            // promoted replica refuses them for the longest lease.
+            FaultType::Sentinel => ms(1_000, 3_000, &mut rng),
+            FaultType::SentinelUnchecked => {
+                ms(cfg.max_ttl_ms + 500, cfg.max_ttl_ms + 3_000, &mut rng)
+            }
             _ => ms(200, 900, &mut rng),
         };
         std::thread::sleep(gap);
@@ -1515,6 +1582,18 @@ fn inject(cfg: &RunConfig, c: &mut Deployment, rec: &Recorder, pids: &[u32], dea
                     break;
                 }
             }
+            FaultType::Sentinel | FaultType::SentinelUnchecked => {
+                let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    let faults = cfg.sentinel_faults;
+                    let fault = faults[count as usize % faults.len().max(1)];
+                    sentinel_fault(c, fault, id, rec, &mut rng, ttl)
+                }));
+                rec.record(Kind::FaultStop { id });
+                if let Err(p) = outcome {
+                    c.fault_error = Some(format!("sentinel fault {id}: {}", panic_text(&*p)));
+                    break;
+                }
+            }
             FaultType::PartitionRotate => {
                 let targets = pick(&mut rng, NODES, 2);
                 for (i, p) in c.proxies.iter().enumerate() {
@@ -1548,6 +1627,242 @@ fn inject(cfg: &RunConfig, c: &mut Deployment, rec: &Recorder, pids: &[u32], dea
         p.set(Fault::None);
     }
     sleep_until(deadline);
+}
+
+/// Starts the Sentinel group of a Sentinel run: the nodes' options of
+/// `builder`, R = 2 (or 0 without the check), the guard on at the replicas
+/// (the nodes start with it off: they have granted nothing yet).
+fn start_group(cfg: &RunConfig, builder: &NodeBuilder) -> SentinelGroup {
+    let r = if cfg.fault == FaultType::Sentinel {
+        "2"
+    } else {
+        "0"
+    };
+    let group = SentinelGroup::builder()
+        .node(builder.clone().config("redlock.sync-replicas", r))
+        .start();
+    for i in 0..group.nodes().len() {
+        guard_on_if_replica(&group, i);
+    }
+    group
+}
+
+/// Turns the promotion guard on at node `i` when it is a replica (on a
+/// master it would reopen the window of its own start).
+fn guard_on_if_replica(group: &SentinelGroup, i: usize) {
+    if group.role(i).as_deref() == Some("slave") {
+        let _: redis::RedisResult<()> = redis::cmd("CONFIG")
+            .arg("SET")
+            .arg("redlock.restart-grace-ms")
+            .arg(-1)
+            .query(&mut group.connection(i));
+    }
+}
+
+/// Records the new master's view of every key right after a failover.
+fn record_after_failover(group: &SentinelGroup, master: usize, keys: &[String], rec: &Recorder) {
+    let Ok(mut con) = redis::Client::open(group.node(master).url())
+        .and_then(|c| c.get_connection_with_timeout(Duration::from_secs(1)))
+    else {
+        return;
+    };
+    for key in keys {
+        let held = inspect_reply_field(&mut con, key, "held");
+        let token = inspect_reply_field(&mut con, key, "token");
+        // -1 (not held) does not read as a u64.
+        let pttl = inspect_reply_field(&mut con, key, "pttl").filter(|&p| p <= 86_400_000);
+        rec.record(Kind::LockAfterFailover {
+            key: key.clone(),
+            held: held == Some(1),
+            token: token.unwrap_or(0),
+            pttl_ms: pttl,
+        });
+    }
+}
+
+/// The faults of a Sentinel run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SentinelFault {
+    /// kill -9 of the master; a supervisor restarts it as a replica of the
+    /// new master.
+    KillMaster,
+    /// kill -9 of the master once it took a lock write both its replicas
+    /// lack (they are SIGSTOPped, a ballast fills the sockets).
+    KillLagging,
+    /// SIGSTOP of the master past `down-after`; resumed, pointed at the new
+    /// master.
+    StopMaster,
+    /// `SENTINEL FAILOVER`.
+    Failover,
+    /// A replica killed and restarted empty.
+    EmptyReplica,
+}
+
+impl SentinelFault {
+    /// Every fault.
+    pub const ALL: [SentinelFault; 5] = [
+        SentinelFault::KillMaster,
+        SentinelFault::KillLagging,
+        SentinelFault::StopMaster,
+        SentinelFault::Failover,
+        SentinelFault::EmptyReplica,
+    ];
+    /// The faults after which the old master is gone or a replica.
+    pub const CRASHES: [SentinelFault; 3] = [
+        SentinelFault::KillMaster,
+        SentinelFault::KillLagging,
+        SentinelFault::EmptyReplica,
+    ];
+    /// The failovers that leave the old master running.
+    pub const LIVE_OLD_MASTER: [SentinelFault; 2] =
+        [SentinelFault::Failover, SentinelFault::StopMaster];
+}
+
+/// Bytes written past a frozen replica's socket buffers (loopback buffers
+/// hold a few MB each way).
+const BALLAST_BYTES: usize = 48 << 20;
+
+/// Waits (at most `max_ms`) until node `i` takes a lock write on one of
+/// `keys`: a new token, or a lease lengthened by an extension.
+fn wait_for_lock_write(g: &SentinelGroup, i: usize, keys: &[String], max_ms: u64) {
+    let Ok(mut con) = redis::Client::open(g.node(i).url())
+        .and_then(|c| c.get_connection_with_timeout(Duration::from_secs(1)))
+    else {
+        return;
+    };
+    let read = |con: &mut redis::Connection| -> Vec<(u64, u64)> {
+        keys.iter()
+            .map(|k| {
+                (
+                    inspect_reply_field(con, k, "token").unwrap_or(0),
+                    inspect_reply_field(con, k, "pttl")
+                        .filter(|&p| p <= 86_400_000)
+                        .unwrap_or(0),
+                )
+            })
+            .collect()
+    };
+    let began = std::time::Instant::now();
+    let before = read(&mut con);
+    while began.elapsed() < Duration::from_millis(max_ms) {
+        std::thread::sleep(Duration::from_millis(20));
+        let elapsed = began.elapsed().as_millis() as u64;
+        let now = read(&mut con);
+        let written = before
+            .iter()
+            .zip(&now)
+            .any(|(&(t0, p0), &(t1, p1))| t1 > t0 || p1 > p0.saturating_sub(elapsed) + 300);
+        if written {
+            return;
+        }
+    }
+}
+
+/// One fault of a Sentinel run; panics (caught by the caller) when the
+/// group does not do what it must.
+fn sentinel_fault(
+    c: &mut Deployment,
+    fault: SentinelFault,
+    id: u64,
+    rec: &Recorder,
+    rng: &mut ChaCha8Rng,
+    ttl: u64,
+) {
+    let Some(g) = c.group.as_mut() else {
+        return;
+    };
+    let keys = c.keys.clone();
+    let old = g.master_index();
+    let replicas: Vec<usize> = (0..g.nodes().len()).filter(|&i| i != old).collect();
+    let start = |kind: &str, target: String, detail: &str| {
+        rec.record(Kind::FaultStart {
+            id,
+            kind: kind.to_string(),
+            target,
+            detail: detail.to_string(),
+            timing: false,
+        });
+    };
+    match fault {
+        SentinelFault::KillMaster => {
+            start(
+                "sentinel_kill_master",
+                format!("n{old}"),
+                "kill -9 of the master; restarted as a replica of the new one",
+            );
+            g.kill(old);
+            let new = g.wait_master_change(old);
+            record_after_failover(g, new, &keys, rec);
+            g.restart_as_replica(old);
+            guard_on_if_replica(g, old);
+        }
+        SentinelFault::KillLagging => {
+            start(
+                "sentinel_kill_lagging",
+                format!("n{old}"),
+                "both replicas SIGSTOPped, the master killed -9 once it took a lock write they lack, then resumed",
+            );
+            for &r in &replicas {
+                g.node(r).pause();
+            }
+            // A frozen replica still receives: the kernel keeps what the
+            // master writes in the socket's buffers, and the replica reads it
+            // when it resumes, also after the master died. A ballast larger
+            // than those buffers keeps the rest of the stream in the
+            // master's own output buffer, which dies with it.
+            let ballast = vec![b'x'; BALLAST_BYTES];
+            let _: redis::RedisResult<()> = redis::cmd("SET")
+                .arg("ballast")
+                .arg(ballast)
+                .query(&mut g.connection(old));
+            // Until the master takes a lock write its replicas lack (a
+            // grant, or an extension), for at most a lease.
+            wait_for_lock_write(g, old, &keys, ttl);
+            std::thread::sleep(Duration::from_millis(rng.gen_range(0..=50)));
+            g.kill(old);
+            for &r in &replicas {
+                g.node(r).resume();
+            }
+            let new = g.wait_master_change(old);
+            record_after_failover(g, new, &keys, rec);
+            g.restart_as_replica(old);
+            guard_on_if_replica(g, old);
+        }
+        SentinelFault::StopMaster => {
+            start(
+                "sentinel_sigstop_master",
+                format!("n{old}"),
+                "SIGSTOP of the master past down-after; resumed and pointed at the new master",
+            );
+            g.node(old).pause();
+            let new = g.wait_master_change(old);
+            record_after_failover(g, new, &keys, rec);
+            g.node(old).resume();
+            let port = g.node(new).port();
+            let _: redis::RedisResult<()> = redis::cmd("REPLICAOF")
+                .arg("127.0.0.1")
+                .arg(port)
+                .query(&mut g.connection(old));
+            guard_on_if_replica(g, old);
+        }
+        SentinelFault::Failover => {
+            start("sentinel_failover", format!("n{old}"), "SENTINEL FAILOVER");
+            let new = g.failover();
+            record_after_failover(g, new, &keys, rec);
+            guard_on_if_replica(g, old);
+        }
+        SentinelFault::EmptyReplica => {
+            let r = replicas[rng.gen_range(0..replicas.len())];
+            start(
+                "sentinel_replica_empty",
+                format!("n{r}"),
+                "a replica killed and restarted with an empty folder",
+            );
+            g.restart_empty_as_replica(r);
+            guard_on_if_replica(g, r);
+        }
+    }
+    g.settle();
 }
 
 /// Where a run's history goes.

@@ -161,6 +161,10 @@ pub struct WorkerSpec {
     /// nodes can reclaim it before it is used again.
     #[serde(default)]
     pub key_phase_ms: Option<u64>,
+    /// The quorum is one Sentinel member: the master's name and the
+    /// sentinels' URLs (`nodes` and `clusters` are then empty).
+    #[serde(default)]
+    pub sentinel: Option<(String, Vec<String>)>,
 }
 
 /// The key a task uses next: any key, or with [`WorkerSpec::key_phase_ms`]
@@ -205,6 +209,25 @@ pub async fn build_client(
         b = crate::mutants::disable_validity_check(b)?;
     }
     b.build().await.map_err(|e| e.to_string())
+}
+
+/// The client of a run whose quorum is one Sentinel member (N = 1).
+pub async fn build_sentinel_client(
+    name: &str,
+    sentinels: &[String],
+    opts: &ClientOptions,
+) -> Result<redlock_client::Redlock, String> {
+    redlock_client::Redlock::builder([redlock_client::Member::sentinel(
+        name,
+        sentinels.iter().cloned(),
+    )])
+    .node_timeout(Duration::from_millis(opts.node_timeout_ms))
+    .connect_timeout(Duration::from_millis(500))
+    .retry(redlock_client::RetryPolicy::no_retry())
+    .clock_floor(opts.clock_floor)
+    .build()
+    .await
+    .map_err(|e| e.to_string())
 }
 
 fn classify(e: &redlock_client::Error) -> String {
@@ -285,7 +308,10 @@ impl Pauser {
 pub async fn run_worker(spec: WorkerSpec) -> Result<u64, String> {
     let rec =
         Arc::new(Recorder::create(&spec.out).map_err(|e| format!("{}: {e}", spec.out.display()))?);
-    let client = build_client(&spec.clusters, &spec.nodes, &spec.client).await?;
+    let client = match &spec.sentinel {
+        Some((name, sentinels)) => build_sentinel_client(name, sentinels, &spec.client).await?,
+        None => build_client(&spec.clusters, &spec.nodes, &spec.client).await?,
+    };
     let pauser = Arc::new(Pauser {
         plan: spec.pauses.clone(),
         next_ns: AtomicU64::new(mono_ns() + 300_000_000),

@@ -870,7 +870,9 @@ async fn keep_alive(io: &Io, mut lock: Held, ttl_ms: u64, done: Signal) {
                 {
                     Ok(()) => Event::Done,
                     Err(Ok(())) => Event::ValidityEnded,
-                    Err(Err(result)) => Event::Extended(result.is_ok()),
+                    Err(Err(Ok(()))) => Event::Extended(true),
+                    Err(Err(Err(error))) if error.is_transient() => Event::Unanswered,
+                    Err(Err(Err(_))) => Event::Extended(false),
                 }
             }
             Action::Lost(_) => {

@@ -4,7 +4,7 @@
 use crate::core::error::CommandError;
 use crate::core::lock::{MAX_OWNER_LEN, MAX_TOKEN};
 
-/// `REDLOCK.ACQUIRE key owner ttl-ms [FLOOR n]`
+/// `REDLOCK.ACQUIRE key owner ttl-ms [FLOOR n] [SYNC r]`
 #[derive(Debug, PartialEq, Eq)]
 pub struct Acquire<'a> {
     /// The owner id.
@@ -13,6 +13,8 @@ pub struct Acquire<'a> {
     pub ttl: u64,
     /// Lowest token to hand out (0 when not given).
     pub floor: u64,
+    /// The replicas the client will wait for (`SYNC r`; 0 when not given).
+    pub sync: u64,
 }
 
 /// `REDLOCK.RELEASE key owner`
@@ -22,22 +24,26 @@ pub struct Release<'a> {
     pub owner: &'a [u8],
 }
 
-/// `REDLOCK.EXTEND key owner ttl-ms`
+/// `REDLOCK.EXTEND key owner ttl-ms [SYNC r]`
 #[derive(Debug, PartialEq, Eq)]
 pub struct Extend<'a> {
     /// The owner id.
     pub owner: &'a [u8],
     /// New lease length in milliseconds.
     pub ttl: u64,
+    /// The replicas the client will wait for (`SYNC r`; 0 when not given).
+    pub sync: u64,
 }
 
-/// `REDLOCK.FENCE key owner [token]`
+/// `REDLOCK.FENCE key owner [token] [SYNC r]`
 #[derive(Debug, PartialEq, Eq)]
 pub struct Fence<'a> {
     /// The owner id.
     pub owner: &'a [u8],
     /// Raise the counter to at least this.
     pub token: Option<u64>,
+    /// The replicas the client will wait for (`SYNC r`; 0 when not given).
+    pub sync: u64,
 }
 
 /// `REDLOCK.APPLY key counter expiry-unix-ms [owner]` (internal): the form
@@ -54,33 +60,75 @@ pub struct ApplyV1<'a> {
     pub owner: &'a [u8],
 }
 
-/// Parses ACQUIRE's arguments (`args[0]` is the command name, `args[1]` the key).
+/// Parses ACQUIRE's arguments (`args[0]` is the command name, `args[1]` the
+/// key). The options `FLOOR n` and `SYNC r` come in either order, each at
+/// most once.
 pub fn acquire<'a>(args: &[&'a [u8]], max_ttl: i64) -> Result<Acquire<'a>, CommandError> {
     const NAME: &str = "redlock.acquire";
-    if args.len() != 4 && args.len() != 6 {
-        if args.len() == 5 && args[4].eq_ignore_ascii_case(b"FLOOR") {
-            return Err(CommandError::Syntax {
-                expected: "a value after FLOOR",
-                position: 5,
-            });
-        }
+    if args.len() < 4 || args.len() > 8 {
         return Err(CommandError::WrongArity(NAME));
     }
     let owner = owner(args[2])?;
     let ttl = ttl(args[3], max_ttl)?;
-    let floor = match args.get(4..6) {
-        Some([keyword, value]) => {
-            if !keyword.eq_ignore_ascii_case(b"FLOOR") {
+    let (mut floor, mut sync) = (None, None);
+    let mut options = args[4..].chunks(2);
+    for (i, pair) in (&mut options).enumerate() {
+        let position = 4 + 2 * i;
+        let (keyword, value) = match pair {
+            [keyword, value] => (keyword, value),
+            [keyword] if keyword.eq_ignore_ascii_case(b"FLOOR") => {
                 return Err(CommandError::Syntax {
-                    expected: "FLOOR",
-                    position: 4,
-                });
+                    expected: "a value after FLOOR",
+                    position: position + 1,
+                })
             }
-            token_value("FLOOR", value)?
+            [keyword] if keyword.eq_ignore_ascii_case(b"SYNC") => {
+                return Err(CommandError::Syntax {
+                    expected: "a value after SYNC",
+                    position: position + 1,
+                })
+            }
+            _ => return Err(CommandError::WrongArity(NAME)),
+        };
+        if keyword.eq_ignore_ascii_case(b"FLOOR") && floor.is_none() {
+            floor = Some(token_value("FLOOR", value)?);
+        } else if keyword.eq_ignore_ascii_case(b"SYNC") && sync.is_none() {
+            sync = Some(sync_value(value)?);
+        } else {
+            return Err(CommandError::Syntax {
+                expected: "FLOOR or SYNC (each at most once)",
+                position,
+            });
         }
-        _ => 0,
-    };
-    Ok(Acquire { owner, ttl, floor })
+    }
+    Ok(Acquire {
+        owner,
+        ttl,
+        floor: floor.unwrap_or(0),
+        sync: sync.unwrap_or(0),
+    })
+}
+
+/// Splits a trailing `SYNC r` off `args`: the arguments before it and `r`
+/// (0 when there is none).
+fn trailing_sync<'s, 'a>(args: &'s [&'a [u8]]) -> Result<(&'s [&'a [u8]], u64), CommandError> {
+    match args {
+        [rest @ .., keyword, value] if keyword.eq_ignore_ascii_case(b"SYNC") && rest.len() >= 3 => {
+            Ok((rest, sync_value(value)?))
+        }
+        [_, _, _, .., keyword] if keyword.eq_ignore_ascii_case(b"SYNC") => {
+            Err(CommandError::Syntax {
+                expected: "a value after SYNC",
+                position: args.len(),
+            })
+        }
+        _ => Ok((args, 0)),
+    }
+}
+
+/// `SYNC r`'s value: 0..=[`MAX_SYNC_REPLICAS`](crate::core::sync_rule::MAX_SYNC_REPLICAS).
+fn sync_value(bytes: &[u8]) -> Result<u64, CommandError> {
+    Ok(bounded("SYNC", bytes, 0, crate::core::sync_rule::MAX_SYNC_REPLICAS)? as u64)
 }
 
 /// Parses RELEASE's arguments.
@@ -93,10 +141,12 @@ pub fn release<'a>(args: &[&'a [u8]]) -> Result<Release<'a>, CommandError> {
 
 /// Parses EXTEND's arguments.
 pub fn extend<'a>(args: &[&'a [u8]], max_ttl: i64) -> Result<Extend<'a>, CommandError> {
+    let (args, sync) = trailing_sync(args)?;
     match args {
         [_, _, o, t] => Ok(Extend {
             owner: owner(o)?,
             ttl: ttl(t, max_ttl)?,
+            sync,
         }),
         _ => Err(CommandError::WrongArity("redlock.extend")),
     }
@@ -104,14 +154,17 @@ pub fn extend<'a>(args: &[&'a [u8]], max_ttl: i64) -> Result<Extend<'a>, Command
 
 /// Parses FENCE's arguments.
 pub fn fence<'a>(args: &[&'a [u8]]) -> Result<Fence<'a>, CommandError> {
+    let (args, sync) = trailing_sync(args)?;
     match args {
         [_, _, o] => Ok(Fence {
             owner: owner(o)?,
             token: None,
+            sync,
         }),
         [_, _, o, t] => Ok(Fence {
             owner: owner(o)?,
             token: Some(token_value("token", t)?),
+            sync,
         }),
         _ => Err(CommandError::WrongArity("redlock.fence")),
     }
@@ -405,8 +458,19 @@ mod tests {
             Ok(Acquire {
                 owner: b"me",
                 ttl: 100,
-                floor: 0
+                floor: 0,
+                sync: 0
             })
+        );
+        for form in [
+            &["a", "k", "me", "100", "FLOOR", "7", "SYNC", "2"][..],
+            &["a", "k", "me", "100", "sync", "2", "floor", "7"][..],
+        ] {
+            assert_eq!(acq(form).map(|a| (a.floor, a.sync)), Ok((7, 2)), "{form:?}");
+        }
+        assert_eq!(
+            acq(&["a", "k", "me", "100", "SYNC", "64"]).map(|a| (a.floor, a.sync)),
+            Ok((0, 64))
         );
         assert_eq!(
             acq(&[
@@ -431,7 +495,32 @@ mod tests {
                 "wrong number of arguments",
             ),
             (&["a", "k", "me", "1", "FLOOR"], "a value after FLOOR"),
-            (&["a", "k", "me", "1", "CEIL", "5"], "expected FLOOR"),
+            (
+                &["a", "k", "me", "1", "CEIL", "5"],
+                "expected FLOOR or SYNC",
+            ),
+            (&["a", "k", "me", "1", "SYNC"], "a value after SYNC"),
+            (
+                &["a", "k", "me", "1", "FLOOR", "1", "SYNC"],
+                "a value after SYNC",
+            ),
+            (
+                &["a", "k", "me", "1", "SYNC", "1", "SYNC", "1"],
+                "each at most once",
+            ),
+            (
+                &["a", "k", "me", "1", "SYNC", "65"],
+                "invalid SYNC: must be between 0 and 64",
+            ),
+            (&["a", "k", "me", "1", "SYNC", "-1"], "invalid SYNC"),
+            (
+                &["a", "k", "me", "1", "SYNC", "x"],
+                "invalid SYNC: not an integer",
+            ),
+            (
+                &["a", "k", "me", "1", "FLOOR", "1", "SYNC", "1", "x"],
+                "wrong number of arguments",
+            ),
             (&["a", "k", "me", "abc"], "invalid ttl-ms: not an integer"),
             (&["a", "k", "me", "+5"], "invalid ttl-ms: not an integer"),
             (&["a", "k", "me", "1.5"], "invalid ttl-ms: not an integer"),
@@ -485,21 +574,43 @@ mod tests {
             extend(&[b"e", b"k", b"o", b"10"], MAX),
             Ok(Extend {
                 owner: b"o",
-                ttl: 10
+                ttl: 10,
+                sync: 0
             })
         );
+        assert_eq!(
+            extend(&[b"e", b"k", b"o", b"10", b"SYNC", b"2"], MAX).map(|e| e.sync),
+            Ok(2)
+        );
+        assert!(extend(&[b"e", b"k", b"o", b"10", b"SYNC"], MAX).is_err());
+        assert!(extend(&[b"e", b"k", b"o", b"SYNC", b"2"], MAX).is_err());
         assert_eq!(
             fence(&[b"f", b"k", b"o"]),
             Ok(Fence {
                 owner: b"o",
-                token: None
+                token: None,
+                sync: 0
             })
         );
+        assert_eq!(
+            fence(&[b"f", b"k", b"o", b"SYNC", b"1"]),
+            Ok(Fence {
+                owner: b"o",
+                token: None,
+                sync: 1
+            })
+        );
+        assert_eq!(
+            fence(&[b"f", b"k", b"o", b"9", b"sync", b"3"]).map(|f| (f.token, f.sync)),
+            Ok((Some(9), 3))
+        );
+        assert!(fence(&[b"f", b"k", b"o", b"SYNC"]).is_err());
         assert_eq!(
             fence(&[b"f", b"k", b"o", b"0"]),
             Ok(Fence {
                 owner: b"o",
-                token: Some(0)
+                token: Some(0),
+                sync: 0
             })
         );
         assert!(fence(&[b"f", b"k", b"o", b"-1"]).is_err());

@@ -87,6 +87,42 @@ pub enum CommandError {
     /// Redis's own for a write refused on a replica.
     #[error("READONLY {0} is refused on a replica: locks are taken and changed on its master")]
     OnReplica(&'static str),
+    /// The command stated another R (`SYNC r`, none = 0) than this node's
+    /// `redlock.sync-replicas`: the client learns the node's R from the
+    /// reply's second word and tries again.
+    #[error("SYNCREPLICAS {node} redlock.sync-replicas is {node} on this node but the command stated {stated}: {}", sync_hint(*.node))]
+    SyncStated {
+        /// This node's R.
+        node: u64,
+        /// What the command stated.
+        stated: u64,
+    },
+    /// The master has had more replicas than R since it became master.
+    #[error("TOOMANYREPLICAS this master has had {known} replicas since it became master ({names}), more than redlock.sync-replicas ({r}): a lock write acknowledged by {r} of them could be missing on another one that may be promoted; set redlock.sync-replicas to {known} on every node of the group, or run REDLOCK.REPLICAS FORGET for one that is gone for good")]
+    SyncTooMany {
+        /// How many.
+        known: usize,
+        /// Their `ip:port`, comma-separated.
+        names: String,
+        /// This node's R.
+        r: u64,
+    },
+    /// Fewer than R replicas are online: the write could not be confirmed.
+    #[error("NOSYNC only {online} of the {r} replicas redlock.sync-replicas asks for are online: lock writes are refused until they are back")]
+    SyncTooFew {
+        /// How many are online.
+        online: usize,
+        /// This node's R.
+        r: u64,
+    },
+    /// The master's replica set could not be written to its file: a restart
+    /// would forget replicas, so lock writes are refused.
+    #[error("ERR cannot record this master's replicas for the replica-sync check: {0}")]
+    SyncRecord(String),
+    /// `REDLOCK.REPLICAS` was called wrongly (FORGET of an online replica,
+    /// an unknown subcommand).
+    #[error("ERR {0}")]
+    Replicas(String),
     /// A user called the internal replication command.
     #[error("ERR REDLOCK.APPLY is internal: it only runs from a master's replication stream or while loading the AOF")]
     InternalOnly,
@@ -99,4 +135,15 @@ pub enum CommandError {
     /// A bug caught at the handler boundary.
     #[error("ERR redlock internal error in {0}: the command was aborted; please report it")]
     Internal(&'static str),
+}
+
+/// What a client refused for its stated R must do.
+fn sync_hint(node: u64) -> String {
+    if node == 0 {
+        "send it without SYNC (the replica-sync check is off here)".to_string()
+    } else {
+        format!(
+            "send SYNC {node} and rely on the write only once WAIT {node} counted {node} replicas"
+        )
+    }
 }

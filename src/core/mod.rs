@@ -8,13 +8,14 @@
 //! hand-off rule, [`record`] the compact in-memory record, [`owner`] owner
 //! hashing, [`args`] argument parsing, [`error`] the command errors,
 //! [`fence_rule`] the fenced-write guard rule, [`run_state`] what one run
-//! leaves the next about the restart guard, [`clock`] the conversion between
-//! the monotonic and the wall clock, [`lease_time`] how long a lease read
-//! back from a file, a payload or a master still runs, [`guard_rule`] the
-//! restart and promotion guard, [`persisted`] the persisted form of a lock
-//! (its lease timed by [`lease_time`]), [`node_record`] the node-wide values
-//! and what a load learns, [`mutant`] the deliberately broken variants (test
-//! builds and the simulator only).
+//! leaves the next about the restart guard, [`sync_rule`] the replica-sync
+//! check and the promotion rule of DESIGN §13, [`clock`] the conversion
+//! between the monotonic and the wall clock, [`lease_time`] how long a lease
+//! read back from a file, a payload or a master still runs, [`guard_rule`]
+//! the restart and promotion guard, [`persisted`] the persisted form of a
+//! lock (its lease timed by [`lease_time`]), [`node_record`] the node-wide
+//! values and what a load learns, [`mutant`] the deliberately broken variants
+//! (test builds and the simulator only).
 
 pub mod args;
 pub mod clock;
@@ -30,3 +31,4 @@ pub mod persisted;
 pub mod queue;
 pub mod record;
 pub mod run_state;
+pub mod sync_rule;

@@ -39,6 +39,16 @@ pub enum Applied {
     Reclaimed(u64),
     /// Node-wide values to raise; the key is not touched.
     Node(NodeRecord),
+    /// A master's announcement for the replica-sync check (`host/sync.rs`);
+    /// the key is not touched.
+    Sync {
+        /// The master's replication offset before it announced.
+        offset: u64,
+        /// The master's `redlock.sync-replicas`.
+        r: u64,
+        /// How long a replica promoted now must still guard, in ms.
+        hold_ms: u64,
+    },
 }
 
 /// A lock as it leaves the process.

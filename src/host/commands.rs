@@ -31,6 +31,7 @@ use crate::host::mutant::{self, Mutant};
 use crate::host::node::{self, learn_node_record, node_record};
 use crate::host::persist::{self, Applied, Source};
 use crate::host::store::LockKey;
+use crate::host::sync;
 use crate::host::wait;
 
 /// Counters of the lock commands, shown by `INFO redlock` ([`crate::host::info`]
@@ -126,11 +127,24 @@ fn announce_node_record(call: &Call) {
     }
 }
 
-/// `REDLOCK.ACQUIRE key owner ttl-ms [FLOOR n]`
+/// The replica-sync check for a lock write that stated `stated`
+/// ([`sync::check`]), then, before the write's effect, the master's
+/// announcement when it is due, so that replicas learn a new R before any
+/// write made under it.
+fn sync_check(call: &Call, stated: u64) -> Result<(), CommandError> {
+    sync::check(&call.ctx, stated)?;
+    if let Some(key) = call.key() {
+        // SAFETY: ctx and key belong to the command invocation in progress.
+        unsafe { sync::announce_if_due(call.raw(), key) };
+    }
+    Ok(())
+}
+
+/// `REDLOCK.ACQUIRE key owner ttl-ms [FLOOR n] [SYNC r]`
 ///
 /// Read top-down: refused on a replica ([`refuse_on_replica`]), parse
-/// ([`args::acquire`]), the restart guard
-/// ([`guard::check`]), the hand-off reservation this node's waiter queue
+/// ([`args::acquire`]), the restart guard ([`guard::check`]), the
+/// replica-sync check ([`sync::check`]), the hand-off reservation this node's waiter queue
 /// holds ([`wait::reservation`]), the pure decision
 /// ([`LockState::acquire_reserved`]), then, in [`update`], the store and the
 /// effects (replication, waiters, keyspace event).
@@ -143,6 +157,7 @@ pub fn acquire(call: &Call) -> Result<Reply, CommandError> {
     }
     let now = mono_now();
     guard::check(&call.ctx, now)?;
+    sync_check(call, a.sync)?;
     if guard::record_lease(a.ttl)? {
         announce_node_record(call);
     }
@@ -203,11 +218,12 @@ pub fn release(call: &Call) -> Result<Reply, CommandError> {
     Ok(Reply::Integer(u64::from(released)))
 }
 
-/// `REDLOCK.EXTEND key owner ttl-ms`
+/// `REDLOCK.EXTEND key owner ttl-ms [SYNC r]`
 pub fn extend(call: &Call) -> Result<Reply, CommandError> {
     ffi::redact(call, OWNER_ARG);
     refuse_on_replica(call, "REDLOCK.EXTEND")?;
     let a = args::extend(&call.args, config::max_ttl())?;
+    sync_check(call, a.sync)?;
     if guard::record_lease(a.ttl)? {
         announce_node_record(call);
     }
@@ -224,7 +240,7 @@ pub fn extend(call: &Call) -> Result<Reply, CommandError> {
     Ok(Reply::Integer(u64::from(extended)))
 }
 
-/// `REDLOCK.FENCE key owner [token]`
+/// `REDLOCK.FENCE key owner [token] [SYNC r]`
 pub fn fence(call: &Call) -> Result<Reply, CommandError> {
     ffi::redact(call, OWNER_ARG);
     refuse_on_replica(call, "REDLOCK.FENCE")?;
@@ -232,6 +248,7 @@ pub fn fence(call: &Call) -> Result<Reply, CommandError> {
     if let Some(token) = a.token.filter(|&t| t > 0) {
         args::token_within_reach("token", token, wall_now_us())?;
     }
+    sync_check(call, a.sync)?;
     let owner = hash_owner(a.owner);
     let counter = update(call, mono_now(), c"redlock.fence", |state, now| {
         let before = state.counter();
@@ -290,6 +307,12 @@ pub fn apply(call: &Call) -> Result<Reply, CommandError> {
             ffi::replicate_verbatim(call);
             return Ok(Reply::Ok);
         }
+        Applied::Sync { offset, r, hold_ms } => {
+            // From a master only (a load of this node's own AOF learns
+            // nothing about its data from it); never passed on.
+            sync::apply(&call.ctx, offset, r, hold_ms);
+            return Ok(Reply::Ok);
+        }
         Applied::Reclaimed(counter) => {
             node::raise_reclaimed(counter);
             let mut key = LockKey::write(call.raw(), key_of(call)?);
@@ -330,6 +353,19 @@ pub fn apply(call: &Call) -> Result<Reply, CommandError> {
     ffi::signal_modified(call, c"redlock.apply");
     ffi::replicate_state(call, || own);
     Ok(Reply::Ok)
+}
+
+/// `REDLOCK.REPLICAS [FORGET ip:port]`: this master's replicas for the
+/// replica-sync check, or forgets one that is gone for good.
+pub fn replicas(call: &Call) -> Result<Reply, CommandError> {
+    Ok(match sync::replicas_command(&call.ctx, &call.args)? {
+        sync::ReplicasReply::List(list) => Reply::Pairs(
+            list.into_iter()
+                .map(|(id, online)| (id, u64::from(online)))
+                .collect(),
+        ),
+        sync::ReplicasReply::Forgot(removed) => Reply::Integer(u64::from(removed)),
+    })
 }
 
 /// `REDLOCK.TESTHOOK WALLCLOCK-OFFSET ms | BOOT-ID id|REAL |

@@ -39,7 +39,7 @@ struct NumericConfig {
     max: i64,
 }
 
-const CONFIGS: [NumericConfig; 4] = [
+const CONFIGS: [NumericConfig; 5] = [
     NumericConfig {
         name: "max-ttl-ms",
         value: &MAX_TTL_MS,
@@ -68,7 +68,24 @@ const CONFIGS: [NumericConfig; 4] = [
         min: 1,
         max: HANDOFF_LIMIT,
     },
+    NumericConfig {
+        name: "sync-replicas",
+        value: &SYNC_REPLICAS,
+        default: 0,
+        min: 0,
+        max: crate::core::sync_rule::MAX_SYNC_REPLICAS,
+    },
 ];
+
+/// `redlock.sync-replicas`: R of the replica-sync check (DESIGN §13), the
+/// number of replicas every lock write must reach before a client relies on
+/// it; 0 turns the check off.
+pub static SYNC_REPLICAS: AtomicI64 = AtomicI64::new(0);
+
+/// The current `redlock.sync-replicas`.
+pub fn sync_replicas() -> u64 {
+    SYNC_REPLICAS.load(Relaxed).max(0) as u64
+}
 
 /// Default of `redlock.handoff-ms`.
 pub const HANDOFF_DEFAULT: i64 = 50;
@@ -103,7 +120,7 @@ pub fn parse_module_args(args: &[&[u8]]) -> Result<[i64; CONFIGS.len()], String>
         else {
             return Err(format!(
                 "unknown module argument '{name}' (known: max-ttl-ms, restart-grace-ms, \
-                 reclaim-after-ms)"
+                 reclaim-after-ms, handoff-ms, sync-replicas)"
             ));
         };
         let c = &CONFIGS[i];
@@ -207,14 +224,18 @@ mod tests {
 
     #[test]
     fn module_args_set_defaults() {
-        assert_eq!(parse_module_args(&[]), Ok([60_000, -1, 86_400_000, 50]));
+        assert_eq!(parse_module_args(&[]), Ok([60_000, -1, 86_400_000, 50, 0]));
         assert_eq!(
             parse_module_args(&[b"max-ttl-ms", b"30000", b"restart-grace-ms", b"0"]),
-            Ok([30_000, 0, 86_400_000, 50])
+            Ok([30_000, 0, 86_400_000, 50, 0])
         );
         assert_eq!(
             parse_module_args(&[b"redlock.max-ttl-ms", b"5", b"reclaim-after-ms", b"0"]),
-            Ok([5, -1, 0, 50])
+            Ok([5, -1, 0, 50, 0])
+        );
+        assert_eq!(
+            parse_module_args(&[b"sync-replicas", b"2"]),
+            Ok([60_000, -1, 86_400_000, 50, 2])
         );
         let err = parse_module_args(&[b"reclaim-after-ms", b"-1"]).unwrap_err();
         assert!(

@@ -17,6 +17,7 @@ use crate::host::datatype::{self, Loading};
 use crate::host::guard;
 use crate::host::node;
 use crate::host::replication;
+use crate::host::sync;
 
 extern "C" fn on_config_change(
     ctx: *mut raw::RedisModuleCtx,
@@ -28,6 +29,7 @@ extern "C" fn on_config_change(
         let ctx = Context::new(ctx);
         config::check_eviction_policy(&ctx);
         guard::on_config_change(&ctx);
+        sync::on_config_change(&ctx);
         // A raised max-ttl-ms is recorded and announced at once.
         match guard::record_lease(config::max_ttl().max(0) as u64) {
             Ok(true) => node::announce_soon(&ctx),
@@ -46,9 +48,17 @@ extern "C" fn on_loading(
     let _ = std::panic::catch_unwind(|| match subevent {
         raw::REDISMODULE_SUBEVENT_LOADING_RDB_START
         | raw::REDISMODULE_SUBEVENT_LOADING_AOF_START
-        | raw::REDISMODULE_SUBEVENT_LOADING_REPL_START => datatype::node_record_load_started(),
+        | raw::REDISMODULE_SUBEVENT_LOADING_REPL_START => {
+            datatype::node_record_load_started();
+            if subevent == raw::REDISMODULE_SUBEVENT_LOADING_REPL_START {
+                sync::on_full_sync_start();
+            }
+        }
         raw::REDISMODULE_SUBEVENT_LOADING_ENDED => {
             let ctx = Context::new(ctx);
+            if REPL_LOAD.swap(false, Relaxed) {
+                sync::on_full_sync_end(&ctx);
+            }
             // A full sync or an RDB file without lock records: its writer
             // may have granted leases of the baseline's length since. An
             // AOF with no lock record in its preamble carries the record of
@@ -69,6 +79,10 @@ extern "C" fn on_loading(
         raw::REDISMODULE_SUBEVENT_LOADING_REPL_START => Loading::Replication,
         _ => Loading::Nothing,
     };
+    REPL_LOAD.store(
+        subevent == raw::REDISMODULE_SUBEVENT_LOADING_REPL_START,
+        Relaxed,
+    );
     RDB_LOAD.store(
         matches!(
             subevent,
@@ -83,6 +97,8 @@ extern "C" fn on_loading(
 /// The load in progress reads RDB data written elsewhere or earlier (an RDB
 /// file, a full sync), as opposed to an AOF.
 static RDB_LOAD: AtomicBool = AtomicBool::new(false);
+/// The load in progress is a full sync from a master.
+static REPL_LOAD: AtomicBool = AtomicBool::new(false);
 
 extern "C" fn on_role_change(
     ctx: *mut raw::RedisModuleCtx,
@@ -94,9 +110,14 @@ extern "C" fn on_role_change(
     let _ = std::panic::catch_unwind(|| {
         let ctx = Context::new(ctx);
         if subevent == raw::REDISMODULE_EVENT_REPLROLECHANGED_NOW_MASTER {
-            guard::on_promotion(&ctx, mono_now());
+            let now = mono_now();
+            let promotion = sync::on_promotion(&ctx, now);
+            guard::on_promotion(&ctx, now, promotion);
         } else {
+            // Also a replica pointed at another master (Redis fires this
+            // event at every REPLICAOF host port).
             guard::on_demotion(&ctx);
+            sync::on_demotion(&ctx);
         }
     });
 }
@@ -108,11 +129,31 @@ extern "C" fn on_replica_change(
     _data: *mut c_void,
 ) {
     replication::someone_may_listen();
-    if subevent == raw::REDISMODULE_SUBEVENT_REPLICA_CHANGE_ONLINE
-        && !crate::host::mutant::on(crate::host::mutant::Mutant::AuxWriterBaseline)
-    {
-        let _ = std::panic::catch_unwind(|| node::announce_soon(&Context::new(ctx)));
-    }
+    let _ = std::panic::catch_unwind(|| {
+        let ctx = Context::new(ctx);
+        // The replica set first: a lock write after this event counts it.
+        sync::scan(&ctx);
+        if subevent == raw::REDISMODULE_SUBEVENT_REPLICA_CHANGE_ONLINE {
+            // Behind the data the replica synced: what it needs to be
+            // promoted without the guard.
+            sync::announce_soon(&ctx);
+            if !crate::host::mutant::on(crate::host::mutant::Mutant::AuxWriterBaseline) {
+                node::announce_soon(&ctx);
+            }
+        }
+    });
+}
+
+extern "C" fn on_master_link(
+    _ctx: *mut raw::RedisModuleCtx,
+    _event: raw::RedisModuleEvent,
+    subevent: u64,
+    _data: *mut c_void,
+) {
+    sync::on_master_link(
+        subevent == raw::REDISMODULE_SUBEVENT_MASTER_LINK_UP,
+        mono_now(),
+    );
 }
 
 extern "C" fn on_fork(
@@ -133,7 +174,7 @@ extern "C" fn on_fork(
 pub fn subscribe(ctx: &Context) {
     type Callback =
         extern "C" fn(*mut raw::RedisModuleCtx, raw::RedisModuleEvent, u64, *mut c_void);
-    let events: [(u64, Callback); 5] = [
+    let events: [(u64, Callback); 6] = [
         (raw::REDISMODULE_EVENT_CONFIG, on_config_change),
         (raw::REDISMODULE_EVENT_REPLICA_CHANGE, on_replica_change),
         (raw::REDISMODULE_EVENT_LOADING, on_loading),
@@ -142,6 +183,7 @@ pub fn subscribe(ctx: &Context) {
             on_role_change,
         ),
         (raw::REDISMODULE_EVENT_FORK_CHILD, on_fork),
+        (raw::REDISMODULE_EVENT_MASTER_LINK_CHANGE, on_master_link),
     ];
     for (id, callback) in events {
         let event = raw::RedisModuleEvent { id, dataver: 1 };

@@ -2,7 +2,7 @@
 //! decoding, reply writing and effect replication.
 
 use std::ffi::CStr;
-use std::os::raw::{c_int, c_longlong};
+use std::os::raw::{c_int, c_long, c_longlong};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use redis_module::{raw, Context};
@@ -26,6 +26,8 @@ pub enum Reply {
     Blocked,
     /// The handler wrote the reply itself (a fenced command's inner reply).
     Passed,
+    /// An array of `[name, integer]` pairs (`REDLOCK.REPLICAS`).
+    Pairs(Vec<(String, u64)>),
 }
 
 /// One command invocation: the context, the argument bytes and the raw key name.
@@ -119,6 +121,14 @@ fn write_reply(ctx: *mut raw::RedisModuleCtx, reply: Result<Reply, CommandError>
             raw::reply_with_simple_string(ctx, c"OK".as_ptr());
         }
         Ok(Reply::Blocked | Reply::Passed) => {}
+        Ok(Reply::Pairs(pairs)) => {
+            raw::reply_with_array(ctx, pairs.len() as c_long);
+            for (name, value) in pairs {
+                raw::reply_with_array(ctx, 2);
+                raw::reply_with_string_buffer(ctx, name.as_ptr().cast(), name.len());
+                raw::reply_with_long_long(ctx, value as c_longlong);
+            }
+        }
         Ok(Reply::Inspect(i)) => {
             // A map for RESP3 clients; Redis flattens it to an array for RESP2.
             raw::reply_with_map(ctx, 3);

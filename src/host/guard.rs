@@ -36,6 +36,7 @@ use redis_module::{Context, ContextFlags};
 use crate::core::error::CommandError;
 use crate::core::lock::MonoMillis;
 use crate::core::run_state::{self, RunState};
+use crate::core::sync_rule::Promotion;
 use crate::host::config::{self, MAX_TTL_LIMIT};
 use crate::host::mutant::{self, Mutant};
 
@@ -80,6 +81,13 @@ static WINDOW_DEFAULT_LEN: AtomicU64 = AtomicU64::new(0);
 static WINDOW_REASON: AtomicU8 = AtomicU8::new(0);
 /// The longest lease this node may have granted, as recorded durably.
 static LONGEST_LEASE: AtomicU64 = AtomicU64::new(0);
+/// The most a window may last, set by a promotion that only guards for the
+/// rest of its master's hold (DESIGN §13); `u64::MAX` otherwise.
+static WINDOW_CAP: AtomicU64 = AtomicU64::new(u64::MAX);
+/// Bumped whenever a window opens, closes early or lengthens: what a master
+/// announces to its replicas about its window ([`crate::host::sync`]) is
+/// then out of date.
+static EPOCH: AtomicU64 = AtomicU64::new(0);
 /// Test builds: the promotion guard can be switched off (mutation check).
 static PROMOTION_GUARD: AtomicBool = AtomicBool::new(true);
 static RECORD_PATH: OnceLock<PathBuf> = OnceLock::new();
@@ -194,16 +202,40 @@ pub fn durable_run() -> bool {
     DURABLE_RUN.load(Relaxed)
 }
 
-/// Opens a window after the server became a master, and records that it is
-/// open so that a restart inside it waits for a full window.
-pub fn on_promotion(ctx: &Context, now: MonoMillis) {
-    if PROMOTION_GUARD.load(Relaxed) {
-        open_window(Reason::Promotion, now);
-        if window_len() > 0 {
-            WINDOW_MARKED_OPEN.store(true, Relaxed);
-            save_run_state(ctx, true);
-        }
+/// The server became a master: opens the window the promotion rule asks
+/// for ([`crate::core::sync_rule::promotion`]), and records that it is open
+/// so that a restart inside it waits for a full window. A replica that
+/// every condition of the replica-sync check vouches for holds every lock
+/// write a client relied on: it starts without a window (also without what
+/// is left of the window of its own last start as a replica, which covered
+/// nothing it lacks); one whose master was still inside a hold guards for
+/// the rest of it; any other guards for the longest lease (DESIGN §7).
+pub fn on_promotion(ctx: &Context, now: MonoMillis, promotion: Promotion) {
+    if !PROMOTION_GUARD.load(Relaxed) {
+        return;
     }
+    match promotion {
+        Promotion::AtOnce => {
+            WINDOW_START.store(0, Relaxed);
+            WINDOW_CAP.store(u64::MAX, Relaxed);
+            EPOCH.fetch_add(1, Relaxed);
+            return;
+        }
+        Promotion::Rest(ms) => {
+            open_window(Reason::Promotion, now);
+            WINDOW_CAP.store(ms, Relaxed);
+        }
+        Promotion::Guard => open_window(Reason::Promotion, now),
+    }
+    if window_len() > 0 {
+        WINDOW_MARKED_OPEN.store(true, Relaxed);
+        save_run_state(ctx, true);
+    }
+}
+
+/// Changes whenever the window opens, closes early or lengthens.
+pub fn epoch() -> u64 {
+    EPOCH.load(Relaxed)
 }
 
 /// The node became a replica: its data may from now on lack grants its
@@ -229,8 +261,10 @@ fn open_window(reason: Reason, now: MonoMillis) {
         .load(Relaxed)
         .max(config::max_ttl().max(0) as u64);
     WINDOW_DEFAULT_LEN.store(longest, Relaxed);
+    WINDOW_CAP.store(u64::MAX, Relaxed);
     WINDOW_REASON.store(reason as u8, Relaxed);
     WINDOW_START.store(now.max(1), Relaxed);
+    EPOCH.fetch_add(1, Relaxed);
 }
 
 /// What opened the current (or last) window.
@@ -247,18 +281,22 @@ pub fn reason() -> Reason {
 /// (from the data loaded, from a master) lengthens it.
 pub fn window_len() -> u64 {
     let configured = config::restart_grace();
-    if configured >= 0 {
-        return configured as u64;
-    }
-    WINDOW_DEFAULT_LEN.load(Relaxed)
+    let len = if configured >= 0 {
+        configured as u64
+    } else {
+        WINDOW_DEFAULT_LEN.load(Relaxed)
+    };
+    len.min(WINDOW_CAP.load(Relaxed))
 }
 
 /// A longer lease became known (recorded, learned from the data or a
 /// master): a window still open covers it too; one already over does not
 /// open again.
 fn lengthen_open_window(ms: u64) {
-    if state(crate::host::clock::mono_now()).is_some() {
-        WINDOW_DEFAULT_LEN.fetch_max(ms, Relaxed);
+    if state(crate::host::clock::mono_now()).is_some()
+        && WINDOW_DEFAULT_LEN.fetch_max(ms, Relaxed) < ms
+    {
+        EPOCH.fetch_add(1, Relaxed);
     }
 }
 

@@ -12,6 +12,7 @@ use crate::host::commands::stats;
 use crate::host::config::{self, max_ttl};
 use crate::host::guard;
 use crate::host::replication;
+use crate::host::sync;
 use crate::host::wait;
 
 /// [`crate::VERSION`] as a C string, for `redlock_version`.
@@ -106,6 +107,34 @@ fn write_info(ctx: *mut raw::RedisModuleInfoCtx) {
             c"durable_run".as_ptr(),
             u64::from(guard::durable_run()),
         );
+        let sync = sync::figures(mono_now());
+        let sync_fields: [(&CStr, u64); 13] = [
+            (c"sync_replicas", sync.r),
+            (c"sync_replicas_known", sync.known),
+            (c"sync_replicas_online", sync.online),
+            (c"sync_current", u64::from(sync.current)),
+            (c"sync_master_replicas", sync.master_r),
+            (c"sync_hold_left_ms", sync.hold_left_ms),
+            (c"sync_last_promotion", sync.last_promotion),
+            (
+                c"sync_refused_stated",
+                sync::stats::REFUSED_STATED.load(Relaxed),
+            ),
+            (
+                c"sync_refused_too_many",
+                sync::stats::REFUSED_TOO_MANY.load(Relaxed),
+            ),
+            (
+                c"sync_refused_too_few",
+                sync::stats::REFUSED_TOO_FEW.load(Relaxed),
+            ),
+            (c"sync_announced", sync::stats::ANNOUNCED.load(Relaxed)),
+            (c"sync_fresh", sync::stats::FRESH.load(Relaxed)),
+            (c"sync_stale", sync::stats::STALE.load(Relaxed)),
+        ];
+        for (name, value) in sync_fields {
+            add_u64(ctx, name.as_ptr(), value);
+        }
         if let Some(add_cstr) = raw::RedisModule_InfoAddFieldCString {
             let reason = match guard::reason() {
                 guard::Reason::Restart => c"restart",

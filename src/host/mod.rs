@@ -8,7 +8,8 @@
 //! persisted form (RDB, AOF, replication), [`node`] the node-wide values
 //! that travel with the data, [`replication`] when effects must be
 //! replicated, [`wait`] the blocking WAIT and its queues, [`guard`] the
-//! restart and promotion guard, [`reclaim`] the sweep that deletes idle
+//! restart and promotion guard, [`sync`] the replica-sync check (who may
+//! write, what a master announces, how a promoted replica starts), [`reclaim`] the sweep that deletes idle
 //! records, [`events`] the server events, [`config`] the configuration,
 //! [`info`] `INFO redlock` (it only reads the counters each subsystem
 //! keeps), [`clock`] the clock readings, [`mutant`] the test builds'
@@ -32,4 +33,5 @@ pub mod reclaim;
 pub mod replication;
 pub mod restamp;
 pub mod store;
+pub mod sync;
 pub mod wait;

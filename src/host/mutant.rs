@@ -27,18 +27,32 @@ pub enum Mutant {
     /// or not (the rule before 74f467a: a late copy of the holder's ACQUIRE
     /// ends a lease the holder has extended since).
     RenewalShortens = 32,
+    /// A master counts only the replicas online now for the replica-sync
+    /// check (Redisson's rule, redisson#5256), not every replica of its life.
+    SyncCountsOnline = 64,
+    /// A replica counts every announcement of its master as fresh, also one
+    /// replayed from the backlog after a restart.
+    SyncAnyAnnouncement = 128,
+    /// A lease that a load timed by an inexact rule (another boot, no
+    /// stamp, a `RESTORE` from elsewhere, the wall-clock end, the clamp) is
+    /// not written again with this node's stamp after the load, so every
+    /// later restart of the same boot revives it (`host::restamp`).
+    RestampSkipped = 256,
 }
 
 impl Mutant {
     /// Every mutant with its name (as in `REDLOCK.TESTHOOK MUTANT name 0|1`
     /// and the `REDLOCK_TEST_MUTANTS` variable).
-    pub const ALL: [(&'static str, Mutant); 6] = [
+    pub const ALL: [(&'static str, Mutant); 9] = [
         ("config-exemption", Mutant::ConfigExemption),
         ("disk-lease-from-wall", Mutant::DiskLeaseFromWall),
         ("no-reclaimed-floor", Mutant::NoReclaimedFloor),
         ("replica-own-lease", Mutant::ReplicaOwnLease),
         ("aux-writer-baseline", Mutant::AuxWriterBaseline),
         ("renewal-shortens", Mutant::RenewalShortens),
+        ("sync-counts-online", Mutant::SyncCountsOnline),
+        ("sync-any-announcement", Mutant::SyncAnyAnnouncement),
+        ("restamp-skipped", Mutant::RestampSkipped),
     ];
 
     /// The mutant of that name (ASCII case-insensitive).

@@ -58,6 +58,10 @@ pub fn learn_node_record(ctx: &redis_module::Context, n: &NodeRecord) {
 /// hand; that form leaves its key untouched.
 const ANNOUNCE_KEY: &[u8] = b"redlock:node-record";
 
+/// How long an announcement waits before it looks again while clients are
+/// paused.
+const PAUSED_RETRY_MS: i64 = 100;
+
 /// Tells replicas and the AOF the node record soon (on the next turn of the
 /// event loop, from a timer's context, like any effect of a command),
 /// rather than only with the first grant that lengthens it: a replica that
@@ -78,6 +82,18 @@ pub fn announce_soon(ctx: &redis_module::Context) {
 unsafe extern "C" fn announce(ctx: *mut raw::RedisModuleCtx, _data: *mut c_void) {
     let _ = catch_unwind(AssertUnwindSafe(|| {
         let context = redis_module::Context::new(ctx);
+        // Inside a client pause nothing may be propagated (Redis asserts
+        // it; `CONFIG SET` raising max-ttl-ms is not a write, so it runs
+        // inside a `CLIENT PAUSE … WRITE`): look again after it.
+        if crate::host::replication::writes_paused() {
+            // SAFETY: ctx is the timer's context on the main thread.
+            unsafe {
+                if let Some(create) = raw::RedisModule_CreateTimer {
+                    create(ctx, PAUSED_RETRY_MS, Some(announce), std::ptr::null_mut());
+                }
+            }
+            return;
+        }
         if !crate::host::replication::needed(&context) {
             return;
         }

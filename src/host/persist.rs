@@ -389,6 +389,11 @@ pub fn parse_apply(args: &[&[u8]]) -> Result<Applied, CommandError> {
                     .min(STREAM_LEASE_LIMIT_MS),
             }))
         }
+        [_, _, word, offset, r, hold] if word.eq_ignore_ascii_case(b"sync") => Ok(Applied::Sync {
+            offset: args::non_negative("offset", offset)?,
+            r: args::non_negative("sync-replicas", r)?,
+            hold_ms: args::non_negative("hold-ms", hold)?.min(STREAM_LEASE_LIMIT_MS),
+        }),
         [_, _, v, tail @ ..] if v.eq_ignore_ascii_case(b"v3") => match tail {
             [c, e, r, f, stamp, owner] => {
                 let boot = match *stamp {
@@ -597,7 +602,17 @@ mod tests {
                 longest_lease_ms: 300_000
             }))
         );
+        let sync: Vec<&[u8]> = vec![b"x", b"k", b"sync", b"1234", b"2", b"500"];
+        assert_eq!(
+            parse_apply(&sync),
+            Ok(Applied::Sync {
+                offset: 1234,
+                r: 2,
+                hold_ms: 500
+            })
+        );
         for bad in [
+            vec![&b"x"[..], b"k", b"sync", b"-1", b"2", b"0"],
             vec![&b"x"[..], b"k", b"reclaimed", b"-1"],
             vec![&b"x"[..], b"k", b"reclaimed", b"9223372036854775808"],
             vec![&b"x"[..], b"k", b"node", b"1", b"x"],

@@ -63,6 +63,16 @@ pub fn needed(ctx: &Context) -> bool {
     false
 }
 
+/// Whether clients are paused now (`CLIENT PAUSE`, `FAILOVER`, a shutdown
+/// waiting for its replicas). Nothing may be propagated then: Redis asserts
+/// it (the dataset must hold still for a failover), so what the module
+/// writes from a timer waits for the pause to end.
+pub fn writes_paused() -> bool {
+    // SAFETY: a plain module API call (on the main thread, from a timer or
+    // an event).
+    unsafe { redis_module::raw::RedisModule_AvoidReplicaTraffic.is_some_and(|f| f() != 0) }
+}
+
 /// From now on, every effect is replicated.
 pub fn someone_may_listen() {
     NOBODY_LISTENS.store(false, Relaxed);

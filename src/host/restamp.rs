@@ -34,6 +34,8 @@ use crate::host::{datatype, persist, reclaim, replication};
 
 /// A pass is scheduled and has not run yet.
 static SCHEDULED: AtomicBool = AtomicBool::new(false);
+/// How long a pass waits before it looks again while clients are paused.
+const PAUSED_RETRY_MS: i64 = 100;
 
 /// Schedules a pass when a lease is waiting for one
 /// ([`datatype::note_restamp`]): after a load ends, or after a `RESTORE`
@@ -72,6 +74,23 @@ fn pass(ctx: *mut raw::RedisModuleCtx) {
     // itself; a node still loading is scheduled again when it ends.
     if flags.intersects(ContextFlags::SLAVE | ContextFlags::LOADING) {
         datatype::take_restamp_pending();
+        return;
+    }
+    // Nothing may be propagated while clients are paused (`CLIENT PAUSE`,
+    // `FAILOVER`, a shutdown waiting for its replicas): Redis asserts it
+    // (the dataset must hold still for a failover), and a `RESTORE`
+    // pipelined with a `CLIENT PAUSE … WRITE` ran this pass inside the
+    // pause and took the server down. The pass waits for the pause to end;
+    // until then the lease runs in memory as loaded.
+    if replication::writes_paused() {
+        SCHEDULED.store(true, Relaxed);
+        // SAFETY: ctx is the timer's context on the main thread.
+        match unsafe { raw::RedisModule_CreateTimer } {
+            Some(create) => unsafe {
+                create(ctx, PAUSED_RETRY_MS, Some(on_timer), std::ptr::null_mut());
+            },
+            None => SCHEDULED.store(false, Relaxed),
+        }
         return;
     }
     datatype::take_restamp_pending();

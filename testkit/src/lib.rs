@@ -13,9 +13,11 @@
 
 pub mod cluster;
 pub mod proxy;
+pub mod sentinel;
 pub mod tls;
 
 pub use cluster::{Cluster, ClusterBuilder, Migration};
+pub use sentinel::{Sentinel, SentinelGroup, SentinelGroupBuilder};
 pub use tls::TestPki;
 
 use std::net::TcpListener;
@@ -144,6 +146,8 @@ pub struct NodeBuilder {
     files: Vec<(String, Vec<u8>)>,
     /// The server binary; `None`: [`server_bin`].
     server: Option<PathBuf>,
+    /// Starts as a replica of this loopback port (`--replicaof 127.0.0.1 PORT`).
+    replica_of: Option<u16>,
 }
 
 impl NodeBuilder {
@@ -216,6 +220,12 @@ impl NodeBuilder {
         self
     }
 
+    /// Starts as a replica of the node on this loopback port.
+    pub fn replica_of(mut self, port: u16) -> Self {
+        self.replica_of = Some(port);
+        self
+    }
+
     /// Loads another module file.
     pub fn module(mut self, path: PathBuf) -> Self {
         self.module = Some(path);
@@ -279,6 +289,7 @@ impl Node {
             port_configs: Vec::new(),
             files: Vec::new(),
             server: None,
+            replica_of: None,
         }
     }
 
@@ -336,6 +347,11 @@ impl Node {
         }
         for (name, value) in &self.spec.configs {
             cmd.arg(format!("--{name}")).arg(value);
+        }
+        if let Some(port) = self.spec.replica_of {
+            cmd.arg("--replicaof")
+                .arg("127.0.0.1")
+                .arg(port.to_string());
         }
         for (name, value) in &self.spec.env {
             cmd.env(name, value);
@@ -505,6 +521,12 @@ impl Node {
                 .push((name.to_string(), value.to_string()));
         }
         self.restart();
+    }
+
+    /// Makes the next start a replica of the node on `port` (`None`: a
+    /// master).
+    pub fn set_replica_of(&mut self, port: Option<u16>) {
+        self.spec.replica_of = port;
     }
 
     /// Sets (or replaces) an environment variable for the next start.

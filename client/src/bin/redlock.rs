@@ -42,9 +42,19 @@ Exit codes:
 
 Durations: 500ms, 30s, 2m, 1h (decimals allowed: 1.5s).
 
-Environment: REDLOCK_NODES, REDLOCK_CLUSTERS, REDLOCK_TLS_CA, REDLOCK_TLS_CERT and
-REDLOCK_TLS_KEY stand for --nodes, --cluster, --tls-ca, --tls-cert and --tls-key
-(REDLOCK_CLUSTERS separates clusters with ';').
+Environment: REDLOCK_NODES, REDLOCK_CLUSTERS, REDLOCK_SENTINELS, REDLOCK_TLS_CA,
+REDLOCK_TLS_CERT and REDLOCK_TLS_KEY stand for --nodes, --cluster, --sentinel,
+--tls-ca, --tls-cert and --tls-key (REDLOCK_CLUSTERS and REDLOCK_SENTINELS separate
+members with ';'); REDLOCK_SENTINEL_DATA_USER and REDLOCK_SENTINEL_DATA_PASSWORD for
+--sentinel-data-user and --sentinel-data-password.
+
+Sentinel members: each --sentinel names one master with replicas behind Redis
+Sentinel, as NAME@SENTINEL,SENTINEL (host:port, or a URL with the sentinels' own
+scheme and credentials); the client asks the sentinels for the master and follows
+failovers. Alone (the usual deployment) or mixed with other members:
+  redlock --sentinel locks@10.0.0.1:26379,10.0.0.2:26379,10.0.0.3:26379 acquire reports
+With redlock.sync-replicas set on its nodes, every grant is confirmed by every
+replica before it counts, and a failover keeps the locks.
 
 Cluster members: each --cluster names one Redis Cluster member by seed URLs
 (comma-separated); it counts as one vote, like one node. Mix freely with --nodes:
@@ -97,6 +107,47 @@ struct Cli {
     )]
     clusters: Vec<String>,
 
+    /// One Sentinel member: NAME@SENTINEL,SENTINEL,… where NAME is the
+    /// master's name in Sentinel and each SENTINEL is host:port or a URL
+    /// (redis://, rediss://, with the sentinels' own credentials); repeat
+    /// the option for each Sentinel member (or separate them with ';').
+    /// Counts as one member of the quorum.
+    #[arg(
+        long = "sentinel",
+        value_name = "NAME@SENTINELS",
+        env = "REDLOCK_SENTINELS",
+        hide_env_values = true,
+        value_delimiter = ';',
+        global = true
+    )]
+    sentinels: Vec<String>,
+
+    /// ACL user of the Sentinel members' data nodes (the sentinels keep the
+    /// credentials of their URLs).
+    #[arg(
+        long,
+        env = "REDLOCK_SENTINEL_DATA_USER",
+        value_name = "USER",
+        global = true
+    )]
+    sentinel_data_user: Option<String>,
+
+    /// Password of the Sentinel members' data nodes. Prefer the environment
+    /// variable: command lines are visible to other users.
+    #[arg(
+        long,
+        env = "REDLOCK_SENTINEL_DATA_PASSWORD",
+        hide_env_values = true,
+        value_name = "PASSWORD",
+        global = true
+    )]
+    sentinel_data_password: Option<String>,
+
+    /// The Sentinel members' data nodes serve TLS (rediss://; --tls-ca and
+    /// --tls-cert/--tls-key apply).
+    #[arg(long, global = true)]
+    sentinel_data_tls: bool,
+
     /// PEM file of the CA that signed the nodes' TLS certificates (for
     /// rediss:// nodes; default: the system's trust store). Certificate
     /// verification cannot be turned off.
@@ -131,6 +182,12 @@ struct Cli {
     /// Longest wait for one node's reply.
     #[arg(long, default_value = "200ms", value_parser = parse_duration, global = true)]
     node_timeout: Duration,
+
+    /// Longest wait for the replicas of a master with
+    /// redlock.sync-replicas set to confirm a grant or an extension (on top
+    /// of --node-timeout).
+    #[arg(long, default_value = "250ms", value_parser = parse_duration, global = true)]
+    sync_timeout: Duration,
 
     /// Longest wait for a connection to one node (TCP, TLS handshake, AUTH).
     #[arg(long, default_value = "1s", value_parser = parse_duration, global = true)]
@@ -340,6 +397,7 @@ async fn connect(cli: &Cli) -> Result<Redlock, Error> {
     // failures that are not "busy".
     let mut builder = Redlock::builder(members(cli))
         .node_timeout(cli.node_timeout)
+        .sync_timeout(cli.sync_timeout)
         .connect_timeout(cli.connect_timeout)
         .retry(RetryPolicy::no_retry());
     if let Some(ca) = &cli.tls_ca {
@@ -351,7 +409,28 @@ async fn connect(cli: &Cli) -> Result<Redlock, Error> {
     builder.build().await
 }
 
-/// The quorum's members: the `--nodes`, then one member per `--cluster`.
+/// One `--sentinel NAME@SENTINEL,…`: the master's name and the sentinels'
+/// URLs (`host:port` becomes `redis://host:port`); `None` without a name or
+/// a sentinel.
+fn sentinel_member(spec: &str) -> Option<(String, Vec<String>)> {
+    let (name, list) = spec.trim().split_once('@')?;
+    let sentinels: Vec<String> = list
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(|s| {
+            if s.contains("://") {
+                s.to_string()
+            } else {
+                format!("redis://{s}")
+            }
+        })
+        .collect();
+    (!name.trim().is_empty() && !sentinels.is_empty()).then(|| (name.trim().to_string(), sentinels))
+}
+
+/// The quorum's members: the `--nodes`, then one member per `--cluster`,
+/// then one per `--sentinel`.
 fn members(cli: &Cli) -> Vec<Member> {
     let nodes = cli
         .nodes
@@ -367,7 +446,18 @@ fn members(cli: &Cli) -> Vec<Member> {
             .collect();
         (!seeds.is_empty()).then(|| Member::cluster(seeds))
     });
-    nodes.chain(clusters).collect()
+    let sentinels = cli.sentinels.iter().filter_map(|spec| {
+        let (name, urls) = sentinel_member(spec)?;
+        let mut member = Member::sentinel(name, urls);
+        if let Some(password) = &cli.sentinel_data_password {
+            member = member.data_credentials(cli.sentinel_data_user.as_deref(), password);
+        }
+        if cli.sentinel_data_tls {
+            member = member.data_tls();
+        }
+        Some(member)
+    });
+    nodes.chain(clusters).chain(sentinels).collect()
 }
 
 fn main() -> ExitCode {
@@ -389,10 +479,20 @@ fn main() -> ExitCode {
     let cli = Cli::parse_from(args);
     let out = Out { json: cli.json };
     let needs_nodes = !matches!(cli.command, Command::Fenced { .. });
+    if let Some(bad) = cli.sentinels.iter().find(|s| sentinel_member(s).is_none()) {
+        return ExitCode::from(out.fail(
+            "invalid_argument",
+            &format!(
+                "--sentinel {:?}: write NAME@host:port,host:port (the master's name in Sentinel, then the sentinels)",
+                bad.split('@').next().unwrap_or_default()
+            ),
+            EXIT_USAGE,
+        ));
+    }
     if needs_nodes && members(&cli).is_empty() {
         return ExitCode::from(out.fail(
             "invalid_argument",
-            "no nodes: pass --nodes redis://host:port,… or --cluster redis://host:port,… (or set REDLOCK_NODES / REDLOCK_CLUSTERS)",
+            "no nodes: pass --nodes redis://host:port,…, --cluster redis://host:port,… or --sentinel NAME@host:port,… (or set REDLOCK_NODES / REDLOCK_CLUSTERS / REDLOCK_SENTINELS)",
             EXIT_USAGE,
         ));
     }

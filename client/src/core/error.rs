@@ -243,6 +243,28 @@ pub enum NodeFailure {
         /// The other member's URL (without credentials).
         twin: String,
     },
+    /// The node's `redlock.sync-replicas` differs from the R the command
+    /// stated (`SYNCREPLICAS r …`): nothing was changed; the member learns
+    /// `r` and sends the command again.
+    SyncStated(u64),
+    /// The master refused a lock write under the replica-sync check: more
+    /// replicas than R over its life (`TOOMANYREPLICAS`), fewer online
+    /// (`NOSYNC`), or its replica set could not be recorded. Nothing was
+    /// changed.
+    SyncRefused(String),
+    /// The lock write was applied on the master but fewer than R replicas
+    /// acknowledged it (`WAIT R` answered less, or failed): it does not
+    /// count, and a grant is released.
+    NotSynced {
+        /// R, as the master stated it.
+        required: u64,
+        /// How many replicas acknowledged.
+        acks: u64,
+        /// How long `WAIT` waited, in ms.
+        waited_ms: u64,
+        /// `WAIT`'s error, when it failed.
+        error: Option<String>,
+    },
 }
 
 impl fmt::Display for NodeFailure {
@@ -261,6 +283,26 @@ impl fmt::Display for NodeFailure {
             NodeFailure::SameServer { twin } => {
                 write!(f, "same Redis server as {twin}, which counted instead")
             }
+            NodeFailure::SyncStated(r) => write!(
+                f,
+                "the node's redlock.sync-replicas is {r}, not the R the command stated"
+            ),
+            NodeFailure::SyncRefused(e) => f.write_str(e),
+            NodeFailure::NotSynced {
+                required,
+                acks,
+                waited_ms,
+                error,
+            } => {
+                write!(
+                    f,
+                    "replica-sync check failed: {acks} of the {required} replicas redlock.sync-replicas asks for acknowledged the write within {waited_ms} ms"
+                )?;
+                if let Some(e) = error {
+                    write!(f, " (WAIT: {e})")?;
+                }
+                f.write_str("; not relied on")
+            }
         }
     }
 }
@@ -275,6 +317,7 @@ impl NodeFailure {
                 | NodeFailure::Connection(_)
                 | NodeFailure::WriteBack(_)
                 | NodeFailure::SameServer { .. }
+                | NodeFailure::NotSynced { .. }
         )
     }
 }

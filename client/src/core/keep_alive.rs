@@ -1,7 +1,9 @@
 //! The keep-alive of `Redlock::with_lock` and its lost signal, as a state
-//! machine: it extends the lock every `ttl / 3` and reports it lost when an
-//! extension fails or the validity runs out before one succeeds; once the
-//! work is done (or the lock lost and the work done), the lock is released.
+//! machine: it extends the lock every `ttl / 3` (sooner again after an
+//! extension no quorum answered) and reports it lost when an extension finds
+//! the lock no longer held or the validity runs out before one succeeds;
+//! once the work is done (or the lock lost and the work done), the lock is
+//! released.
 //!
 //! The driver waits for whichever comes first of what [`KeepAlive::waits`]
 //! names (the work done, the end of the validity, the next extension or the
@@ -23,9 +25,20 @@ pub enum Event {
     ValidityEnded,
     /// It is time for the next extension.
     Due,
-    /// The extension in flight returned: `true` when it succeeded.
+    /// The extension in flight returned: `true` when it succeeded, `false`
+    /// when it found the lock no longer held.
     Extended(bool),
+    /// The extension in flight returned without a quorum's answer (a
+    /// failover inside a Sentinel member, a replica-sync check that failed,
+    /// nodes restarting: an error that `is_transient`). The lease the last
+    /// extension confirmed still runs, so the next try comes soon
+    /// ([`RETRY_PAUSE`]); the validity running out is what ends the lock.
+    Unanswered,
 }
+
+/// Pause before the next extension after one that no quorum answered
+/// (at most the interval).
+pub const RETRY_PAUSE: Duration = Duration::from_millis(100);
 
 /// What to do now.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -99,6 +112,11 @@ impl<M: Moment> KeepAlive<M> {
                 Action::Sleep { next: self.next }
             }
             Event::Extended(false) => self.lose(LostBecause::ExtensionFailed),
+            Event::Unanswered => {
+                self.extending = false;
+                self.next = now + RETRY_PAUSE.min(self.interval);
+                Action::Sleep { next: self.next }
+            }
         }
     }
 
@@ -137,6 +155,39 @@ mod tests {
         );
         assert_eq!(k.on(Event::Due, t0 + ms(300)), Action::AwaitDone);
         assert_eq!(k.on(Event::Done, t0 + ms(400)), Action::Release);
+    }
+
+    #[test]
+    fn an_unanswered_extension_is_tried_again_soon_while_the_validity_lasts() {
+        let t0 = T::now();
+        let mut k = KeepAlive::new(ms(3_000), t0);
+        assert_eq!(k.on(Event::Due, t0 + ms(1_000)), Action::Extend);
+        assert_eq!(
+            k.on(Event::Unanswered, t0 + ms(1_050)),
+            Action::Sleep { next: t0 + ms(1_150) }
+        );
+        assert_eq!(k.on(Event::Due, t0 + ms(1_150)), Action::Extend);
+        assert_eq!(
+            k.on(Event::Extended(true), t0 + ms(1_160)),
+            Action::Sleep { next: t0 + ms(2_150) }
+        );
+        // Unanswered until the validity runs out: lost then.
+        assert_eq!(k.on(Event::Due, t0 + ms(2_150)), Action::Extend);
+        assert_eq!(
+            k.on(Event::Unanswered, t0 + ms(2_200)),
+            Action::Sleep { next: t0 + ms(2_300) }
+        );
+        assert_eq!(
+            k.on(Event::ValidityEnded, t0 + ms(2_250)),
+            Action::Lost(LostBecause::ValidityEnded)
+        );
+        // A short ttl retries no later than its interval.
+        let mut short = KeepAlive::new(ms(30), t0);
+        assert_eq!(short.on(Event::Due, t0 + ms(10)), Action::Extend);
+        assert_eq!(
+            short.on(Event::Unanswered, t0 + ms(11)),
+            Action::Sleep { next: t0 + ms(21) }
+        );
     }
 
     #[test]

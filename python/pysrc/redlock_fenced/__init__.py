@@ -15,7 +15,7 @@ from . import _native
 from ._client import Redlock
 from ._lock import Lock
 from ._shared import LockGuard, LostSignal, current_guard
-from ._types import Arg, Cluster, NodeView, Resource, RetryPolicy, Seconds
+from ._types import Arg, Cluster, Member, NodeView, Resource, RetryPolicy, Seconds, Sentinel
 from .asyncio import AcquireContext, AsyncLock, AsyncRedlock
 from .errors import (
     ExpiredBeforeUseError,
@@ -54,6 +54,7 @@ __all__ = [
     "LockLostError",
     "LockStateError",
     "LostSignal",
+    "Member",
     "ModuleNotLoadedError",
     "NoQuorumError",
     "NodeView",
@@ -64,6 +65,7 @@ __all__ = [
     "RestartGuardError",
     "RetryPolicy",
     "Seconds",
+    "Sentinel",
     "StaleTokenError",
     "TransientError",
     "current_guard",

@@ -20,7 +20,7 @@ from . import _native
 from ._lock import AcquireContext, AsyncLock, Lock
 from ._shared import LockGuard, StrPath, connect_args, current, lost_error, views
 from ._types import (
-    Cluster,
+    Member,
     NodeView,
     RetryPolicy,
     Seconds,
@@ -54,7 +54,7 @@ class Redlock:
     @classmethod
     def connect(
         cls,
-        members: Sequence[str | Cluster],
+        members: Sequence[Member],
         *,
         node_timeout: Seconds = 0.1,
         connect_timeout: Seconds = 1.0,
@@ -63,12 +63,15 @@ class Redlock:
         clock_floor: bool = True,
         tls_ca_file: StrPath | None = None,
         tls_client_cert: tuple[StrPath, StrPath] | None = None,
+        sync_timeout: Seconds = 0.25,
     ) -> Self:
         """Connects to every member (node URLs `redis://host:port`,
-        `rediss://` for TLS, or `Cluster(...)`) and checks for the module."""
+        `rediss://` for TLS, `Cluster(...)` or `Sentinel(...)`) and checks
+        for the module. `sync_timeout`: how long a grant or extension on a
+        master with `redlock.sync-replicas` set may wait for its replicas."""
         args = connect_args(
             members, node_timeout, connect_timeout, retry, drift_factor, clock_floor,
-            tls_ca_file, tls_client_cert,
+            tls_ca_file, tls_client_cert, sync_timeout,
         )
         return cls(_native.Client.connect(*args))
 
@@ -187,7 +190,7 @@ class AsyncRedlock:
     @classmethod
     async def connect(
         cls,
-        members: Sequence[str | Cluster],
+        members: Sequence[Member],
         *,
         node_timeout: Seconds = 0.1,
         connect_timeout: Seconds = 1.0,
@@ -196,11 +199,13 @@ class AsyncRedlock:
         clock_floor: bool = True,
         tls_ca_file: StrPath | None = None,
         tls_client_cert: tuple[StrPath, StrPath] | None = None,
+        sync_timeout: Seconds = 0.25,
     ) -> Self:
-        """Connects to every member and checks for the module."""
+        """Connects to every member and checks for the module (see
+        `Redlock.connect`)."""
         args = connect_args(
             members, node_timeout, connect_timeout, retry, drift_factor, clock_floor,
-            tls_ca_file, tls_client_cert,
+            tls_ca_file, tls_client_cert, sync_timeout,
         )
         client: _native.Client = await _native.Client.connect_async(*args)
         return cls(client)

@@ -27,6 +27,7 @@ _View = tuple[
 ]
 _Path = str | PathLike[str]
 _Resource = str | list[str]
+_Member = str | list[str] | tuple[str, str, list[str], str | None, str | None, bool]
 _T = TypeVar("_T")
 
 @final
@@ -122,7 +123,7 @@ class Client:
     def closed(self) -> bool: ...
     @staticmethod
     def connect(
-        members: list[str | list[str]],
+        members: list[_Member],
         node_timeout: float,
         connect_timeout: float,
         attempts: int,
@@ -132,10 +133,11 @@ class Client:
         clock_floor: bool,
         tls_ca_file: _Path | None = None,
         tls_client_cert: tuple[_Path, _Path] | None = None,
+        sync_timeout: float = 0.25,
     ) -> Client: ...
     @staticmethod
     def connect_async(
-        members: list[str | list[str]],
+        members: list[_Member],
         node_timeout: float,
         connect_timeout: float,
         attempts: int,
@@ -145,6 +147,7 @@ class Client:
         clock_floor: bool,
         tls_ca_file: _Path | None = None,
         tls_client_cert: tuple[_Path, _Path] | None = None,
+        sync_timeout: float = 0.25,
     ) -> NativeFuture[Client]: ...
     def acquire(self, key: str, ttl: float, wait: float | None = None) -> NativeLock: ...
     @overload

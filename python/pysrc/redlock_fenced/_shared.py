@@ -13,10 +13,12 @@ from . import _native
 from ._types import (
     Arg,
     Cluster,
+    Member,
     NodeView,
     Resource,
     RetryPolicy,
     Seconds,
+    Sentinel,
     check_fenced,
     command_args,
     seconds,
@@ -85,22 +87,37 @@ def lost_error(key: str, token: int) -> LockLostError:
     )
 
 
-def _members(members: Sequence[str | Cluster]) -> list[str | list[str]]:
+def _members(members: Sequence[Member]) -> list[_native._Member]:
     if isinstance(members, (str, bytes)):
-        raise TypeError("members must be a list of node URLs or Cluster(...) members, not one string")
-    out: list[str | list[str]] = []
+        raise TypeError(
+            "members must be a list of node URLs, Cluster(...) or Sentinel(...) members, not one string"
+        )
+    out: list[_native._Member] = []
     for member in members:
         if isinstance(member, str):
             out.append(member)
         elif isinstance(member, Cluster):
             out.append(list(member.seeds))
+        elif isinstance(member, Sentinel):
+            out.append(
+                (
+                    "sentinel",
+                    member.name,
+                    list(member.sentinels),
+                    member.data_user,
+                    member.data_password,
+                    member.data_tls,
+                )
+            )
         else:
-            raise TypeError(f"a member must be a URL str or a Cluster, got {type(member).__name__}")
+            raise TypeError(
+                f"a member must be a URL str, a Cluster or a Sentinel, got {type(member).__name__}"
+            )
     return out
 
 
 def connect_args(
-    members: Sequence[str | Cluster],
+    members: Sequence[Member],
     node_timeout: Seconds,
     connect_timeout: Seconds,
     retry: RetryPolicy,
@@ -108,6 +125,7 @@ def connect_args(
     clock_floor: bool,
     tls_ca_file: StrPath | None,
     tls_client_cert: tuple[StrPath, StrPath] | None,
+    sync_timeout: Seconds = 0.25,
 ) -> tuple[Any, ...]:
     if not isinstance(retry, RetryPolicy):
         raise TypeError(f"retry must be a RetryPolicy, got {type(retry).__name__}")
@@ -140,6 +158,7 @@ def connect_args(
         clock_floor,
         tls_ca_file,
         tls_client_cert,
+        seconds("sync_timeout", sync_timeout, minimum=0.0, allow_minimum=False),
     )
 
 

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 from collections.abc import Iterable, Sequence
 from typing import Literal, TypeAlias
 
 from .errors import InvalidArgumentError
 
-__all__ = ["Arg", "Cluster", "NodeView", "Resource", "RetryPolicy", "Seconds"]
+__all__ = ["Arg", "Cluster", "Member", "NodeView", "Resource", "RetryPolicy", "Seconds", "Sentinel"]
 
 Seconds: TypeAlias = float | int | timedelta
 """A duration in seconds: finite and above zero. The nodes get whole
@@ -170,6 +170,56 @@ class Cluster:
                 raise TypeError(f"cluster seeds must be str URLs, got {type(seed).__name__}")
         object.__setattr__(self, "seeds", tuple(seeds))
 
+
+@dataclass(frozen=True, slots=True, init=False)
+class Sentinel:
+    """A quorum member that is one master with replicas behind Redis
+    Sentinel: the master's name in Sentinel and the URLs of some of the
+    sentinels, `Sentinel("locks", "redis://10.0.0.1:26379", …)` (their own
+    scheme and credentials). The client asks the sentinels for the master
+    and follows failovers. The data nodes' credentials and TLS are their own
+    (`data_user`, `data_password`, `data_tls`). One vote, like a node; alone
+    it is the common deployment. With `redlock.sync-replicas` set on its
+    nodes, every grant is confirmed by every replica before it counts, and a
+    failover keeps the locks."""
+
+    name: str
+    sentinels: tuple[str, ...]
+    data_user: str | None
+    data_password: str | None = field(repr=False)
+    data_tls: bool
+
+    def __init__(
+        self,
+        name: str,
+        *sentinels: str,
+        data_user: str | None = None,
+        data_password: str | None = None,
+        data_tls: bool = False,
+    ) -> None:
+        if not isinstance(name, str) or not name:
+            raise InvalidArgumentError(
+                "invalid argument: a Sentinel needs the master's name (as in `sentinel monitor NAME …`)"
+            )
+        if not sentinels:
+            raise InvalidArgumentError("invalid argument: a Sentinel needs at least one sentinel URL")
+        for url in sentinels:
+            if not isinstance(url, str):
+                raise TypeError(f"sentinel URLs must be str, got {type(url).__name__}")
+        for what, value in (("data_user", data_user), ("data_password", data_password)):
+            if value is not None and not isinstance(value, str):
+                raise TypeError(f"{what} must be a str, got {type(value).__name__}")
+        if not isinstance(data_tls, bool):
+            raise TypeError("data_tls must be a bool")
+        object.__setattr__(self, "name", name)
+        object.__setattr__(self, "sentinels", tuple(sentinels))
+        object.__setattr__(self, "data_user", data_user)
+        object.__setattr__(self, "data_password", data_password)
+        object.__setattr__(self, "data_tls", data_tls)
+
+
+Member: TypeAlias = str | Cluster | Sentinel
+"""A quorum member: a node's URL, a `Cluster`, or a `Sentinel`."""
 
 Resource: TypeAlias = str | Cluster
 """Where fenced commands run: a server's URL (`redis://host:port`,

@@ -139,6 +139,14 @@ fn main() -> ExitCode {
             // cluster to settle): a longer quick run, so that each kind runs.
             let secs = if args.quick && fault == FaultType::ClusterShards {
                 10.0
+            } else if fault.is_sentinel() {
+                // The group takes a few seconds to form and each failover
+                // two to three.
+                if args.quick {
+                    16.0
+                } else {
+                    run_secs.max(60.0)
+                }
             } else {
                 run_secs
             };
@@ -155,7 +163,9 @@ fn main() -> ExitCode {
             // (woken by the nodes) instead of one attempt per try.
             let waiting = (ti / 2 + r) % 2 == 1;
             if waiting {
-                cfg.client.wait_ms = Some(cfg.ttl_ms * 3);
+                // Sentinel runs' leases are long: a wait of three would
+                // outlast the run's end.
+                cfg.client.wait_ms = Some((cfg.ttl_ms * 3).min(3_000));
             }
             cfg.name = format!(
                 "{}-k{keys}-r{r}{}",
@@ -169,12 +179,17 @@ fn main() -> ExitCode {
                 Ok(res) => {
                     let rep = &res.report;
                     eprintln!(
-                        "[{:>5.0}s] {:<28} acquisitions={:<6} faults={:<3} violations={} -> {}",
+                        "[{:>5.0}s] {:<28} acquisitions={:<6} faults={:<3} violations={}{} -> {}",
                         began.elapsed().as_secs_f64(),
                         cfg.name,
                         rep.acquisitions,
                         rep.faults,
                         rep.violations(),
+                        if fault.is_sentinel() {
+                            format!(" locks_lost={}/{}", rep.locks_lost, rep.locks_checked)
+                        } else {
+                            String::new()
+                        },
                         res.history.display()
                     );
                     for ex in rep.examples.iter().take(3) {
@@ -266,6 +281,27 @@ fn main() -> ExitCode {
     }
     if !table.is_empty() {
         print_table(&table);
+    }
+    let sentinel_rows: Vec<&(FaultType, usize, Report)> =
+        table.iter().filter(|(f, _, _)| f.is_sentinel()).collect();
+    if !sentinel_rows.is_empty() {
+        println!(
+            "locks lost by their holders in failovers (holds still valid that the new master lacked):"
+        );
+        for (f, _, r) in sentinel_rows {
+            println!(
+                "  {:<22} {} of {} holds checked after {} faults ({})",
+                f.name(),
+                r.locks_lost,
+                r.locks_checked,
+                r.faults,
+                if *f == FaultType::Sentinel {
+                    "with the replica-sync check, R = 2"
+                } else {
+                    "without it: the promotion guard keeps the run safe"
+                }
+            );
+        }
     }
     for (name, _, r, reclaimed) in &reclaim_rows {
         println!(

@@ -197,6 +197,9 @@ async fn run(args: &Args) -> Result<bool, String> {
     if plan.runs(Section::Cluster) {
         sections::cluster::run(&module, &nodes, &plan, &mut report).await?;
     }
+    if plan.runs(Section::Sentinel) {
+        sections::sentinel::run(&module, &plan, &mut report).await?;
+    }
 
     println!();
     println!(

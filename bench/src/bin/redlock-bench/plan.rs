@@ -18,6 +18,7 @@ pub(crate) enum Section {
     Waiting,
     Cluster,
     Fenced,
+    Sentinel,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -66,6 +67,7 @@ impl Plan {
             Section::Waiting,
             Section::Cluster,
             Section::Fenced,
+            Section::Sentinel,
         ];
         Plan {
             smoke: args.smoke,

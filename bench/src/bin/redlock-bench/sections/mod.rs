@@ -6,6 +6,7 @@ pub(crate) mod fenced;
 pub(crate) mod memory;
 pub(crate) mod profile;
 pub(crate) mod reclaim;
+pub(crate) mod sentinel;
 pub(crate) mod server;
 pub(crate) mod slow;
 pub(crate) mod uncontended;

@@ -1,0 +1,446 @@
+//! The replica-sync check (DESIGN §13), apart from Redis: when a master may
+//! take a lock write, when a promoted replica may grant at once, and when a
+//! replica has caught up with what it acknowledged before a restart.
+//!
+//! **R** is `redlock.sync-replicas`, the same on every node of a group of one
+//! master with replicas; 0 (the default) turns the check off. A client states
+//! the R it will wait for in every lock write (`SYNC r` on ACQUIRE, EXTEND and
+//! FENCE) and relies on the write only after `WAIT r` counted r replicas. The
+//! node compares: a client that states another R (an operator changed it, the
+//! client never asked) is refused with the node's R and tries again. So no
+//! client ever relies on fewer acknowledgements than the node requires.
+//!
+//! **Every replica acknowledges.** A master counts its replicas by identity
+//! (`ip:port`) over its life as master, kept in a file across restarts, and
+//! refuses lock writes while that count is above R: with count ≤ R, `WAIT R`
+//! succeeds only when every replica it ever had acknowledged, so no replica
+//! that missed a write can have been part of it. A replica that left and one
+//! that joined in its place are two; the one that left may still be promoted.
+//!
+//! **A promoted replica grants at once** ([`promotion`]) only when all of
+//! these hold, otherwise it keeps the guard of DESIGN §7:
+//! - its own R is above 0, and its master said (in its last announcement) that
+//!   it had the same R, so the check was in force on both;
+//! - it completed a sync with its current master since it started and since
+//!   it was pointed at that master: it applied an announcement of that master
+//!   that is *fresh* ([`fresh`]) — a replica that restarted replays its
+//!   master's backlog from its own old files, and only an announcement it had
+//!   not seen before its restart proves that it is past everything it
+//!   acknowledged then;
+//! - the master's own guard window, and the time during which it may have
+//!   granted leases without the check (before R was raised), were over; the
+//!   announcement carries what was left of them ([`hold_ms`]), and a replica
+//!   promoted earlier guards for the rest.
+
+use std::collections::BTreeSet;
+
+use crate::core::lock::MonoMillis;
+
+/// Largest accepted `redlock.sync-replicas`.
+pub const MAX_SYNC_REPLICAS: i64 = 64;
+
+/// Why a master refuses a lock write under the check. Nothing was changed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SyncRefusal {
+    /// The command stated another R than this node's (`SYNC r`, none = 0).
+    Stated {
+        /// This node's `redlock.sync-replicas`.
+        node: u64,
+        /// What the command stated.
+        stated: u64,
+    },
+    /// More replicas than R have been this master's since it became master.
+    TooMany {
+        /// How many.
+        known: usize,
+        /// This node's R.
+        r: u64,
+    },
+    /// Fewer than R replicas are online: `WAIT R` cannot succeed.
+    TooFew {
+        /// How many are online.
+        online: usize,
+        /// This node's R.
+        r: u64,
+    },
+}
+
+/// Whether a master with R = `r`, `known` replicas over its life and `online`
+/// replicas now may take a lock write that stated `stated`.
+pub fn check_write(r: u64, stated: u64, known: usize, online: usize) -> Result<(), SyncRefusal> {
+    if stated != r {
+        return Err(SyncRefusal::Stated { node: r, stated });
+    }
+    if r == 0 {
+        return Ok(());
+    }
+    if known as u64 > r {
+        return Err(SyncRefusal::TooMany { known, r });
+    }
+    if (online as u64) < r {
+        return Err(SyncRefusal::TooFew { online, r });
+    }
+    Ok(())
+}
+
+/// What a replica's current master last announced, from a fresh
+/// announcement: its R, and until when (on this node's monotonic clock) a
+/// promoted replica must still guard.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Vouch {
+    /// The master's `redlock.sync-replicas` when it announced.
+    pub master_r: u64,
+    /// The end of the master's hold on this node's clock.
+    pub hold_until: MonoMillis,
+}
+
+/// How a promoted replica starts as master.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Promotion {
+    /// Grants at once: every condition of the check holds.
+    AtOnce,
+    /// Guards for the rest of its master's hold, this many ms.
+    Rest(u64),
+    /// Today's guard, for the longest lease (DESIGN §7).
+    Guard,
+}
+
+/// The promotion rule: a replica with R = `own_r` whose current master
+/// vouched `vouch` (`None`: no fresh announcement of this master since the
+/// replica started or was pointed at it) is promoted at `now`;
+/// `link_down_since` is when its link to that master went down (`None`: up
+/// until the promotion), `longest_ms` the longest lease it knows of.
+///
+/// A link down for a whole longest lease or more also keeps the guard: the
+/// master may have lost its files (a new disk) and its replica set with
+/// them, restarted, waited out its own restart window (as long as that
+/// lease) and granted with replicas that did not include this one. A link
+/// down for less cannot hide such a grant.
+pub fn promotion(
+    own_r: u64,
+    vouch: Option<Vouch>,
+    link_down_since: Option<MonoMillis>,
+    longest_ms: u64,
+    now: MonoMillis,
+) -> Promotion {
+    let cut_off = link_down_since.is_some_and(|since| now.saturating_sub(since) >= longest_ms);
+    match vouch {
+        Some(v) if own_r > 0 && v.master_r == own_r && !cut_off => {
+            if v.hold_until > now {
+                Promotion::Rest(v.hold_until - now)
+            } else {
+                Promotion::AtOnce
+            }
+        }
+        _ => Promotion::Guard,
+    }
+}
+
+/// How long a replica promoted now must still guard, as a master announces
+/// it: the rest of its own guard window (`window_left_ms`), and the rest of
+/// the longest lease it may have granted without the check
+/// (`unchecked_until`, on its monotonic clock: when it loaded, or when R was
+/// raised from 0).
+pub fn hold_ms(window_left_ms: u64, unchecked_until: MonoMillis, now: MonoMillis) -> u64 {
+    window_left_ms.max(unchecked_until.saturating_sub(now))
+}
+
+/// Whether an announcement emitted at master offset `offset` is fresh for a
+/// replica whose next unseen offset is `seen_next` (`None`: unknown, so only
+/// a full sync makes the replica current).
+///
+/// Why it proves the replica current: every announcement a node applied or
+/// emitted raised `seen_next` past its offset on disk before the node went
+/// on (and so before it acknowledged anything after it). After a restart,
+/// the backlog replays from the node's old files; an announcement it had
+/// already applied before the restart is not fresh, and every announcement
+/// positioned before the last offset it acknowledged was applied then. So a
+/// fresh one lies past everything the node acknowledged before its restart.
+pub fn fresh(offset: u64, seen_next: Option<u64>) -> bool {
+    seen_next.is_some_and(|next| offset >= next)
+}
+
+/// A replica's identity in a master's `INFO replication` line
+/// (`ip=…,port=…,state=…,offset=…,lag=…`): `ip:port` and whether it is
+/// online. `None` for a line without an address or with port 0 (a tool that
+/// reads an RDB, never a promotable replica).
+pub fn parse_replica(line: &str) -> Option<(String, bool)> {
+    let mut ip = None;
+    let mut port = None;
+    let mut online = false;
+    for field in line.split(',') {
+        match field.split_once('=') {
+            Some(("ip", v)) => ip = Some(v.trim()),
+            Some(("port", v)) => port = v.trim().parse::<u16>().ok(),
+            Some(("state", v)) => online = v.trim() == "online",
+            _ => {}
+        }
+    }
+    match (ip, port) {
+        (Some(ip), Some(port)) if !ip.is_empty() && port != 0 => {
+            Some((format!("{ip}:{port}"), online))
+        }
+        _ => None,
+    }
+}
+
+/// What a node keeps for the check across restarts: the replicas of its
+/// life as master, and, as a replica, the next announcement offset it has
+/// not seen.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SyncFile {
+    /// See [`fresh`]; `None` until a full sync (or when unknown).
+    pub seen_next: Option<u64>,
+    /// `ip:port` of every replica of this master's life.
+    pub replicas: BTreeSet<String>,
+}
+
+impl SyncFile {
+    /// The file's text.
+    pub fn render(&self) -> String {
+        let mut text = String::from("redlock-sync-state 1\n");
+        match self.seen_next {
+            Some(n) => text.push_str(&format!("seen {n}\n")),
+            None => text.push_str("seen none\n"),
+        }
+        for r in &self.replicas {
+            text.push_str("replica ");
+            text.push_str(r);
+            text.push('\n');
+        }
+        text
+    }
+
+    /// Reads a file; `None` for anything that is not exactly one (a torn or
+    /// foreign file: no replica has been seen to be current, and the caller
+    /// decides what an unknown replica set means).
+    pub fn parse(text: &str) -> Option<SyncFile> {
+        let mut lines = text.lines();
+        if lines.next()? != "redlock-sync-state 1" {
+            return None;
+        }
+        let seen_next = match lines.next()?.strip_prefix("seen ")? {
+            "none" => None,
+            n => Some(n.parse::<u64>().ok()?),
+        };
+        let mut replicas = BTreeSet::new();
+        for line in lines {
+            let id = line.strip_prefix("replica ")?;
+            let (ip, port) = id.rsplit_once(':')?;
+            if ip.is_empty()
+                || id.contains(char::is_whitespace)
+                || !port.parse::<u16>().is_ok_and(|p| p != 0)
+            {
+                return None;
+            }
+            replicas.insert(id.to_string());
+        }
+        Some(SyncFile {
+            seen_next,
+            replicas,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn a_write_must_state_the_nodes_r() {
+        assert_eq!(check_write(0, 0, 5, 0), Ok(()));
+        assert_eq!(
+            check_write(2, 0, 2, 2),
+            Err(SyncRefusal::Stated { node: 2, stated: 0 })
+        );
+        assert_eq!(
+            check_write(0, 2, 0, 0),
+            Err(SyncRefusal::Stated { node: 0, stated: 2 })
+        );
+        assert_eq!(
+            check_write(2, 1, 1, 1),
+            Err(SyncRefusal::Stated { node: 2, stated: 1 })
+        );
+        assert_eq!(check_write(2, 2, 2, 2), Ok(()));
+        // Fewer known than R: WAIT R cannot succeed, but that is for WAIT
+        // to say; only fewer online is refused up front.
+        assert_eq!(
+            check_write(2, 2, 1, 1),
+            Err(SyncRefusal::TooFew { online: 1, r: 2 })
+        );
+    }
+
+    #[test]
+    fn a_master_with_more_replicas_than_r_refuses() {
+        assert_eq!(
+            check_write(2, 2, 3, 3),
+            Err(SyncRefusal::TooMany { known: 3, r: 2 })
+        );
+        // A replica that left still counts: two online, three known.
+        assert_eq!(
+            check_write(2, 2, 3, 2),
+            Err(SyncRefusal::TooMany { known: 3, r: 2 })
+        );
+        // R 0: the check is off whatever the replicas.
+        assert_eq!(check_write(0, 0, 9, 9), Ok(()));
+    }
+
+    #[test]
+    fn promotion_at_once_only_when_every_condition_holds() {
+        let vouch = Vouch {
+            master_r: 2,
+            hold_until: 1_000,
+        };
+        let p = |own, vouch, now| promotion(own, vouch, None, 60_000, now);
+        assert_eq!(p(2, Some(vouch), 1_000), Promotion::AtOnce);
+        assert_eq!(p(2, Some(vouch), 400), Promotion::Rest(600));
+        // Off here, off on the master, different R, never synced.
+        assert_eq!(p(0, Some(vouch), 5_000), Promotion::Guard);
+        let off = Vouch {
+            master_r: 0,
+            ..vouch
+        };
+        assert_eq!(p(0, Some(off), 5_000), Promotion::Guard);
+        assert_eq!(p(2, Some(off), 5_000), Promotion::Guard);
+        assert_eq!(p(1, Some(vouch), 5_000), Promotion::Guard);
+        assert_eq!(p(2, None, 5_000), Promotion::Guard);
+        // Cut off from its master for a whole longest lease: the guard.
+        assert_eq!(
+            promotion(2, Some(vouch), Some(1_000), 60_000, 60_999),
+            Promotion::AtOnce
+        );
+        assert_eq!(
+            promotion(2, Some(vouch), Some(1_000), 60_000, 61_000),
+            Promotion::Guard
+        );
+    }
+
+    #[test]
+    fn the_hold_covers_the_window_and_the_unchecked_leases() {
+        assert_eq!(hold_ms(0, 0, 100), 0);
+        assert_eq!(hold_ms(500, 0, 100), 500);
+        assert_eq!(hold_ms(500, 1_100, 100), 1_000);
+        assert_eq!(hold_ms(0, 50, 100), 0);
+    }
+
+    #[test]
+    fn freshness_needs_a_known_offset() {
+        assert!(!fresh(10, None));
+        assert!(fresh(0, Some(0)));
+        assert!(fresh(10, Some(10)));
+        assert!(!fresh(9, Some(10)));
+    }
+
+    #[test]
+    fn replica_lines_give_their_address_and_state() {
+        assert_eq!(
+            parse_replica("ip=127.0.0.1,port=6380,state=online,offset=10,lag=0"),
+            Some(("127.0.0.1:6380".into(), true))
+        );
+        assert_eq!(
+            parse_replica("ip=::1,port=7001,state=wait_bgsave,offset=0,lag=0"),
+            Some(("::1:7001".into(), false))
+        );
+        assert_eq!(
+            parse_replica("ip=10.0.0.1,port=0,state=online,offset=1,lag=0"),
+            None
+        );
+        assert_eq!(parse_replica("port=6380,state=online"), None);
+        assert_eq!(parse_replica(""), None);
+    }
+
+    #[test]
+    fn files_round_trip_and_anything_else_is_no_file() {
+        let mut f = SyncFile {
+            seen_next: Some(42),
+            replicas: BTreeSet::new(),
+        };
+        f.replicas.insert("127.0.0.1:7001".into());
+        f.replicas.insert("127.0.0.1:7002".into());
+        assert_eq!(SyncFile::parse(&f.render()), Some(f.clone()));
+        let none = SyncFile::default();
+        assert_eq!(SyncFile::parse(&none.render()), Some(none));
+        let good = f.render();
+        for bad in [
+            "",
+            "redlock-sync-state 2\nseen 1\n",
+            "redlock-sync-state 1\n",
+            "redlock-sync-state 1\nseen x\n",
+            "redlock-sync-state 1\nseen 1\nreplica \n",
+            "redlock-sync-state 1\nseen 1\nother a:1\n",
+            &good[..good.len() - 5],
+        ] {
+            assert_eq!(SyncFile::parse(bad), None, "{bad:?}");
+        }
+    }
+
+    /// The sequences of the freshness argument: a node applies (or emits)
+    /// announcements at increasing offsets, persisting `seen_next` each time,
+    /// acknowledges up to some offset, restarts from older files and replays
+    /// the stream from there. No announcement it counts as fresh lies at or
+    /// before the offset it had acknowledged.
+    fn replay_never_counts_an_old_announcement(
+        announcements: &[u64],
+        acked_upto: u64,
+        file_at: u64,
+    ) -> bool {
+        // Before the restart: everything up to `acked_upto` was applied.
+        let mut seen = Some(0u64);
+        for &a in announcements.iter().filter(|&&a| a <= acked_upto) {
+            seen = seen.map(|s| s.max(a + 1));
+        }
+        // After: the replay starts at `file_at <= acked_upto`.
+        announcements
+            .iter()
+            .filter(|&&a| a >= file_at)
+            .all(|&a| !fresh(a, seen) || a > acked_upto)
+    }
+
+    proptest! {
+        #[test]
+        fn a_replayed_backlog_proves_nothing_it_already_had(
+            mut announcements in proptest::collection::vec(0u64..1_000, 0..20),
+            acked in 0u64..1_000,
+            back in 0u64..1_000,
+        ) {
+            announcements.sort_unstable();
+            announcements.dedup();
+            let file_at = acked.saturating_sub(back);
+            prop_assert!(replay_never_counts_an_old_announcement(&announcements, acked, file_at));
+        }
+
+        #[test]
+        fn known_replicas_above_r_always_refuse(r in 1u64..8, known in 0usize..12, online in 0usize..12) {
+            let online = online.min(known);
+            let verdict = check_write(r, r, known, online);
+            if known as u64 > r {
+                prop_assert_eq!(verdict, Err(SyncRefusal::TooMany { known, r }));
+            } else if (online as u64) < r {
+                prop_assert_eq!(verdict, Err(SyncRefusal::TooFew { online, r }));
+            } else {
+                // Accepted only when the replicas WAIT R counts are all of them.
+                prop_assert_eq!(known as u64, r);
+                prop_assert_eq!(verdict, Ok(()));
+            }
+        }
+
+        #[test]
+        fn promotion_never_skips_a_hold(
+            own in 0u64..4,
+            master in 0u64..4,
+            hold in 0u64..10_000,
+            now in 0u64..10_000,
+            down in proptest::option::of(0u64..10_000),
+            longest in 1u64..10_000,
+        ) {
+            let p = promotion(own, Some(Vouch { master_r: master, hold_until: hold }), down, longest, now);
+            let cut_off = down.is_some_and(|d| now.saturating_sub(d) >= longest);
+            match p {
+                Promotion::AtOnce => prop_assert!(own > 0 && own == master && hold <= now && !cut_off),
+                Promotion::Rest(ms) => prop_assert!(own > 0 && own == master && now + ms == hold && !cut_off),
+                Promotion::Guard => prop_assert!(own == 0 || own != master || cut_off),
+            }
+        }
+    }
+}

@@ -1,0 +1,616 @@
+//! The replica-sync check on the node (DESIGN §13; the rules are in
+//! [`crate::core::sync_rule`]).
+//!
+//! As a master: every lock write (ACQUIRE, EXTEND, FENCE) must state this
+//! node's R, and is refused while the master has had more replicas than R
+//! since it became master (counted by `ip:port` from `INFO replication`,
+//! kept in the file `redlock-sync-state` in the server's directory, which a
+//! restart reads back) or fewer than R are online. The master tells its
+//! replicas what they need to know to be promoted safely in an
+//! *announcement* on the replication stream,
+//! `REDLOCK.APPLY key sync offset r hold-ms` (`offset`: its replication
+//! offset before the announcement; `r`: its R; `hold-ms`: how long a replica
+//! promoted now must still guard), sent when a replica comes online (after
+//! the data it synced), when R changes, and whenever the hold changed since
+//! the last one, ahead of the next lock write's effect, so that no write
+//! made under a new R reaches a replica before the R does.
+//!
+//! As a replica: a *fresh* announcement ([`fresh`]) makes it current with
+//! its master; the next unseen offset is kept in the same file, written
+//! before the node goes on. Starting, being pointed at another master, or a
+//! full sync beginning make it not current; a promotion decides from that
+//! ([`promotion`]) whether it grants at once, guards for the rest of its
+//! master's hold, or keeps the guard of DESIGN §7.
+
+use std::os::raw::{c_char, c_int, c_longlong, c_void};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering::Relaxed};
+use std::sync::{Mutex, OnceLock};
+
+use redis_module::{raw, Context, ContextFlags};
+
+use crate::core::error::CommandError;
+use crate::core::lock::MonoMillis;
+use crate::core::sync_rule::{
+    check_write, fresh, hold_ms, parse_replica, promotion, Promotion, SyncFile, SyncRefusal, Vouch,
+};
+use crate::host::clock::mono_now;
+use crate::host::config;
+use crate::host::guard;
+use crate::host::mutant::{self, Mutant};
+
+/// File name of the check's state, in the server's directory.
+pub const FILE: &str = "redlock-sync-state";
+
+/// The check's counters, shown by `INFO redlock`.
+pub mod stats {
+    use std::sync::atomic::AtomicU64;
+
+    /// Lock writes refused because they stated another R.
+    pub static REFUSED_STATED: AtomicU64 = AtomicU64::new(0);
+    /// Lock writes refused because the master had more replicas than R.
+    pub static REFUSED_TOO_MANY: AtomicU64 = AtomicU64::new(0);
+    /// Lock writes refused because fewer than R replicas were online.
+    pub static REFUSED_TOO_FEW: AtomicU64 = AtomicU64::new(0);
+    /// Announcements sent.
+    pub static ANNOUNCED: AtomicU64 = AtomicU64::new(0);
+    /// Fresh announcements applied (as a replica).
+    pub static FRESH: AtomicU64 = AtomicU64::new(0);
+    /// Announcements applied that were not fresh (a replayed backlog).
+    pub static STALE: AtomicU64 = AtomicU64::new(0);
+}
+
+static PATH: OnceLock<PathBuf> = OnceLock::new();
+/// What the file holds (and what is written next).
+static STATE: Mutex<SyncFile> = Mutex::new(SyncFile {
+    seen_next: None,
+    replicas: std::collections::BTreeSet::new(),
+});
+/// The replica set could not be written: lock writes are refused (a restart
+/// would forget replicas).
+static RECORD_FAILED: AtomicBool = AtomicBool::new(false);
+/// Replicas of this master's life, and online now (from the last scan).
+static KNOWN: AtomicUsize = AtomicUsize::new(0);
+static ONLINE: AtomicUsize = AtomicUsize::new(0);
+/// As a replica: a fresh announcement of the current master was applied.
+static CURRENT: AtomicBool = AtomicBool::new(false);
+static VOUCHED_R: AtomicU64 = AtomicU64::new(0);
+static HOLD_UNTIL: AtomicU64 = AtomicU64::new(0);
+/// As a replica: since when its link to its master is down (0: up).
+static LINK_DOWN_SINCE: AtomicU64 = AtomicU64::new(0);
+/// As a master: until when leases granted without the check may run.
+static UNCHECKED_UNTIL: AtomicU64 = AtomicU64::new(0);
+/// R when last seen, to notice a change.
+static LAST_R: AtomicU64 = AtomicU64::new(0);
+/// Bumped at every change of what an announcement says; the last
+/// announcement was sent at `ANNOUNCED_CHANGES` and the guard's epoch
+/// `ANNOUNCED_EPOCH`.
+static CHANGES: AtomicU64 = AtomicU64::new(1);
+static ANNOUNCED_CHANGES: AtomicU64 = AtomicU64::new(0);
+static ANNOUNCED_EPOCH: AtomicU64 = AtomicU64::new(0);
+/// The R the last announcement said.
+static ANNOUNCED_R: AtomicU64 = AtomicU64::new(0);
+/// The last promotion's outcome, for `INFO` (0 none, 1 at once, 2 the rest
+/// of a hold, 3 the guard).
+static LAST_PROMOTION: AtomicU8 = AtomicU8::new(0);
+
+fn state() -> std::sync::MutexGuard<'static, SyncFile> {
+    STATE.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Writes the file (fsynced). A failure removes it: a node without the
+/// file counts as having seen nothing (a replica then needs a full sync),
+/// never as current; for a master it means refusing lock writes until the
+/// replica set is written.
+fn save(ctx: Option<&Context>, file: &SyncFile) -> bool {
+    let Some(path) = PATH.get() else {
+        return false;
+    };
+    match guard::write_file(path, &file.render()) {
+        Ok(()) => true,
+        Err(e) => {
+            let _ = std::fs::remove_file(path);
+            let text = format!(
+                "cannot write {}: {e}; this node will need a full sync before a promotion can skip the guard",
+                path.display()
+            );
+            match ctx {
+                Some(ctx) => ctx.log_warning(&text),
+                None => redis_module::logging::log_warning(text),
+            }
+            false
+        }
+    }
+}
+
+/// Reads the file at load. A replica forgets the replica set (it is not a
+/// master; its next life as one starts empty).
+pub fn on_load(ctx: &Context, now: MonoMillis) {
+    let path = std::env::current_dir().unwrap_or_default().join(FILE);
+    let file = std::fs::read_to_string(&path)
+        .ok()
+        .and_then(|text| SyncFile::parse(&text))
+        .unwrap_or_default();
+    let _ = PATH.set(path);
+    let replica = ctx.get_flags().contains(ContextFlags::SLAVE);
+    {
+        let mut st = state();
+        *st = file;
+        if replica && !st.replicas.is_empty() {
+            st.replicas.clear();
+            let copy = st.clone();
+            drop(st);
+            save(Some(ctx), &copy);
+        }
+    }
+    // A restart exempt from the guard (durable all its life) keeps every
+    // lease the previous run granted, and some may have been granted without
+    // the check (R was 0 then): a replica promoted within the longest lease
+    // guards for the rest. Any other start has its restart window for that
+    // (DESIGN §7), which announcements carry as well.
+    let unchecked = if guard::restart_exempt() {
+        now.saturating_add(guard::longest_lease())
+    } else {
+        0
+    };
+    UNCHECKED_UNTIL.store(unchecked, Relaxed);
+    LAST_R.store(config::sync_replicas(), Relaxed);
+    if !replica {
+        scan(ctx);
+    }
+}
+
+/// Reads `INFO replication` and updates the replica counts; a replica seen
+/// for the first time joins this master's set, which is written at once.
+pub fn scan(ctx: &Context) {
+    let online_ids = online_now();
+    ONLINE.store(online_ids.len(), Relaxed);
+    let mut st = state();
+    let mut grew = false;
+    for id in online_ids {
+        grew |= st.replicas.insert(id);
+    }
+    if mutant::on(Mutant::SyncCountsOnline) {
+        // The rule before DESIGN §13: only the replicas connected now.
+        KNOWN.store(ONLINE.load(Relaxed), Relaxed);
+    } else {
+        KNOWN.store(st.replicas.len(), Relaxed);
+    }
+    if grew {
+        let copy = st.clone();
+        drop(st);
+        RECORD_FAILED.store(!save(Some(ctx), &copy), Relaxed);
+    }
+}
+
+/// The `ip:port` of every replica online now (`INFO replication`).
+fn online_now() -> Vec<String> {
+    let mut ids = Vec::new();
+    // SAFETY: plain module API calls; the info data is freed below.
+    unsafe {
+        let (Some(get), Some(field), Some(free)) = (
+            raw::RedisModule_GetServerInfo,
+            raw::RedisModule_ServerInfoGetFieldC,
+            raw::RedisModule_FreeServerInfo,
+        ) else {
+            return ids;
+        };
+        let info = get(std::ptr::null_mut(), c"replication".as_ptr());
+        if info.is_null() {
+            return ids;
+        }
+        for i in 0..1024 {
+            let name = format!("slave{i}\0");
+            let value = field(info, name.as_ptr().cast::<c_char>());
+            if value.is_null() {
+                break;
+            }
+            let line = std::ffi::CStr::from_ptr(value).to_string_lossy();
+            if let Some((id, true)) = parse_replica(&line) {
+                ids.push(id);
+            }
+        }
+        free(std::ptr::null_mut(), info);
+    }
+    ids
+}
+
+/// The check for a lock write that stated `stated` (`SYNC r`, 0 without):
+/// refused with the node's R when it differs, and while the master has had
+/// more replicas than R or has fewer online.
+pub fn check(ctx: &Context, stated: u64) -> Result<(), CommandError> {
+    let r = config::sync_replicas();
+    if r == 0 && stated == 0 {
+        return Ok(());
+    }
+    if r > 0 {
+        // The counts are kept by the replica events (and the scan at load,
+        // for a MODULE LOAD into a running master): reading INFO here would
+        // cost every lock write more than the rest of it.
+        let _ = ctx;
+        if RECORD_FAILED.load(Relaxed) {
+            return Err(CommandError::SyncRecord(format!(
+                "{} could not be written",
+                PATH.get()
+                    .map(|p| p.display().to_string())
+                    .unwrap_or_default()
+            )));
+        }
+    }
+    check_write(r, stated, KNOWN.load(Relaxed), ONLINE.load(Relaxed)).map_err(|refusal| {
+        match refusal {
+            SyncRefusal::Stated { node, stated } => {
+                stats::REFUSED_STATED.fetch_add(1, Relaxed);
+                CommandError::SyncStated { node, stated }
+            }
+            SyncRefusal::TooMany { known, r } => {
+                stats::REFUSED_TOO_MANY.fetch_add(1, Relaxed);
+                let names = state()
+                    .replicas
+                    .iter()
+                    .cloned()
+                    .collect::<Vec<_>>()
+                    .join(", ");
+                CommandError::SyncTooMany { known, names, r }
+            }
+            SyncRefusal::TooFew { online, r } => {
+                stats::REFUSED_TOO_FEW.fetch_add(1, Relaxed);
+                CommandError::SyncTooFew { online, r }
+            }
+        }
+    })
+}
+
+fn bump() {
+    CHANGES.fetch_add(1, Relaxed);
+}
+
+/// Whether announcements can change anything: the check is on, or the last
+/// announcement said it was (a replica must learn that it is off). With the
+/// check off all along, a promoted replica keeps the guard either way.
+fn worth_announcing() -> bool {
+    config::sync_replicas() > 0 || ANNOUNCED_R.load(Relaxed) > 0
+}
+
+/// What the last announcement said is out of date.
+fn due() -> bool {
+    worth_announcing()
+        && (ANNOUNCED_CHANGES.load(Relaxed) != CHANGES.load(Relaxed)
+            || ANNOUNCED_EPOCH.load(Relaxed) != guard::epoch())
+}
+
+/// Before a lock write's effect: sends the announcement when what it says
+/// changed since the last one, so that a replica learns a new R (or hold)
+/// before any write made under it.
+///
+/// # Safety
+/// `ctx` and `key` must belong to the command invocation in progress.
+pub unsafe fn announce_if_due(ctx: *mut raw::RedisModuleCtx, key: *mut raw::RedisModuleString) {
+    if due() {
+        announce(ctx, key);
+    }
+}
+
+/// Sends `REDLOCK.APPLY key sync offset r hold-ms` to replicas (not to the
+/// AOF: it says nothing about this node's own data), and records the
+/// offset as seen.
+///
+/// # Safety
+/// `ctx` must be a context that may replicate; `key` a live string.
+unsafe fn announce(ctx: *mut raw::RedisModuleCtx, key: *mut raw::RedisModuleString) {
+    ANNOUNCED_CHANGES.store(CHANGES.load(Relaxed), Relaxed);
+    ANNOUNCED_EPOCH.store(guard::epoch(), Relaxed);
+    let Some(offset) = master_offset() else {
+        return;
+    };
+    let now = mono_now();
+    let window_left = guard::state(now).map_or(0, |(_, left)| left);
+    let hold = hold_ms(window_left, UNCHECKED_UNTIL.load(Relaxed), now);
+    let r = config::sync_replicas();
+    ANNOUNCED_R.store(r, Relaxed);
+    {
+        // Emitted: a later replay of this node's history must not count it
+        // as fresh either (see `sync_rule::fresh`).
+        let mut st = state();
+        if st.seen_next.is_none_or(|n| n <= offset) {
+            st.seen_next = Some(offset + 1);
+            let copy = st.clone();
+            drop(st);
+            save(None, &copy);
+        }
+    }
+    if let Some(replicate) = raw::RedisModule_Replicate {
+        replicate(
+            ctx,
+            c"REDLOCK.APPLY".as_ptr(),
+            // `A`: replicas only.
+            c"sclllA".as_ptr(),
+            key,
+            c"sync".as_ptr(),
+            offset as c_longlong,
+            r as c_longlong,
+            hold as c_longlong,
+        );
+        stats::ANNOUNCED.fetch_add(1, Relaxed);
+    }
+}
+
+/// This node's replication offset now.
+fn master_offset() -> Option<u64> {
+    // SAFETY: plain module API calls; the info data is freed below.
+    unsafe {
+        let (Some(get), Some(unsigned), Some(free)) = (
+            raw::RedisModule_GetServerInfo,
+            raw::RedisModule_ServerInfoGetFieldUnsigned,
+            raw::RedisModule_FreeServerInfo,
+        ) else {
+            return None;
+        };
+        let info = get(std::ptr::null_mut(), c"replication".as_ptr());
+        if info.is_null() {
+            return None;
+        }
+        let mut err: c_int = 0;
+        let offset = unsigned(info, c"master_repl_offset".as_ptr(), &mut err);
+        free(std::ptr::null_mut(), info);
+        (err == 0).then_some(offset)
+    }
+}
+
+/// The key `REDLOCK.APPLY key sync …` names when sent from a timer; that
+/// form leaves its key untouched.
+const ANNOUNCE_KEY: &[u8] = b"redlock:node-record";
+
+/// Sends the announcement soon (on the next turn of the event loop, from a
+/// timer's context): after a replica came online (behind the data it
+/// synced), after R changed.
+pub fn announce_soon(ctx: &Context) {
+    // SAFETY: a plain module API call with the event's context.
+    unsafe {
+        if let Some(create) = raw::RedisModule_CreateTimer {
+            create(ctx.ctx, 0, Some(announce_timer), std::ptr::null_mut());
+        }
+    }
+}
+
+/// How long an announcement waits before it looks again while client writes
+/// are paused.
+const PAUSED_RETRY_MS: i64 = 100;
+
+unsafe extern "C" fn announce_timer(ctx: *mut raw::RedisModuleCtx, _data: *mut c_void) {
+    let _ = catch_unwind(AssertUnwindSafe(|| {
+        // Inside a client pause nothing may be propagated (Redis asserts
+        // it; `CONFIG SET redlock.sync-replicas` runs inside a
+        // `CLIENT PAUSE … WRITE`): look again after it.
+        if crate::host::replication::writes_paused() {
+            // SAFETY: ctx is the timer's context on the main thread.
+            unsafe {
+                if let Some(create) = raw::RedisModule_CreateTimer {
+                    create(
+                        ctx,
+                        PAUSED_RETRY_MS,
+                        Some(announce_timer),
+                        std::ptr::null_mut(),
+                    );
+                }
+            }
+            return;
+        }
+        let context = Context::new(ctx);
+        if context.get_flags().contains(ContextFlags::SLAVE) || !worth_announcing() {
+            return;
+        }
+        // SAFETY: ctx is the timer's context; the string is freed below.
+        unsafe {
+            let (Some(create), Some(free)) =
+                (raw::RedisModule_CreateString, raw::RedisModule_FreeString)
+            else {
+                return;
+            };
+            let key = create(ctx, ANNOUNCE_KEY.as_ptr().cast(), ANNOUNCE_KEY.len());
+            if key.is_null() {
+                return;
+            }
+            announce(ctx, key);
+            free(ctx, key);
+        }
+    }));
+}
+
+/// A replica applies an announcement from its master: a fresh one makes it
+/// current with that master. Ignored while loading the AOF (it says nothing
+/// about this node's data) and when not fresh (a replayed backlog).
+pub fn apply(ctx: &Context, offset: u64, r: u64, hold: u64) {
+    if !ctx.get_flags().contains(ContextFlags::REPLICATED) {
+        return;
+    }
+    let mut st = state();
+    if !fresh(offset, st.seen_next) && !mutant::on(Mutant::SyncAnyAnnouncement) {
+        stats::STALE.fetch_add(1, Relaxed);
+        return;
+    }
+    // Recorded before the node goes on: see `sync_rule::fresh`.
+    st.seen_next = Some(st.seen_next.map_or(offset + 1, |n| n.max(offset + 1)));
+    let copy = st.clone();
+    drop(st);
+    save(Some(ctx), &copy);
+    VOUCHED_R.store(r, Relaxed);
+    HOLD_UNTIL.store(mono_now().saturating_add(hold), Relaxed);
+    CURRENT.store(true, Relaxed);
+    stats::FRESH.fetch_add(1, Relaxed);
+}
+
+/// The node became a replica (of a new master): not current until a fresh
+/// announcement of that master; no replica set of its own.
+pub fn on_demotion(ctx: &Context) {
+    CURRENT.store(false, Relaxed);
+    KNOWN.store(0, Relaxed);
+    ONLINE.store(0, Relaxed);
+    let mut st = state();
+    if !st.replicas.is_empty() {
+        st.replicas.clear();
+        let copy = st.clone();
+        drop(st);
+        save(Some(ctx), &copy);
+    }
+}
+
+/// The link to the master went up or down (a link that never came up since
+/// the start leaves the replica not current anyway).
+pub fn on_master_link(up: bool, now: MonoMillis) {
+    if up {
+        LINK_DOWN_SINCE.store(0, Relaxed);
+    } else if LINK_DOWN_SINCE.load(Relaxed) == 0 {
+        LINK_DOWN_SINCE.store(now.max(1), Relaxed);
+    }
+}
+
+/// A full sync begins: the data set is about to be replaced.
+pub fn on_full_sync_start() {
+    CURRENT.store(false, Relaxed);
+}
+
+/// A full sync loaded: the data set is the master's snapshot, and every
+/// announcement after it in the stream is fresh.
+pub fn on_full_sync_end(ctx: &Context) {
+    if mutant::on(Mutant::SyncAnyAnnouncement) {
+        return;
+    }
+    let mut st = state();
+    st.seen_next = Some(0);
+    let copy = st.clone();
+    drop(st);
+    save(Some(ctx), &copy);
+}
+
+/// The node was promoted: decides how it starts ([`promotion`]) and begins
+/// its life as master with no replicas.
+pub fn on_promotion(ctx: &Context, now: MonoMillis) -> Promotion {
+    let vouch = CURRENT.swap(false, Relaxed).then(|| Vouch {
+        master_r: VOUCHED_R.load(Relaxed),
+        hold_until: HOLD_UNTIL.load(Relaxed),
+    });
+    let down = LINK_DOWN_SINCE.swap(0, Relaxed);
+    let decision = promotion(
+        config::sync_replicas(),
+        vouch,
+        (down != 0).then_some(down),
+        guard::longest_lease(),
+        now,
+    );
+    LAST_PROMOTION.store(
+        match decision {
+            Promotion::AtOnce => 1,
+            Promotion::Rest(_) => 2,
+            Promotion::Guard => 3,
+        },
+        Relaxed,
+    );
+    ctx.log_notice(&match decision {
+        Promotion::AtOnce => "promoted: the replica-sync check vouches for every lock write, granting at once".to_string(),
+        Promotion::Rest(ms) => format!("promoted: guarding for the rest of the old master's hold, {ms} ms"),
+        Promotion::Guard => "promoted: the replica-sync check does not vouch for this node (off, another R, or no sync with the master since this node started): guarding for the longest lease".to_string(),
+    });
+    // Every lease this node grants from now on is checked (when R > 0);
+    // what came before is covered by the decision's window.
+    UNCHECKED_UNTIL.store(0, Relaxed);
+    on_demotion(ctx);
+    bump();
+    scan(ctx);
+    decision
+}
+
+/// After a configuration change: a new R is announced (before the next lock
+/// write), and raising it from 0 starts a hold for the leases granted
+/// without the check.
+pub fn on_config_change(ctx: &Context) {
+    let r = config::sync_replicas();
+    let last = LAST_R.swap(r, Relaxed);
+    if r != last {
+        if last == 0 {
+            UNCHECKED_UNTIL.store(mono_now().saturating_add(guard::longest_lease()), Relaxed);
+        }
+        bump();
+        announce_soon(ctx);
+    }
+}
+
+/// `REDLOCK.REPLICAS`: this master's replicas as `[ip:port, online 0|1]`
+/// pairs; `REDLOCK.REPLICAS FORGET ip:port`: drops one that is not online
+/// (1), or says it was not known (0).
+pub fn replicas_command(ctx: &Context, args: &[&[u8]]) -> Result<ReplicasReply, CommandError> {
+    scan(ctx);
+    let online = online_now();
+    match args {
+        [_] => Ok(ReplicasReply::List(
+            state()
+                .replicas
+                .iter()
+                .map(|id| (id.clone(), online.contains(id)))
+                .collect(),
+        )),
+        [_, sub, id] if sub.eq_ignore_ascii_case(b"FORGET") => {
+            let id = String::from_utf8_lossy(id).into_owned();
+            if online.contains(&id) {
+                return Err(CommandError::Replicas(format!(
+                    "{id} is online: only a replica that is gone for good (removed from Sentinel, shut down) may be forgotten"
+                )));
+            }
+            let mut st = state();
+            if !st.replicas.remove(&id) {
+                return Ok(ReplicasReply::Forgot(false));
+            }
+            KNOWN.store(st.replicas.len(), Relaxed);
+            let copy = st.clone();
+            drop(st);
+            RECORD_FAILED.store(!save(Some(ctx), &copy), Relaxed);
+            ctx.log_notice(&format!("forgot replica {id} (REDLOCK.REPLICAS FORGET)"));
+            Ok(ReplicasReply::Forgot(true))
+        }
+        [_, sub, ..] => Err(CommandError::Replicas(format!(
+            "unknown REDLOCK.REPLICAS subcommand '{}' (REDLOCK.REPLICAS or REDLOCK.REPLICAS FORGET ip:port)",
+            String::from_utf8_lossy(sub)
+        ))),
+        [] => Err(CommandError::WrongArity("redlock.replicas")),
+    }
+}
+
+/// What `REDLOCK.REPLICAS` answers.
+pub enum ReplicasReply {
+    /// The replica set, each with whether it is online.
+    List(Vec<(String, bool)>),
+    /// Whether FORGET removed the replica.
+    Forgot(bool),
+}
+
+/// Figures for `INFO redlock`.
+pub struct Figures {
+    /// R.
+    pub r: u64,
+    /// Replicas of this master's life.
+    pub known: u64,
+    /// Replicas online at the last scan.
+    pub online: u64,
+    /// As a replica: current with its master.
+    pub current: bool,
+    /// The R the master last vouched.
+    pub master_r: u64,
+    /// What is left of the master's hold, in ms.
+    pub hold_left_ms: u64,
+    /// The last promotion's outcome (0 none, 1 at once, 2 rest, 3 guard).
+    pub last_promotion: u64,
+}
+
+/// The figures now.
+pub fn figures(now: MonoMillis) -> Figures {
+    Figures {
+        r: config::sync_replicas(),
+        known: KNOWN.load(Relaxed) as u64,
+        online: ONLINE.load(Relaxed) as u64,
+        current: CURRENT.load(Relaxed),
+        master_r: VOUCHED_R.load(Relaxed),
+        hold_left_ms: HOLD_UNTIL.load(Relaxed).saturating_sub(now),
+        last_promotion: u64::from(LAST_PROMOTION.load(Relaxed)),
+    }
+}
