@@ -164,18 +164,24 @@ mod tests {
         assert_eq!(k.on(Event::Due, t0 + ms(1_000)), Action::Extend);
         assert_eq!(
             k.on(Event::Unanswered, t0 + ms(1_050)),
-            Action::Sleep { next: t0 + ms(1_150) }
+            Action::Sleep {
+                next: t0 + ms(1_150)
+            }
         );
         assert_eq!(k.on(Event::Due, t0 + ms(1_150)), Action::Extend);
         assert_eq!(
             k.on(Event::Extended(true), t0 + ms(1_160)),
-            Action::Sleep { next: t0 + ms(2_150) }
+            Action::Sleep {
+                next: t0 + ms(2_150)
+            }
         );
         // Unanswered until the validity runs out: lost then.
         assert_eq!(k.on(Event::Due, t0 + ms(2_150)), Action::Extend);
         assert_eq!(
             k.on(Event::Unanswered, t0 + ms(2_200)),
-            Action::Sleep { next: t0 + ms(2_300) }
+            Action::Sleep {
+                next: t0 + ms(2_300)
+            }
         );
         assert_eq!(
             k.on(Event::ValidityEnded, t0 + ms(2_250)),
