@@ -236,9 +236,8 @@ pub fn check(ctx: &Context, now: MonoMillis) -> Result<(), CommandError> {
     // this node is a replica when a window marked open has ended, and the
     // durability when the config-exemption mutant is on.
     let window_over = g.state(s, now).is_none();
-    let replica = window_over
-        && g.window_marked_open()
-        && ctx.get_flags().contains(ContextFlags::SLAVE);
+    let replica =
+        window_over && g.window_marked_open() && ctx.get_flags().contains(ContextFlags::SLAVE);
     let durable_now = !window_over && s.mutants.on(Mutant::ConfigExemption) && is_durable(ctx);
     let (checked, record) = g.check(s, now, replica, durable_now);
     if let Some(record) = record {
