@@ -23,6 +23,7 @@ use redlock_module_rules::core::persisted::{
 };
 use redlock_module_rules::core::queue::{self, Place, Queue, Ready};
 use redlock_module_rules::core::run_state::RunState;
+use redlock_module_rules::core::sync_rule::Promotion;
 
 use crate::rng::{between, chance, skewed};
 use crate::scenario::{FaultKind, Persistence, Scenario};
@@ -1435,7 +1436,7 @@ impl World {
         node.following = None;
         node.repl_id = repl_id;
         node.backlog.clear();
-        if let Some(record) = node.guard.on_promotion(s, mono) {
+        if let Some(record) = node.guard.on_promotion(s, Promotion::Guard, mono) {
             node.disk.run_state = Some(record);
         }
         if node.guard.longest_lease(s) < self.ttl_ceiling_ms {

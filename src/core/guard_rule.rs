@@ -29,6 +29,7 @@
 use crate::core::lock::MonoMillis;
 use crate::core::mutant::{Mutant, Mutants};
 use crate::core::run_state::{self, RunState};
+use crate::core::sync_rule::Promotion;
 
 /// The longest lease any node accepts (one day, the largest
 /// `redlock.max-ttl-ms`): the most a recorded or learned lease can say.
@@ -94,6 +95,13 @@ pub struct Guard {
     durable_run: bool,
     /// The run record says a window is open.
     window_marked_open: bool,
+    /// The most the window may last: set by a promotion that only guards
+    /// for the rest of its master's hold (DESIGN §13); `u64::MAX` otherwise.
+    window_cap: u64,
+    /// Bumped whenever a window opens, closes early or lengthens: what a
+    /// master announced to its replicas about its window is then out of
+    /// date (`host/sync.rs`).
+    epoch: u64,
 }
 
 impl Default for Guard {
@@ -104,7 +112,7 @@ impl Default for Guard {
 
 impl Guard {
     /// The guard before the module loaded: no window, nothing recorded.
-    pub fn new() -> Self {
+    pub const fn new() -> Self {
         Guard {
             window_start: 0,
             window_default_len: 0,
@@ -113,6 +121,8 @@ impl Guard {
             exempt_restart: false,
             durable_run: false,
             window_marked_open: false,
+            window_cap: u64::MAX,
+            epoch: 0,
         }
     }
 
@@ -161,14 +171,38 @@ impl Guard {
         self.durable_run
     }
 
-    /// The server became a master at `now` after being a replica: a window
-    /// opens, and the record says so (returned for the host to write), so
-    /// that a restart inside it waits for a full window.
-    pub fn on_promotion(&mut self, s: Settings, now: MonoMillis) -> Option<RunState> {
+    /// The server became a master at `now` after being a replica: opens
+    /// the window the promotion rule decided ([`crate::core::sync_rule::promotion`]),
+    /// and the record says so (returned for the host to write), so that a
+    /// restart inside it waits for a full window. A replica that every
+    /// condition of the replica-sync check vouches for holds every lock
+    /// write a client relied on: it starts without a window (also without
+    /// what is left of the window of its own last start as a replica, which
+    /// covered nothing it lacks); one whose master was still inside a hold
+    /// guards for the rest of it; any other guards for the longest lease
+    /// (DESIGN §7).
+    pub fn on_promotion(
+        &mut self,
+        s: Settings,
+        promotion: Promotion,
+        now: MonoMillis,
+    ) -> Option<RunState> {
         if s.mutants.on(Mutant::NoPromotionGuard) {
             return None;
         }
-        self.open_window(Reason::Promotion, s, now);
+        match promotion {
+            Promotion::AtOnce => {
+                self.window_start = 0;
+                self.window_cap = u64::MAX;
+                self.epoch += 1;
+                return None;
+            }
+            Promotion::Rest(ms) => {
+                self.open_window(Reason::Promotion, s, now);
+                self.window_cap = ms;
+            }
+            Promotion::Guard => self.open_window(Reason::Promotion, s, now),
+        }
         (self.window_len(s) > 0).then(|| {
             self.window_marked_open = true;
             self.record()
@@ -202,8 +236,20 @@ impl Guard {
 
     fn open_window(&mut self, reason: Reason, s: Settings, now: MonoMillis) {
         self.window_default_len = self.longest_lease(s);
+        self.window_cap = u64::MAX;
         self.reason = reason;
         self.window_start = now.max(1);
+        self.epoch += 1;
+    }
+
+    /// Changes whenever the window opens, closes early or lengthens.
+    pub fn epoch(&self) -> u64 {
+        self.epoch
+    }
+
+    /// Whether the run record says a window is open.
+    pub fn window_marked_open(&self) -> bool {
+        self.window_marked_open
     }
 
     /// What opened the current (or last) window.
@@ -215,10 +261,12 @@ impl Guard {
     /// long as the longest lease known now: one learned after the window
     /// opened (from the data loaded, from a master) lengthens it.
     pub fn window_len(&self, s: Settings) -> u64 {
-        if s.restart_grace_ms >= 0 {
-            return s.restart_grace_ms as u64;
-        }
-        self.window_default_len
+        let len = if s.restart_grace_ms >= 0 {
+            s.restart_grace_ms as u64
+        } else {
+            self.window_default_len
+        };
+        len.min(self.window_cap)
     }
 
     /// `(elapsed, remaining)` ms when `now` is inside the window.
@@ -292,8 +340,9 @@ impl Guard {
     pub fn raise_longest(&mut self, ms: u64, s: Settings, now: MonoMillis) {
         let ms = ms.min(LEASE_LIMIT_MS);
         self.longest_lease = self.longest_lease.max(ms);
-        if self.state(s, now).is_some() {
-            self.window_default_len = self.window_default_len.max(ms);
+        if self.state(s, now).is_some() && self.window_default_len < ms {
+            self.window_default_len = ms;
+            self.epoch += 1;
         }
     }
 
@@ -361,7 +410,9 @@ mod tests {
         let s = settings(1_000);
         let mut g = Guard::new();
         g.open_after_load(s, Some(DURABLE_CLEAN), true, true, 1);
-        let rs = g.on_promotion(s, 10).expect("a window opens");
+        let rs = g
+            .on_promotion(s, Promotion::Guard, 10)
+            .expect("a window opens");
         assert!(rs.window_open);
         assert!(g.check(s, 500, false, true).0.is_err());
         // Restarted inside it, durable all along: not exempt.

@@ -26,31 +26,47 @@ pub enum Mutant {
     /// `aux_save2` (Redis 7.2+, Valkey) leaves the node record out when it
     /// equals one built from the writer's own `max-ttl-ms`, a load without
     /// it learns nothing, and a replica coming online is not told the
-    /// record (issue 39).
+    /// record (issue 39: a replica whose `max-ttl-ms` is smaller than its
+    /// master's guards too short once promoted).
     AuxWriterBaseline = 16,
     /// ACQUIRE by the holder renews the lease to ttl from now even when
-    /// that is shorter (a late copy of the holder's ACQUIRE ends a lease
-    /// extended since).
+    /// that is shorter (the rule before 74f467a: a late copy of the
+    /// holder's ACQUIRE ends a lease extended since).
     RenewalShortens = 32,
+    /// A master counts only the replicas online now for the replica-sync
+    /// check (Redisson's rule, redisson#5256), not every replica of its life.
+    SyncCountsOnline = 64,
+    /// A replica counts every announcement of its master as fresh, also one
+    /// replayed from the backlog after a restart.
+    SyncAnyAnnouncement = 128,
+    /// A lease that a load timed by an inexact rule (another boot, no
+    /// stamp, a `RESTORE` from elsewhere, the wall-clock end, the clamp) is
+    /// not written again with this node's stamp after the load, so every
+    /// later restart of the same boot revives it (`host::restamp`).
+    RestampSkipped = 256,
     /// A replica promoted to master grants at once (no promotion window).
-    NoPromotionGuard = 64,
+    NoPromotionGuard = 512,
     /// A restart opens no window: the node grants at once after it loads.
-    NoRestartGuard = 128,
+    NoRestartGuard = 1024,
     /// The effects of the lock commands are not written to the AOF nor
-    /// sent to replicas (the in-memory state still changes).
-    SkipReplication = 256,
+    /// sent to replicas (the in-memory state still changes; the simulator
+    /// only).
+    SkipReplication = 2048,
 }
 
 impl Mutant {
     /// Every mutant with its name (as in `REDLOCK.TESTHOOK MUTANT name 0|1`,
     /// the `REDLOCK_TEST_MUTANTS` variable and the simulator's `--mutant`).
-    pub const ALL: [(&'static str, Mutant); 9] = [
+    pub const ALL: [(&'static str, Mutant); 12] = [
         ("config-exemption", Mutant::ConfigExemption),
         ("disk-lease-from-wall", Mutant::DiskLeaseFromWall),
         ("no-reclaimed-floor", Mutant::NoReclaimedFloor),
         ("replica-own-lease", Mutant::ReplicaOwnLease),
         ("aux-writer-baseline", Mutant::AuxWriterBaseline),
         ("renewal-shortens", Mutant::RenewalShortens),
+        ("sync-counts-online", Mutant::SyncCountsOnline),
+        ("sync-any-announcement", Mutant::SyncAnyAnnouncement),
+        ("restamp-skipped", Mutant::RestampSkipped),
         ("no-promotion-guard", Mutant::NoPromotionGuard),
         ("no-restart-guard", Mutant::NoRestartGuard),
         ("skip-replication", Mutant::SkipReplication),

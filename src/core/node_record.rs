@@ -97,15 +97,20 @@ pub struct Load {
 
 impl Default for Load {
     fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Load {
+    /// Nothing loading.
+    pub const fn new() -> Self {
         Load {
             loading: Loading::Nothing,
             record_loaded: false,
             rdb_load: false,
         }
     }
-}
 
-impl Load {
     /// A load of `kind` begins: no node record read yet.
     pub fn started(&mut self, kind: LoadKind) {
         self.record_loaded = false;
@@ -148,6 +153,12 @@ impl Load {
         }
     }
 
+    /// The load failed: nothing is loading, and it learns nothing.
+    pub fn abandoned(&mut self) {
+        self.rdb_load = false;
+        self.loading = Loading::Nothing;
+    }
+
     /// How a record read now is timed. A full sync from a master by the
     /// remaining time (the master's wall clock means nothing here); a file,
     /// and a `RESTORE` payload, by the rule for files. `clamp_ms`: the
@@ -168,6 +179,7 @@ impl Load {
             Loading::File => {
                 if mutants.on(Mutant::DiskLeaseFromWall) {
                     p.remaining = None;
+                    p.boot = None;
                 }
                 (None, p)
             }
@@ -190,6 +202,7 @@ pub fn applied(mut p: Persisted, loading: bool, mutants: Mutants) -> (Option<u64
     let learn = lease_to_learn(&p);
     if loading && mutants.on(Mutant::DiskLeaseFromWall) {
         p.remaining = None;
+        p.boot = None;
     }
     (learn, p)
 }
