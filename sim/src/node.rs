@@ -1472,10 +1472,22 @@ impl World {
         if old_node.up {
             let record = old_node.guard.on_demotion();
             old_node.disk.run_state = Some(record);
+            // Redis unblocks every blocked client of a master that becomes
+            // a replica (`disconnectAllBlockedClients`), and the module
+            // forgets each waiter and its place in the queue as it is freed
+            // (`host/wait.rs::free_waiter`).
             let blocked: Vec<Req> = old_node
                 .waits
                 .iter_mut()
-                .flat_map(|w| w.blocked.drain(..).map(|b| b.req))
+                .flat_map(|w| {
+                    let gone: Vec<Blocked> = w.blocked.drain(..).collect();
+                    for b in &gone {
+                        if let Some((place, _)) = b.queued {
+                            w.queue.leave(place);
+                        }
+                    }
+                    gone.into_iter().map(|b| b.req)
+                })
                 .collect();
             for req in blocked {
                 self.reply(&req, Reply::Broken);
