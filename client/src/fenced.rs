@@ -141,7 +141,7 @@ impl LockInfo {
                 };
             }
         }
-        Error::from_resource(e)
+        crate::classify::resource_error(e)
     }
 }
 

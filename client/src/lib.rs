@@ -7,6 +7,7 @@
 pub struct RepositoryReadme;
 
 mod builder;
+mod classify;
 mod cluster;
 mod core;
 mod defaults;
