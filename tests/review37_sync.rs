@@ -194,7 +194,10 @@ fn lowering_r_to_zero_completes_once_every_replica_applied_it() {
     // The field reads INFO replication from inside INFO: all sections at once
     // answer too.
     let everything: String = redis::cmd("INFO").arg("everything").query(&mut c).unwrap();
-    assert!(everything.contains("redlock_sync_lowering:1"), "{everything}");
+    assert!(
+        everything.contains("redlock_sync_lowering:1"),
+        "{everything}"
+    );
     b.resume();
     wait_until(
         Duration::from_secs(10),
