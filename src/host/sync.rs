@@ -630,6 +630,10 @@ pub fn apply(ctx: &Context, offset: u64, r: u64, hold: u64) {
 /// announcement of that master; no replica set of its own.
 pub fn on_demotion(ctx: &Context) {
     CURRENT.store(false, Relaxed);
+    // A lowering of R waits for the replicas of this life as master; they
+    // follow another master now, and a fresh announcement of that one is
+    // what they go by.
+    ZERO_PENDING.store(false, Relaxed);
     KNOWN.store(0, Relaxed);
     ONLINE.store(0, Relaxed);
     let mut st = state();
@@ -722,7 +726,8 @@ pub fn on_config_change(ctx: &Context) {
         // they wait for every replica ([`lowering_done`]), when a vouch for
         // more than 0 ever went out. Raised again before that: nothing was
         // taken without the check.
-        ZERO_PENDING.store(r == 0 && VOUCHED_OUT.load(Relaxed), Relaxed);
+        let master = !ctx.get_flags().contains(ContextFlags::SLAVE);
+        ZERO_PENDING.store(master && r == 0 && VOUCHED_OUT.load(Relaxed), Relaxed);
         ZERO_ANNOUNCED_AT.store(u64::MAX, Relaxed);
         ZERO_TARGET.store(u64::MAX, Relaxed);
         bump();
