@@ -678,3 +678,69 @@ fn a_node_sharing_dir_keeps_the_longest_lease_it_granted() {
         std::fs::read_to_string(y.dir().join("redlock-longest-lease-ms"))
     );
 }
+
+/// Finding 7: a replica that comes online while a client's `WAIT` is
+/// blocked. The master checked its replica set when it took the write (two
+/// known, R 2), and the new one, which synced the write with its snapshot,
+/// met `WAIT 2` together with the other live one while the frozen one
+/// lacked it; promoted at once, the frozen one granted the lock again.
+#[test]
+#[ignore = "review37 finding 7: a replica that comes online during a WAIT meets it in place of a known one"]
+fn a_replica_that_comes_online_during_a_wait_does_not_stand_in() {
+    let mut m = node(2, 0).start();
+    let mut c = m.connection();
+    let a = replica_of(&m, 2);
+    let b = replica_of(&m, 2);
+    let mut rb = b.connection();
+    wait_current(&mut a.connection());
+    wait_current(&mut rb);
+    b.pause();
+    fill_replication_buffers(&mut c, 40);
+    // alice's grant, with a patient WAIT (a client's sync timeout).
+    let port = m.port();
+    let alice = std::thread::spawn(move || {
+        let mut con = redis::Client::open(format!("redis://127.0.0.1:{port}"))
+            .unwrap()
+            .get_connection()
+            .unwrap();
+        let reply: redis::RedisResult<(Option<i64>, i64)> = redis::pipe()
+            .cmd("REDLOCK.ACQUIRE")
+            .arg("k")
+            .arg("alice")
+            .arg(30_000)
+            .arg("SYNC")
+            .arg(2)
+            .cmd("WAIT")
+            .arg(2)
+            .arg(15_000)
+            .query(&mut con);
+        match reply {
+            Ok((Some(token), acks)) if acks >= 2 => Some(token),
+            _ => None,
+        }
+    });
+    wait_until(Duration::from_secs(10), "alice's WAIT blocked", || {
+        info_field(&mut c, "clients", "blocked_clients").as_deref() == Some("1")
+    });
+    // A replica is added meanwhile.
+    let d = replica_of(&m, 2);
+    let alice = alice.join().unwrap();
+    m.kill();
+    b.resume();
+    wait_until(Duration::from_secs(30), "b's link down", || {
+        !link_up(&mut rb)
+    });
+    promote(&mut rb);
+    let e = replica_of(&b, 2);
+    let f = replica_of(&b, 2);
+    wait_current(&mut e.connection());
+    wait_current(&mut f.connection());
+    let bob = relied_grant(&mut rb, "k", "bob", 1_000);
+    drop(d);
+    assert!(
+        alice.is_none() || bob.is_none(),
+        "two holders of k: alice (token {alice:?}, WAIT 2 met by a and the new replica) and bob \
+         (token {bob:?}) on b promoted, promotion outcome {}",
+        redlock_info(&mut rb, "sync_last_promotion")
+    );
+}
