@@ -216,6 +216,36 @@ pub fn replica_identities(online: &[String]) -> Vec<String> {
         .collect()
 }
 
+/// The ids of the clients blocked in `WAIT`, from `CLIENT LIST` (`id=…`,
+/// flag `b`, `cmd=wait`).
+///
+/// The replica set is checked when a lock write is taken, but `WAIT` counts
+/// the replicas online when the acknowledgements come: one that comes
+/// online during a blocked `WAIT` (it synced the write with its snapshot)
+/// would meet it in place of a known replica that lacks the write. So when
+/// a replica comes online and the master then has more than R, the `WAIT`s
+/// blocked at that moment are ended with an error (`CLIENT UNBLOCK id
+/// ERROR`, in `host::sync::on_replica_online`): their writes do not count.
+pub fn blocked_waits(client_list: &str) -> Vec<u64> {
+    client_list
+        .lines()
+        .filter_map(|line| {
+            let mut id = None;
+            let mut blocked = false;
+            let mut wait = false;
+            for field in line.split_whitespace() {
+                match field.split_once('=') {
+                    Some(("id", v)) => id = v.parse::<u64>().ok(),
+                    Some(("flags", v)) => blocked = v.contains('b'),
+                    Some(("cmd", v)) => wait = v.eq_ignore_ascii_case("wait"),
+                    _ => {}
+                }
+            }
+            id.filter(|_| blocked && wait)
+        })
+        .collect()
+}
+
 /// A replica's line in a master's `INFO replication` with the offset it
 /// last acknowledged: `ip:port`, whether it is online, and `offset`.
 pub fn parse_replica_ack(line: &str) -> Option<(String, bool, u64)> {
@@ -478,6 +508,16 @@ mod tests {
         let mut f = SyncFile::default();
         f.replicas.insert("10.0.0.1#2:6379".into());
         assert_eq!(SyncFile::parse(&f.render()), Some(f));
+    }
+
+    #[test]
+    fn the_clients_blocked_in_wait_are_found() {
+        let list = "id=3 addr=127.0.0.1:5 laddr=x fd=7 name= age=0 idle=0 flags=N db=0 cmd=client|list user=default\n\
+                    id=7 addr=127.0.0.1:6 laddr=x fd=8 name= age=1 idle=1 flags=b db=0 cmd=wait user=default\n\
+                    id=9 addr=127.0.0.1:7 laddr=x fd=9 name= age=1 idle=1 flags=b db=0 cmd=blpop user=default\n\
+                    id=11 addr=127.0.0.1:8 laddr=x fd=10 name= age=1 idle=0 flags=N db=0 cmd=wait user=default\n";
+        assert_eq!(blocked_waits(list), vec![7]);
+        assert!(blocked_waits("").is_empty());
     }
 
     #[test]

@@ -33,8 +33,8 @@ use redis_module::{raw, Context, ContextFlags};
 use crate::core::error::CommandError;
 use crate::core::lock::MonoMillis;
 use crate::core::sync_rule::{
-    check_write, fresh, hold_ms, listens, lowering_waits_for, parse_replica_ack, promotion,
-    replica_identities, Promotion, SyncFile, SyncRefusal, Vouch,
+    blocked_waits, check_write, fresh, hold_ms, listens, lowering_waits_for, parse_replica_ack,
+    promotion, replica_identities, Promotion, SyncFile, SyncRefusal, Vouch,
 };
 use crate::host::clock::mono_now;
 use crate::host::config;
@@ -262,6 +262,28 @@ pub fn scan(ctx: &Context) {
         let copy = st.clone();
         drop(st);
         RECORD_FAILED.store(!save(Some(ctx), &copy), Relaxed);
+    }
+}
+
+/// A replica came online (after [`scan`]): when the master now has more
+/// replicas than R, every client blocked in `WAIT` is unblocked with an
+/// error, so that no `WAIT` counts the newcomer in place of a known replica
+/// ([`blocked_waits`]). The client takes such a write as not confirmed.
+pub fn on_replica_online(ctx: &Context) {
+    let r = config::sync_replicas();
+    if r == 0 || (KNOWN.load(Relaxed) as u64) <= r {
+        return;
+    }
+    let list = match ctx.call("CLIENT", &["LIST", "TYPE", "normal"]) {
+        Ok(redis_module::RedisValue::SimpleString(s))
+        | Ok(redis_module::RedisValue::BulkString(s)) => s,
+        Ok(redis_module::RedisValue::StringBuffer(b)) => String::from_utf8_lossy(&b).into_owned(),
+        Ok(redis_module::RedisValue::BulkRedisString(s)) => s.to_string_lossy(),
+        _ => return,
+    };
+    for id in blocked_waits(&list) {
+        let id = id.to_string();
+        let _ = ctx.call("CLIENT", &["UNBLOCK", &id, "ERROR"]);
     }
 }
 
