@@ -398,7 +398,8 @@ pub fn test_hook(call: &Call) -> Result<Reply, CommandError> {
                 b"0" => false,
                 _ => return Err(CommandError::NotAnInteger("SKIP-REPLICATION flag (0 or 1)")),
             };
-            ffi::SKIP_REPLICATION.store(on, std::sync::atomic::Ordering::Relaxed);
+            // The skip-replication mutant: one switch with `MUTANT`.
+            mutant::set(Mutant::SkipReplication, on);
             Ok(Reply::Ok)
         }
         [sub, rule] if sub.eq_ignore_ascii_case(b"REPLICATION-RULE") => {
