@@ -230,7 +230,7 @@ fn a_master_counts_every_replica_of_its_life_across_restarts() {
             format!("127.0.0.1:{}", b.port()).as_bytes(),
         ],
     );
-    assert!(err.contains("is online"), "{err}");
+    assert!(err.contains("is connected"), "{err}");
     let forgot: i64 = redis::cmd("REDLOCK.REPLICAS")
         .arg("FORGET")
         .arg(format!("127.0.0.1:{}", a.port()))
@@ -491,8 +491,10 @@ fn lowering_r_to_zero_reaches_the_replicas_before_any_unchecked_write() {
     });
     // CONFIG SET and the first unchecked grant in one pipeline (one read on
     // the master, before any timer): the grant's effect must not reach the
-    // replica before the new R does.
-    let (_, token): ((), Option<i64>) = redis::pipe()
+    // replica before the new R does. The grant is refused until every
+    // replica applied the new R (review37 finding 1: a replica that lags
+    // would otherwise be promoted at once without it), then taken.
+    let (_, first): ((), redis::Value) = redis::pipe()
         .cmd("CONFIG")
         .arg("SET")
         .arg("redlock.sync-replicas")
@@ -501,8 +503,18 @@ fn lowering_r_to_zero_reaches_the_replicas_before_any_unchecked_write() {
         .arg("k")
         .arg("me")
         .arg(30_000)
+        .ignore_errors()
         .query(&mut c)
         .unwrap();
+    assert!(
+        matches!(&first, redis::Value::ServerError(e) if e.code() == "NOSYNC"),
+        "{first:?}"
+    );
+    let mut token = None;
+    wait_until(Duration::from_secs(10), "the lowering complete", || {
+        token = acquire_result(&mut c, "k", "me", 30_000).ok().flatten();
+        token.is_some()
+    });
     assert_eq!(token, Some(1));
     let lines = watch.collect();
     let at = |f: &dyn Fn(&String) -> bool| lines.iter().position(f);

@@ -291,6 +291,16 @@ async fn the_client_learns_r_from_the_nodes_and_follows_a_change() {
             .query(&mut group.connection(i))
             .unwrap();
     }
+    // Lowered to 0, the master takes lock writes without the check once
+    // every replica acknowledged the change (within about a second).
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while info_u64(&group, master, "redlock_sync_lowering") == 1 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the lowering to 0 never completed"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     let lock = c.acquire("job", Duration::from_secs(5)).await.unwrap();
     lock.release().await.unwrap();
     let refused: u64 = info_u64(&group, master, "redlock_sync_refused_stated");

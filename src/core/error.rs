@@ -115,6 +115,10 @@ pub enum CommandError {
         /// This node's R.
         r: u64,
     },
+    /// `redlock.sync-replicas` was lowered to 0 and some replica of this
+    /// master's life has not yet acknowledged the announcement saying so.
+    #[error("NOSYNC redlock.sync-replicas was lowered to 0: lock writes without the check wait until every replica of this master has applied the change (waiting for {0}); a replica that is gone for good: REDLOCK.REPLICAS FORGET")]
+    SyncLowering(String),
     /// The master's replica set could not be written to its file: a restart
     /// would forget replicas, so lock writes are refused.
     #[error("ERR cannot record this master's replicas for the replica-sync check: {0}")]

@@ -162,8 +162,8 @@ pub fn fresh(offset: u64, seen_next: Option<u64>) -> bool {
 
 /// A replica's identity in a master's `INFO replication` line
 /// (`ip=…,port=…,state=…,offset=…,lag=…`): `ip:port` and whether it is
-/// online. `None` for a line without an address or with port 0 (a tool that
-/// reads an RDB, never a promotable replica).
+/// online (port 0 for one without a listening port, see [`listens`]).
+/// `None` for a line without an address.
 pub fn parse_replica(line: &str) -> Option<(String, bool)> {
     let mut ip = None;
     let mut port = None;
@@ -177,11 +177,108 @@ pub fn parse_replica(line: &str) -> Option<(String, bool)> {
         }
     }
     match (ip, port) {
-        (Some(ip), Some(port)) if !ip.is_empty() && port != 0 => {
-            Some((format!("{ip}:{port}"), online))
-        }
+        (Some(ip), Some(port)) if !ip.is_empty() => Some((format!("{ip}:{port}"), online)),
         _ => None,
     }
+}
+
+/// Whether a replica identity has a listening port. One without (`ip:0`:
+/// a client of the replication protocol that never sent
+/// `REPLCONF listening-port`, such as a migration or change-data-capture
+/// tool, or a server on a unix socket only) is not kept in the replica set
+/// of the master's life (Sentinel cannot promote it), but counts while it is
+/// online: `WAIT` counts its acknowledgements like any replica's, so left
+/// out, it could meet `WAIT R` in place of a replica that missed the write.
+pub fn listens(id: &str) -> bool {
+    id.rsplit_once(':')
+        .is_some_and(|(_, port)| port.parse::<u16>().is_ok_and(|p| p != 0))
+}
+
+/// The identities of the replicas online now, from their `ip:port` as the
+/// master sees them (one per replica line): a second, third … replica at
+/// an address already seen is `ip#2:port`, `ip#3:port` …. Two replicas at
+/// one address (behind one NAT address on the same port, or announcing the
+/// same `replica-announce-ip`/`-port`) are two replicas: counted as one,
+/// `WAIT R` could be met by either while the other, which missed the write,
+/// may be promoted.
+pub fn replica_identities(online: &[String]) -> Vec<String> {
+    let mut seen: std::collections::BTreeMap<&str, usize> = std::collections::BTreeMap::new();
+    online
+        .iter()
+        .map(|id| {
+            let n = seen.entry(id.as_str()).or_insert(0);
+            *n += 1;
+            match (*n, id.rsplit_once(':')) {
+                (1, _) | (_, None) => id.clone(),
+                (k, Some((ip, port))) => format!("{ip}#{k}:{port}"),
+            }
+        })
+        .collect()
+}
+
+/// The ids of the clients blocked in `WAIT`, from `CLIENT LIST` (`id=…`,
+/// flag `b`, `cmd=wait`).
+///
+/// The replica set is checked when a lock write is taken, but `WAIT` counts
+/// the replicas online when the acknowledgements come: one that comes
+/// online during a blocked `WAIT` (it synced the write with its snapshot)
+/// would meet it in place of a known replica that lacks the write. So when
+/// a replica comes online and the master then has more than R, the `WAIT`s
+/// blocked at that moment are ended with an error (`CLIENT UNBLOCK id
+/// ERROR`, in `host::sync::on_replica_online`): their writes do not count.
+pub fn blocked_waits(client_list: &str) -> Vec<u64> {
+    client_list
+        .lines()
+        .filter_map(|line| {
+            let mut id = None;
+            let mut blocked = false;
+            let mut wait = false;
+            for field in line.split_whitespace() {
+                match field.split_once('=') {
+                    Some(("id", v)) => id = v.parse::<u64>().ok(),
+                    Some(("flags", v)) => blocked = v.contains('b'),
+                    Some(("cmd", v)) => wait = v.eq_ignore_ascii_case("wait"),
+                    _ => {}
+                }
+            }
+            id.filter(|_| blocked && wait)
+        })
+        .collect()
+}
+
+/// A replica's line in a master's `INFO replication` with the offset it
+/// last acknowledged: `ip:port`, whether it is online, and `offset`.
+pub fn parse_replica_ack(line: &str) -> Option<(String, bool, u64)> {
+    let (id, online) = parse_replica(line)?;
+    let offset = line
+        .split(',')
+        .find_map(|field| field.trim().strip_prefix("offset="))
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .unwrap_or(0);
+    Some((id, online, offset))
+}
+
+/// R lowered to 0 while replicas may still hold their master's vouch for a
+/// higher R: a replica that has not applied the announcement saying 0 (it
+/// lags, or its link is cut) would be promoted at once and lack every grant
+/// made without the check. So the master takes no lock write without the
+/// check until every replica of its life (`known`) is online and has
+/// acknowledged `target`, an offset past that announcement. Returns the
+/// replicas still waited for (empty: the lowering is complete).
+pub fn lowering_waits_for(
+    known: &BTreeSet<String>,
+    replicas: &[(String, bool, u64)],
+    target: u64,
+) -> Vec<String> {
+    known
+        .iter()
+        .filter(|id| {
+            !replicas
+                .iter()
+                .any(|(r, online, offset)| r == *id && *online && *offset >= target)
+        })
+        .cloned()
+        .collect()
 }
 
 /// What a node keeps for the check across restarts: the replicas of its
@@ -344,10 +441,83 @@ mod tests {
         );
         assert_eq!(
             parse_replica("ip=10.0.0.1,port=0,state=online,offset=1,lag=0"),
-            None
+            Some(("10.0.0.1:0".into(), true))
         );
+        assert!(!listens("10.0.0.1:0"));
+        assert!(!listens("10.0.0.1#2:0"));
+        assert!(listens("10.0.0.1:6379"));
+        assert!(listens("::1:6379"));
         assert_eq!(parse_replica("port=6380,state=online"), None);
         assert_eq!(parse_replica(""), None);
+    }
+
+    #[test]
+    fn a_lowering_to_zero_waits_for_every_known_replica_past_the_target() {
+        let known: BTreeSet<String> = ["a:1", "b:2"].iter().map(|s| s.to_string()).collect();
+        let line = |id: &str, online: bool, off: u64| (id.to_string(), online, off);
+        assert_eq!(
+            lowering_waits_for(&known, &[line("a:1", true, 10), line("b:2", true, 9)], 10),
+            vec!["b:2".to_string()]
+        );
+        // Offline (or missing) replicas are waited for: they may be promoted.
+        assert_eq!(
+            lowering_waits_for(&known, &[line("a:1", true, 10), line("b:2", false, 50)], 10),
+            vec!["b:2".to_string()]
+        );
+        assert_eq!(
+            lowering_waits_for(&known, &[line("a:1", true, 10)], 10),
+            vec!["b:2".to_string()]
+        );
+        assert!(
+            lowering_waits_for(&known, &[line("a:1", true, 10), line("b:2", true, 11)], 10)
+                .is_empty()
+        );
+        assert!(lowering_waits_for(&BTreeSet::new(), &[], 10).is_empty());
+        assert_eq!(
+            parse_replica_ack("ip=127.0.0.1,port=6380,state=online,offset=1234,lag=0"),
+            Some(("127.0.0.1:6380".into(), true, 1234))
+        );
+        assert_eq!(
+            parse_replica_ack("ip=127.0.0.1,port=6380,state=send_bulk"),
+            Some(("127.0.0.1:6380".into(), false, 0))
+        );
+    }
+
+    #[test]
+    fn replicas_at_one_address_are_told_apart() {
+        let ids = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(
+            replica_identities(&ids(&["10.0.0.1:6379", "10.0.0.2:6379"])),
+            ids(&["10.0.0.1:6379", "10.0.0.2:6379"])
+        );
+        assert_eq!(
+            replica_identities(&ids(&[
+                "10.0.0.1:6379",
+                "10.0.0.1:6379",
+                "::1:7",
+                "10.0.0.1:6379"
+            ])),
+            ids(&[
+                "10.0.0.1:6379",
+                "10.0.0.1#2:6379",
+                "::1:7",
+                "10.0.0.1#3:6379"
+            ])
+        );
+        // The twin's name is a valid line of the state file.
+        let mut f = SyncFile::default();
+        f.replicas.insert("10.0.0.1#2:6379".into());
+        assert_eq!(SyncFile::parse(&f.render()), Some(f));
+    }
+
+    #[test]
+    fn the_clients_blocked_in_wait_are_found() {
+        let list = "id=3 addr=127.0.0.1:5 laddr=x fd=7 name= age=0 idle=0 flags=N db=0 cmd=client|list user=default\n\
+                    id=7 addr=127.0.0.1:6 laddr=x fd=8 name= age=1 idle=1 flags=b db=0 cmd=wait user=default\n\
+                    id=9 addr=127.0.0.1:7 laddr=x fd=9 name= age=1 idle=1 flags=b db=0 cmd=blpop user=default\n\
+                    id=11 addr=127.0.0.1:8 laddr=x fd=10 name= age=1 idle=0 flags=N db=0 cmd=wait user=default\n";
+        assert_eq!(blocked_waits(list), vec![7]);
+        assert!(blocked_waits("").is_empty());
     }
 
     #[test]

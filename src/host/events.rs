@@ -108,6 +108,9 @@ extern "C" fn on_replica_change(
         // The replica set first: a lock write after this event counts it.
         sync::scan(&ctx);
         if subevent == raw::REDISMODULE_SUBEVENT_REPLICA_CHANGE_ONLINE {
+            // Before its first acknowledgement: no WAIT blocked now may
+            // count it in place of a known replica.
+            sync::on_replica_online(&ctx);
             // Behind the data the replica synced: what it needs to be
             // promoted without the guard.
             sync::announce_soon(&ctx);

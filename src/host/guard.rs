@@ -285,7 +285,7 @@ pub fn record_lease(ttl_ms: u64) -> Result<bool, CommandError> {
             "the module has not loaded".into(),
         ));
     };
-    write_file(path, &format!("{ttl_ms}\n"))
+    write_max_file(path, ttl_ms)
         .map_err(|e| CommandError::GuardRecord(format!("{}: {e}", path.display())))?;
     g.raise_longest(ttl_ms, settings(), crate::host::clock::mono_now());
     Ok(true)
@@ -303,6 +303,22 @@ pub fn learn_lease(ctx: &Context, ms: u64) {
         guard().raise_longest(ms, settings(), crate::host::clock::mono_now());
         ctx.log_warning(&format!("{e}"));
     }
+}
+
+/// Writes `value` to `path` durably ([`write_file`]) unless the file already
+/// holds a larger number, which it keeps. For the records that only grow:
+/// two instances may share `dir` (with their own `dbfilename` and
+/// `appenddirname`), and one writing its own smaller value over the
+/// other's would shrink the other's record (a restart window too short).
+pub fn write_max_file(path: &std::path::Path, value: u64) -> std::io::Result<()> {
+    let on_disk = std::fs::read_to_string(path)
+        .ok()
+        .and_then(|text| text.trim().parse::<u64>().ok())
+        .unwrap_or(0);
+    if on_disk >= value {
+        return Ok(());
+    }
+    write_file(path, &format!("{value}\n"))
 }
 
 /// Writes `text` to `path` durably: a temporary file, fsynced, renamed over

@@ -115,7 +115,7 @@ fn write_info(ctx: *mut raw::RedisModuleInfoCtx) {
             u64::from(guard::durable_run()),
         );
         let sync = sync::figures(mono_now());
-        let sync_fields: [(&CStr, u64); 13] = [
+        let sync_fields: [(&CStr, u64); 14] = [
             (c"sync_replicas", sync.r),
             (c"sync_replicas_known", sync.known),
             (c"sync_replicas_online", sync.online),
@@ -123,6 +123,7 @@ fn write_info(ctx: *mut raw::RedisModuleInfoCtx) {
             (c"sync_master_replicas", sync.master_r),
             (c"sync_hold_left_ms", sync.hold_left_ms),
             (c"sync_last_promotion", sync.last_promotion),
+            (c"sync_lowering", sync.lowering),
             (
                 c"sync_refused_stated",
                 sync::stats::REFUSED_STATED.load(Relaxed),

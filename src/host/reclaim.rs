@@ -165,7 +165,9 @@ pub fn on_fork(ctx: &Context) {
     let path = std::env::current_dir()
         .unwrap_or_default()
         .join(COUNTER_FILE);
-    match crate::host::guard::write_file(&path, &format!("{counter}\n")) {
+    // The larger of this node's and what the file holds: another instance
+    // sharing `dir` may have written its own counter there.
+    match crate::host::guard::write_max_file(&path, counter) {
         Ok(()) => {
             COUNTER_WRITTEN.fetch_max(counter, Relaxed);
         }

@@ -33,15 +33,40 @@ use redis_module::{raw, Context, ContextFlags};
 use crate::core::error::CommandError;
 use crate::core::lock::MonoMillis;
 use crate::core::sync_rule::{
-    check_write, fresh, hold_ms, parse_replica, promotion, Promotion, SyncFile, SyncRefusal, Vouch,
+    blocked_waits, check_write, fresh, hold_ms, listens, lowering_waits_for, parse_replica_ack,
+    promotion, replica_identities, Promotion, SyncFile, SyncRefusal, Vouch,
 };
 use crate::host::clock::mono_now;
 use crate::host::config;
 use crate::host::guard;
 use crate::host::mutant::{self, Mutant};
 
-/// File name of the check's state, in the server's directory.
+/// File name of the check's state, in the server's directory, followed by
+/// `-PORT` (see [`instance_file`]).
 pub const FILE: &str = "redlock-sync-state";
+/// File name of the mark that a replica may hold this master's vouch for an
+/// R above 0 (`1`; `0` or no file: none may), in the server's directory,
+/// followed by `-PORT`. A file of its own, so that the state file keeps the
+/// form older versions read.
+pub const VOUCHED_FILE: &str = "redlock-sync-vouched";
+
+/// `base-PORT` in the server's directory (`port`, else `tls-port`; `base`
+/// alone when the node listens on neither). Two instances may share `dir`
+/// (with their own `dbfilename` and `appenddirname`), and a replica's state
+/// written over its master's would make the master forget its replicas; two
+/// instances never share a port on one host.
+fn instance_file(ctx: &Context, base: &str) -> PathBuf {
+    let dir = std::env::current_dir().unwrap_or_default();
+    let port = ["port", "tls-port"].iter().find_map(|name| {
+        config::config_get(ctx, name)
+            .and_then(|v| v.trim().parse::<u16>().ok())
+            .filter(|&p| p != 0)
+    });
+    match port {
+        Some(port) => dir.join(format!("{base}-{port}")),
+        None => dir.join(base),
+    }
+}
 
 /// The check's counters, shown by `INFO redlock`.
 pub mod stats {
@@ -62,6 +87,10 @@ pub mod stats {
 }
 
 static PATH: OnceLock<PathBuf> = OnceLock::new();
+static VOUCHED_PATH: OnceLock<PathBuf> = OnceLock::new();
+/// What [`VOUCHED_FILE`] says: an announcement with R above 0 went out, and
+/// no lowering to 0 has since reached every replica.
+static VOUCHED_OUT: AtomicBool = AtomicBool::new(false);
 /// What the file holds (and what is written next).
 static STATE: Mutex<SyncFile> = Mutex::new(SyncFile {
     seen_next: None,
@@ -70,8 +99,11 @@ static STATE: Mutex<SyncFile> = Mutex::new(SyncFile {
 /// The replica set could not be written: lock writes are refused (a restart
 /// would forget replicas).
 static RECORD_FAILED: AtomicBool = AtomicBool::new(false);
-/// Replicas of this master's life, and online now (from the last scan).
+/// Replicas of this master's life (with those online now that have no
+/// listening port, see [`listens`]), and online now (from the last scan).
 static KNOWN: AtomicUsize = AtomicUsize::new(0);
+/// The replicas online now without a listening port (last scan).
+static UNLISTED: Mutex<Vec<String>> = Mutex::new(Vec::new());
 static ONLINE: AtomicUsize = AtomicUsize::new(0);
 /// As a replica: a fresh announcement of the current master was applied.
 static CURRENT: AtomicBool = AtomicBool::new(false);
@@ -91,6 +123,14 @@ static ANNOUNCED_CHANGES: AtomicU64 = AtomicU64::new(0);
 static ANNOUNCED_EPOCH: AtomicU64 = AtomicU64::new(0);
 /// The R the last announcement said.
 static ANNOUNCED_R: AtomicU64 = AtomicU64::new(0);
+/// R was lowered to 0 and not every replica has applied the announcement
+/// saying so ([`lowering_waits_for`]): lock writes wait.
+static ZERO_PENDING: AtomicBool = AtomicBool::new(false);
+/// The master offset before the announcement saying 0 (`u64::MAX`: not
+/// sent yet), and the offset every replica must acknowledge, read after
+/// that announcement went out (`u64::MAX`: not read yet).
+static ZERO_ANNOUNCED_AT: AtomicU64 = AtomicU64::new(u64::MAX);
+static ZERO_TARGET: AtomicU64 = AtomicU64::new(u64::MAX);
 /// The last promotion's outcome, for `INFO` (0 none, 1 at once, 2 the rest
 /// of a hold, 3 the guard).
 static LAST_PROMOTION: AtomicU8 = AtomicU8::new(0);
@@ -127,12 +167,25 @@ fn save(ctx: Option<&Context>, file: &SyncFile) -> bool {
 /// Reads the file at load. A replica forgets the replica set (it is not a
 /// master; its next life as one starts empty).
 pub fn on_load(ctx: &Context, now: MonoMillis) {
-    let path = std::env::current_dir().unwrap_or_default().join(FILE);
-    let file = std::fs::read_to_string(&path)
+    let path = instance_file(ctx, FILE);
+    // Before the port was in the name, one file per `dir`: read once when
+    // this instance has none of its own yet.
+    let text = std::fs::read_to_string(&path).or_else(|_| {
+        std::fs::read_to_string(std::env::current_dir().unwrap_or_default().join(FILE))
+    });
+    let file = text
         .ok()
         .and_then(|text| SyncFile::parse(&text))
         .unwrap_or_default();
     let _ = PATH.set(path);
+    let vouched_path = instance_file(ctx, VOUCHED_FILE);
+    // Unreadable (but present): as if a vouch went out.
+    let vouched = match std::fs::read_to_string(&vouched_path) {
+        Ok(text) => text.trim() != "0",
+        Err(e) => e.kind() != std::io::ErrorKind::NotFound,
+    };
+    VOUCHED_OUT.store(vouched, Relaxed);
+    let _ = VOUCHED_PATH.set(vouched_path);
     let replica = ctx.get_flags().contains(ContextFlags::SLAVE);
     {
         let mut st = state();
@@ -156,8 +209,32 @@ pub fn on_load(ctx: &Context, now: MonoMillis) {
     };
     UNCHECKED_UNTIL.store(unchecked, Relaxed);
     LAST_R.store(config::sync_replicas(), Relaxed);
+    // Started with R 0 (from its configuration) after a run whose replicas
+    // may still hold a vouch for more: the lowering of `on_config_change`.
+    ZERO_PENDING.store(!replica && config::sync_replicas() == 0 && vouched, Relaxed);
     if !replica {
         scan(ctx);
+    }
+}
+
+/// Writes [`VOUCHED_FILE`] (fsynced) when `on` differs from what it says;
+/// `false` when it cannot be written.
+fn set_vouched_out(on: bool) -> bool {
+    if VOUCHED_OUT.load(Relaxed) == on {
+        return true;
+    }
+    let Some(path) = VOUCHED_PATH.get() else {
+        return false;
+    };
+    match guard::write_file(path, if on { "1\n" } else { "0\n" }) {
+        Ok(()) => {
+            VOUCHED_OUT.store(on, Relaxed);
+            true
+        }
+        Err(e) => {
+            redis_module::logging::log_warning(format!("cannot write {}: {e}", path.display()));
+            false
+        }
     }
 }
 
@@ -166,16 +243,20 @@ pub fn on_load(ctx: &Context, now: MonoMillis) {
 pub fn scan(ctx: &Context) {
     let online_ids = online_now();
     ONLINE.store(online_ids.len(), Relaxed);
+    let (listening, unlisted): (Vec<String>, Vec<String>) =
+        online_ids.into_iter().partition(|id| listens(id));
+    let unlisted_count = unlisted.len();
+    *UNLISTED.lock().unwrap_or_else(|p| p.into_inner()) = unlisted;
     let mut st = state();
     let mut grew = false;
-    for id in online_ids {
+    for id in listening {
         grew |= st.replicas.insert(id);
     }
     if mutant::on(Mutant::SyncCountsOnline) {
         // The rule before DESIGN §13: only the replicas connected now.
         KNOWN.store(ONLINE.load(Relaxed), Relaxed);
     } else {
-        KNOWN.store(st.replicas.len(), Relaxed);
+        KNOWN.store(st.replicas.len() + unlisted_count, Relaxed);
     }
     if grew {
         let copy = st.clone();
@@ -184,9 +265,48 @@ pub fn scan(ctx: &Context) {
     }
 }
 
-/// The `ip:port` of every replica online now (`INFO replication`).
+/// A replica came online (after [`scan`]): when the master now has more
+/// replicas than R, every client blocked in `WAIT` is unblocked with an
+/// error, so that no `WAIT` counts the newcomer in place of a known replica
+/// ([`blocked_waits`]). The client takes such a write as not confirmed.
+pub fn on_replica_online(ctx: &Context) {
+    let r = config::sync_replicas();
+    if r == 0 || (KNOWN.load(Relaxed) as u64) <= r {
+        return;
+    }
+    let list = match ctx.call("CLIENT", &["LIST", "TYPE", "normal"]) {
+        Ok(redis_module::RedisValue::SimpleString(s))
+        | Ok(redis_module::RedisValue::BulkString(s)) => s,
+        Ok(redis_module::RedisValue::StringBuffer(b)) => String::from_utf8_lossy(&b).into_owned(),
+        Ok(redis_module::RedisValue::BulkRedisString(s)) => s.to_string_lossy(),
+        _ => return,
+    };
+    for id in blocked_waits(&list) {
+        let id = id.to_string();
+        let _ = ctx.call("CLIENT", &["UNBLOCK", &id, "ERROR"]);
+    }
+}
+
+/// The identity of every replica online now (`INFO replication`): its
+/// `ip:port`, told apart from another at the same address
+/// ([`replica_identities`]).
 fn online_now() -> Vec<String> {
-    let mut ids = Vec::new();
+    replica_identities(&online_addresses())
+}
+
+/// The `ip:port` of every replica online now, one per replica line.
+fn online_addresses() -> Vec<String> {
+    replica_lines()
+        .into_iter()
+        .filter(|(_, online, _)| *online)
+        .map(|(id, _, _)| id)
+        .collect()
+}
+
+/// Every replica line of `INFO replication`, connected in any state:
+/// `ip:port`, whether it is online, and the offset it acknowledged.
+fn replica_lines() -> Vec<(String, bool, u64)> {
+    let mut lines = Vec::new();
     // SAFETY: plain module API calls; the info data is freed below.
     unsafe {
         let (Some(get), Some(field), Some(free)) = (
@@ -194,11 +314,11 @@ fn online_now() -> Vec<String> {
             raw::RedisModule_ServerInfoGetFieldC,
             raw::RedisModule_FreeServerInfo,
         ) else {
-            return ids;
+            return lines;
         };
         let info = get(std::ptr::null_mut(), c"replication".as_ptr());
         if info.is_null() {
-            return ids;
+            return lines;
         }
         for i in 0..1024 {
             let name = format!("slave{i}\0");
@@ -207,13 +327,13 @@ fn online_now() -> Vec<String> {
                 break;
             }
             let line = std::ffi::CStr::from_ptr(value).to_string_lossy();
-            if let Some((id, true)) = parse_replica(&line) {
-                ids.push(id);
+            if let Some(parsed) = parse_replica_ack(&line) {
+                lines.push(parsed);
             }
         }
         free(std::ptr::null_mut(), info);
     }
-    ids
+    lines
 }
 
 /// The check for a lock write that stated `stated` (`SYNC r`, 0 without):
@@ -222,6 +342,9 @@ fn online_now() -> Vec<String> {
 pub fn check(ctx: &Context, stated: u64) -> Result<(), CommandError> {
     let r = config::sync_replicas();
     if r == 0 && stated == 0 {
+        if ZERO_PENDING.load(Relaxed) {
+            return lowering_done(ctx);
+        }
         return Ok(());
     }
     if r > 0 {
@@ -246,12 +369,15 @@ pub fn check(ctx: &Context, stated: u64) -> Result<(), CommandError> {
             }
             SyncRefusal::TooMany { known, r } => {
                 stats::REFUSED_TOO_MANY.fetch_add(1, Relaxed);
-                let names = state()
-                    .replicas
-                    .iter()
-                    .cloned()
-                    .collect::<Vec<_>>()
-                    .join(", ");
+                let mut names = state().replicas.iter().cloned().collect::<Vec<_>>();
+                names.extend(
+                    UNLISTED
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .iter()
+                        .map(|id| format!("{id} (no listening port)")),
+                );
+                let names = names.join(", ");
                 CommandError::SyncTooMany { known, names, r }
             }
             SyncRefusal::TooFew { online, r } => {
@@ -262,15 +388,86 @@ pub fn check(ctx: &Context, stated: u64) -> Result<(), CommandError> {
     })
 }
 
+/// While a lowering of R to 0 is pending: `Ok` once every replica of this
+/// master's life acknowledged an offset past the announcement saying 0
+/// (the lowering is then complete), the refusal naming those still waited
+/// for otherwise.
+fn lowering_done(ctx: &Context) -> Result<(), CommandError> {
+    match lowering_waiting() {
+        None => {
+            ctx.log_notice(
+                "redlock.sync-replicas 0 reached every replica: lock writes go on without the check",
+            );
+            Ok(())
+        }
+        Some(waiting) => {
+            if ZERO_ANNOUNCED_AT.load(Relaxed) == u64::MAX {
+                announce_soon(ctx);
+            }
+            // Replicas acknowledge once a second: a client tries again shortly.
+            Err(CommandError::SyncLowering(waiting))
+        }
+    }
+}
+
+/// Who a pending lowering of R to 0 still waits for (`None`: none is
+/// pending, or it just completed).
+fn lowering_waiting() -> Option<String> {
+    if !ZERO_PENDING.load(Relaxed) {
+        return None;
+    }
+    let announced_at = ZERO_ANNOUNCED_AT.load(Relaxed);
+    if announced_at == u64::MAX {
+        return Some("the announcement, not sent yet".into());
+    }
+    let mut target = ZERO_TARGET.load(Relaxed);
+    if target == u64::MAX {
+        // Read in a later turn of the event loop than the announcement: the
+        // offset lies past it once it was propagated.
+        match master_offset() {
+            Some(now) if now > announced_at => {
+                target = now;
+                ZERO_TARGET.store(now, Relaxed);
+            }
+            _ => return Some("the announcement, not propagated yet".into()),
+        }
+    }
+    let waiting = lowering_waits_for(&state().replicas, &replica_acks(), target);
+    if waiting.is_empty() {
+        ZERO_PENDING.store(false, Relaxed);
+        // No replica vouches for more than 0 now (a failed write keeps the
+        // mark: the next start with R 0 waits again, never less).
+        set_vouched_out(false);
+        return None;
+    }
+    Some(waiting.join(", "))
+}
+
+/// Every online replica of `INFO replication`: its identity (named like
+/// the replica set, which `scan` takes from the online ones), `true`, and
+/// the offset it acknowledged.
+fn replica_acks() -> Vec<(String, bool, u64)> {
+    let mut all: Vec<_> = replica_lines()
+        .into_iter()
+        .filter(|(_, online, _)| *online)
+        .collect();
+    let ids = replica_identities(&all.iter().map(|(id, _, _)| id.clone()).collect::<Vec<_>>());
+    for ((id, _, _), named) in all.iter_mut().zip(ids) {
+        *id = named;
+    }
+    all
+}
+
 fn bump() {
     CHANGES.fetch_add(1, Relaxed);
 }
 
 /// Whether announcements can change anything: the check is on, or the last
-/// announcement said it was (a replica must learn that it is off). With the
-/// check off all along, a promoted replica keeps the guard either way.
+/// announcement said it was, or R was just lowered to 0 (a replica must
+/// learn that it is off). With the check off all along, a promoted replica
+/// keeps the guard either way.
 fn worth_announcing() -> bool {
-    config::sync_replicas() > 0 || ANNOUNCED_R.load(Relaxed) > 0
+    config::sync_replicas() > 0 || ANNOUNCED_R.load(Relaxed) > 0 || ZERO_PENDING.load(Relaxed)
 }
 
 /// What the last announcement said is out of date.
@@ -309,6 +506,9 @@ unsafe fn announce(ctx: *mut raw::RedisModuleCtx, key: *mut raw::RedisModuleStri
     let hold = hold_ms(window_left, UNCHECKED_UNTIL.load(Relaxed), now);
     let r = config::sync_replicas();
     ANNOUNCED_R.store(r, Relaxed);
+    if r == 0 && ZERO_PENDING.load(Relaxed) && ZERO_ANNOUNCED_AT.load(Relaxed) == u64::MAX {
+        ZERO_ANNOUNCED_AT.store(offset, Relaxed);
+    }
     {
         // Emitted: a later replay of this node's history must not count it
         // as fresh either (see `sync_rule::fresh`).
@@ -319,6 +519,13 @@ unsafe fn announce(ctx: *mut raw::RedisModuleCtx, key: *mut raw::RedisModuleStri
             drop(st);
             save(None, &copy);
         }
+    }
+    // A vouch for R above 0 is marked on disk before it can reach a replica,
+    // so that a start with R 0 knows to wait for every replica (see
+    // `on_load`); when that cannot be written, it is not sent (the replicas
+    // are then not current, and a promotion keeps the guard).
+    if r > 0 && !set_vouched_out(true) {
+        return;
     }
     if let Some(replicate) = raw::RedisModule_Replicate {
         replicate(
@@ -445,6 +652,10 @@ pub fn apply(ctx: &Context, offset: u64, r: u64, hold: u64) {
 /// announcement of that master; no replica set of its own.
 pub fn on_demotion(ctx: &Context) {
     CURRENT.store(false, Relaxed);
+    // A lowering of R waits for the replicas of this life as master; they
+    // follow another master now, and a fresh announcement of that one is
+    // what they go by.
+    ZERO_PENDING.store(false, Relaxed);
     KNOWN.store(0, Relaxed);
     ONLINE.store(0, Relaxed);
     let mut st = state();
@@ -531,6 +742,16 @@ pub fn on_config_change(ctx: &Context) {
         if last == 0 {
             UNCHECKED_UNTIL.store(mono_now().saturating_add(guard::longest_lease()), Relaxed);
         }
+        // Lowered to 0: a replica that lags keeps its vouch for `last` until
+        // the announcement reaches it, and promoted before, it would grant at
+        // once without the writes taken from now on without the check. So
+        // they wait for every replica ([`lowering_done`]), when a vouch for
+        // more than 0 ever went out. Raised again before that: nothing was
+        // taken without the check.
+        let master = !ctx.get_flags().contains(ContextFlags::SLAVE);
+        ZERO_PENDING.store(master && r == 0 && VOUCHED_OUT.load(Relaxed), Relaxed);
+        ZERO_ANNOUNCED_AT.store(u64::MAX, Relaxed);
+        ZERO_TARGET.store(u64::MAX, Relaxed);
         bump();
         announce_soon(ctx);
     }
@@ -542,26 +763,35 @@ pub fn on_config_change(ctx: &Context) {
 pub fn replicas_command(ctx: &Context, args: &[&[u8]]) -> Result<ReplicasReply, CommandError> {
     scan(ctx);
     let online = online_now();
+    // Connected in any state (a full sync in progress too): named both ways,
+    // among all lines and among the online ones.
+    let all_lines: Vec<String> = replica_lines().into_iter().map(|(id, _, _)| id).collect();
+    let connected: Vec<String> = replica_identities(&all_lines)
+        .into_iter()
+        .chain(online.iter().cloned())
+        .collect();
     match args {
         [_] => Ok(ReplicasReply::List(
             state()
                 .replicas
                 .iter()
                 .map(|id| (id.clone(), online.contains(id)))
+                .chain(online.iter().filter(|id| !listens(id)).map(|id| (id.clone(), true)))
                 .collect(),
         )),
         [_, sub, id] if sub.eq_ignore_ascii_case(b"FORGET") => {
             let id = String::from_utf8_lossy(id).into_owned();
-            if online.contains(&id) {
+            if connected.contains(&id) {
                 return Err(CommandError::Replicas(format!(
-                    "{id} is online: only a replica that is gone for good (removed from Sentinel, shut down) may be forgotten"
+                    "{id} is connected: only a replica that is gone for good (removed from Sentinel, shut down) may be forgotten"
                 )));
             }
             let mut st = state();
             if !st.replicas.remove(&id) {
                 return Ok(ReplicasReply::Forgot(false));
             }
-            KNOWN.store(st.replicas.len(), Relaxed);
+            let unlisted = UNLISTED.lock().unwrap_or_else(|p| p.into_inner()).len();
+            KNOWN.store(st.replicas.len() + unlisted, Relaxed);
             let copy = st.clone();
             drop(st);
             RECORD_FAILED.store(!save(Some(ctx), &copy), Relaxed);
@@ -600,6 +830,9 @@ pub struct Figures {
     pub hold_left_ms: u64,
     /// The last promotion's outcome (0 none, 1 at once, 2 rest, 3 guard).
     pub last_promotion: u64,
+    /// R was lowered to 0 and lock writes still wait for a replica to apply
+    /// it (1), or not (0).
+    pub lowering: u64,
 }
 
 /// The figures now.
@@ -612,5 +845,6 @@ pub fn figures(now: MonoMillis) -> Figures {
         master_r: VOUCHED_R.load(Relaxed),
         hold_left_ms: HOLD_UNTIL.load(Relaxed).saturating_sub(now),
         last_promotion: u64::from(LAST_PROMOTION.load(Relaxed)),
+        lowering: u64::from(lowering_waiting().is_some()),
     }
 }

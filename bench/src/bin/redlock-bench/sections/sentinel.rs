@@ -55,7 +55,9 @@ impl Form {
     }
 }
 
-/// `CONFIG SET redlock.sync-replicas r` on every running node.
+/// `CONFIG SET redlock.sync-replicas r` on every running node; a lowering
+/// to 0 is waited for until every replica applied it (the master refuses
+/// lock writes without the check until then, up to a second).
 fn set_r(group: &SentinelGroup, r: u64) {
     for (i, n) in group.nodes().iter().enumerate() {
         if n.pid().is_some() {
@@ -65,6 +67,18 @@ fn set_r(group: &SentinelGroup, r: u64) {
                 .arg(r)
                 .query(&mut group.connection(i));
         }
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut master = group.connection(group.master_index());
+    while Instant::now() < deadline {
+        let info: String = redis::cmd("INFO")
+            .arg("redlock")
+            .query(&mut master)
+            .unwrap_or_default();
+        if !info.contains("redlock_sync_lowering:1") {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
     }
 }
 
