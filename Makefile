@@ -7,7 +7,7 @@ TEST_MODULE := $(CURDIR)/target/debug/libredlock.so
 # The features of every test build (the module's test hooks, the client's test switches).
 TEST_FEATURES := redlock-module/test-hooks,redlock-client/danger-test-switches
 
-.PHONY: wheel wheel-test release deps build test lint demo safety bench clean install install-files deb deb-files sim
+.PHONY: wheel wheel-test release deps build test lint demo safety bench clean install install-files deb deb-files sim docs
 
 deps:
 	@./scripts/install-deps.sh
@@ -89,9 +89,20 @@ test-sentinel: deps valkey
 	REDLOCK_SERVER_BIN="$$($(VALKEY_BIN))" REDLOCK_MODULE=$(TEST_MODULE) \
 		$(CARGO) test -p redlock-client --test sentinel -- --include-ignored
 
+## docs: the guide (docs/, mdBook) built into target/book, its links checked and its Rust examples
+## compiled (doctests of redlock-client); mdbook is installed from crates.io into target/tools when missing
+MDBOOK_VERSION := 0.4.52
+MDBOOK := $(shell command -v mdbook 2>/dev/null || echo $(CURDIR)/target/tools/bin/mdbook)
+docs:
+	test -x $(MDBOOK) || $(CARGO) install mdbook --locked --version $(MDBOOK_VERSION) --root $(CURDIR)/target/tools
+	$(MDBOOK) build docs
+	python3 scripts/check-links.py
+	$(CARGO) test -p redlock-client --doc
+
 lint:
 	python3 scripts/import-cycles.py --self-check
 	python3 scripts/import-cycles.py
+	python3 scripts/check-links.py
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 	$(CARGO) clippy -p redlock-module --all-targets --features test-hooks -- -D warnings

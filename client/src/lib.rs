@@ -1,10 +1,20 @@
 #![doc = include_str!("../README.md")]
 #![warn(missing_docs)]
 
-/// The repository README's client example, compiled as a doctest.
+/// The guide's Rust examples (`docs/guide/`), compiled as doctests.
 #[cfg(doctest)]
-#[doc = include_str!("../../README.md")]
-pub struct RepositoryReadme;
+#[doc = include_str!("../../docs/guide/client-rust.md")]
+pub struct GuideClient;
+
+/// The guide's Sentinel example, compiled as a doctest.
+#[cfg(doctest)]
+#[doc = include_str!("../../docs/guide/sentinel.md")]
+pub struct GuideSentinel;
+
+/// The guide's cluster-member example, compiled as a doctest.
+#[cfg(doctest)]
+#[doc = include_str!("../../docs/guide/cluster.md")]
+pub struct GuideCluster;
 
 mod builder;
 mod classify;

@@ -281,11 +281,11 @@ async fn tls_errors_say_what_is_wrong() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn acl_user_with_only_the_lock_commands() {
-    let readme = include_str!("../../README.md");
+    let readme = include_str!("../../docs/guide/tls.md");
     let documented = LOCKER_ACL.replace("s3cret-pw", "s3cret");
     assert!(
         readme.contains(&documented),
-        "the README's ACL line differs from the tested one: {documented}"
+        "the guide's ACL line (docs/guide/tls.md) differs from the tested one: {documented}"
     );
 
     let nodes = start_nodes(5, &Node::builder().acl_user(LOCKER_ACL));

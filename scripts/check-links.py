@@ -1,0 +1,53 @@
+#!/usr/bin/env python3
+"""Checks the relative links of the README and the guide (docs/): every
+linked file exists and every #anchor names a heading of its page (the ids
+GitHub and mdBook give headings). Exits 1 on a broken link, naming it."""
+import re
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+LINK = re.compile(r"\[(?:[^\]]*)\]\(([^)\s]+)\)")
+
+
+def slug(text):
+    text = re.sub(r"[`*]", "", text.strip().lower())
+    return "".join("-" if c.isspace() else c for c in text if c.isalnum() or c in "-_" or c.isspace())
+
+
+def prose(path):
+    """The lines outside code blocks."""
+    inside = False
+    for line in path.read_text().splitlines():
+        if line.startswith("```"):
+            inside = not inside
+        elif not inside:
+            yield line
+
+
+def anchors(path):
+    return {slug(l.lstrip("#")) for l in prose(path) if re.match(r"^#{1,6} ", l)}
+
+
+def main():
+    files = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+    broken = []
+    for f in files:
+        for line in prose(f):
+            for target in LINK.findall(re.sub(r"`[^`]*`", "", line)):
+                if re.match(r"^[a-z]+:", target):
+                    continue
+                path, _, anchor = target.partition("#")
+                dest = (f.parent / path).resolve() if path else f
+                if not dest.exists():
+                    broken.append(f"{f.relative_to(ROOT)}: {target} (no such file)")
+                elif anchor and dest.suffix == ".md" and anchor not in anchors(dest):
+                    broken.append(f"{f.relative_to(ROOT)}: {target} (no such heading)")
+    for b in broken:
+        print(b)
+    print(f"{len(files)} files checked, {len(broken)} broken link(s)")
+    return 1 if broken else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
