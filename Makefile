@@ -91,7 +91,7 @@ test-sentinel: deps valkey
 
 ## docs: the guide (docs/, mdBook) built into target/book, its links checked and its Rust examples
 ## compiled (doctests of redlock-client); mdbook is installed from crates.io into target/tools when missing
-MDBOOK_VERSION := 0.4.52
+MDBOOK_VERSION := 0.5.4
 MDBOOK := $(shell command -v mdbook 2>/dev/null || echo $(CURDIR)/target/tools/bin/mdbook)
 docs:
 	test -x $(MDBOOK) || $(CARGO) install mdbook --locked --version $(MDBOOK_VERSION) --root $(CURDIR)/target/tools
