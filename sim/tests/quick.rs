@@ -119,23 +119,33 @@ fn the_seeds_of_the_demoted_master_queue_leak_pass() {
     }
 }
 
-/// Open finding of the long swarm (seed 189,411 of the 1,000,000): the
-/// operator raises `redlock.max-ttl-ms` at run time on the masters only
-/// (the README asks for the replicas first), a client takes a lease of the
-/// new length at once, the replica lags behind both the master's
-/// announcement and that grant, and the master dies: the replica, promoted,
-/// guards for its own shorter longest lease and grants the lock again while
-/// the first lease runs (two holders). The module's fix is for a master to
-/// hold back a lease longer than every replica of its life has acknowledged
-/// knowing (as it holds back unchecked writes after `sync-replicas` is
-/// lowered to 0); until then this seed fails.
+/// Open findings of the long swarm, one class: a replica configured with a
+/// shorter `redlock.max-ttl-ms` than its master is promoted while it does
+/// not know the master's longest lease, guards for its own shorter one and
+/// grants the lock again while a lease of its old master runs (two
+/// holders).
+/// - Seed 189,411: the operator raises `max-ttl-ms` at run time on the
+///   masters only (the README asks for the replicas first), a client takes
+///   a lease of the new length at once, and the replica lags behind both
+///   the master's announcement and that grant when the master dies.
+/// - Seed 352,891: the replica (250 ms; its master 1,000 ms) loses its
+///   disk, restarts with nothing recorded, and is promoted before its full
+///   sync taught it the master's record.
+///
+/// The module's fix is for a master to hold back a lease longer than every
+/// replica of its life has acknowledged knowing (as it holds back unchecked
+/// writes after `sync-replicas` is lowered to 0), and for a replica that
+/// has not synced since it started to guard as long as the longest lease
+/// any master may grant; until then these seeds fail.
 #[test]
-#[ignore = "open finding: a runtime raise of max-ttl-ms on the masters only, with a lagging replica promoted"]
-fn a_raise_on_the_masters_only_with_a_lagging_replica_keeps_one_holder() {
-    let r = redlock_sim::run(189_411, &Overrides::default(), &Setup::default());
-    assert!(
-        r.violations.is_empty(),
-        "seed 189411: {:?} (replay: cargo run -p redlock-sim --release -- --seed 189411)",
-        r.violations.first()
-    );
+#[ignore = "open finding: a replica with a shorter max-ttl-ms than its master, promoted before it learned the master's longest lease"]
+fn a_replica_promoted_before_it_learned_its_masters_longest_lease_keeps_one_holder() {
+    for seed in [189_411, 352_891] {
+        let r = redlock_sim::run(seed, &Overrides::default(), &Setup::default());
+        assert!(
+            r.violations.is_empty(),
+            "seed {seed}: {:?} (replay: cargo run -p redlock-sim --release -- --seed {seed})",
+            r.violations.first()
+        );
+    }
 }
