@@ -46,6 +46,9 @@ def test_a_frozen_replica_fails_the_check(group: SentinelGroup) -> None:
     redlock = rf.Redlock.connect(
         [rf.Sentinel(group.name, *group.sentinel_urls)],
         sync_timeout=0.3,
+        # Room for WAIT's answer after its 0.3 s on a loaded machine: the
+        # check's failure, not a node timeout, is what this test reads.
+        node_timeout=2.0,
         retry=rf.RetryPolicy.no_retry(),
     )
     replica = group.nodes[1]
