@@ -15,6 +15,7 @@ use crate::defaults::{
 };
 use crate::identity::{identical_urls, shared_server, Endpoint};
 use crate::member::{Member, MemberKind, Voter};
+use crate::metrics::LockMetrics;
 use crate::node::Node;
 use crate::quorum::Quorum;
 use crate::redlock::Redlock;
@@ -33,6 +34,7 @@ pub struct RedlockBuilder {
     pub(crate) retry: RetryPolicy,
     pub(crate) drift_factor: f64,
     pub(crate) clock_floor: bool,
+    pub(crate) metrics: LockMetrics,
     pub(crate) tls: TlsFiles,
     #[cfg(feature = "danger-test-switches")]
     pub(crate) danger: DangerSwitches,
@@ -167,6 +169,23 @@ impl RedlockBuilder {
     /// ```
     pub fn clock_floor(mut self, on: bool) -> Self {
         self.clock_floor = on;
+        self
+    }
+
+    /// Adds a `lock` label with the lock's name to the client's metrics
+    /// (see [`crate::metrics`]; default: off). Every lock name becomes a
+    /// series of its own in every metric: turn it on only when the names
+    /// are few and fixed (not one per job or per user).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let builder = redlock_client::Redlock::builder(["redis://127.0.0.1:7001"])
+    ///     .metrics_lock_names(true);
+    /// # let _ = builder;
+    /// ```
+    pub fn metrics_lock_names(mut self, on: bool) -> Self {
+        self.metrics.lock_names = on;
         self
     }
 
@@ -328,6 +347,7 @@ impl RedlockBuilder {
         let quorum = Quorum {
             nodes,
             quorum: n / 2 + 1,
+            metrics: self.metrics,
         };
 
         // Connect and check for the module, all nodes at once.
@@ -414,6 +434,7 @@ impl Redlock {
             retry: RetryPolicy::default(),
             drift_factor: DEFAULT_DRIFT_FACTOR,
             clock_floor: true,
+            metrics: LockMetrics::default(),
             tls: Default::default(),
             #[cfg(feature = "danger-test-switches")]
             danger: Default::default(),

@@ -15,6 +15,7 @@ mod identity;
 mod inspect;
 mod lock;
 mod member;
+pub mod metrics;
 mod node;
 mod quorum;
 mod redlock;

@@ -26,6 +26,7 @@ use crate::core::tally::{
 };
 use crate::identity::{OneVotePerServer, ServerId};
 use crate::member::Voter;
+use crate::metrics::{self as client_metrics, LockMetrics};
 use crate::round_calls::RoundCalls;
 
 /// Calls of an ACQUIRE round that it did not wait for, kept alive but never
@@ -51,6 +52,8 @@ pub(crate) struct Leftover {
 pub(crate) struct Quorum {
     pub(crate) nodes: Box<[Voter]>,
     pub(crate) quorum: usize,
+    /// The labels of the client's metrics.
+    pub(crate) metrics: LockMetrics,
 }
 
 /// The replies of one round, for tracing: `addr=reply` for every node
@@ -138,8 +141,18 @@ pub(crate) async fn fan_out(
     leftovers: Leftovers,
     mut on_reply: impl FnMut(usize, Option<ServerId>, Result<Value, NodeFailure>) -> Next,
 ) -> (RoundEnd, Unanswered) {
+    // Which targets answered, for the node-error metric of those that did
+    // not before the round's timer.
+    let mut answered = vec![false; nodes.len()];
+    let mut on_reply = |i: usize, id: Option<ServerId>, reply: Result<Value, NodeFailure>| {
+        answered[i] = true;
+        if let Err(failure) = &reply {
+            client_metrics::node_error(nodes[i].url(), failure);
+        }
+        on_reply(i, id, reply)
+    };
     let (mut calls, state, deadline, timeout) =
-        start_calls(nodes, targets, cmd, &mut on_reply).await;
+        start_calls(nodes, targets.clone(), cmd, &mut on_reply).await;
     if !calls.is_empty() && state != Next::Done {
         // One timer for the round instead of one per call: every call was
         // started above, in the same poll, so this is the same bound.
@@ -173,7 +186,12 @@ pub(crate) async fn fan_out(
                         break;
                     }
                     // Past the bound: nothing left to finish.
-                    return (RoundEnd::TimedOut(timeout), Unanswered::default());
+                    drop(on_reply);
+                    let end = RoundEnd::TimedOut(timeout);
+                    for i in targets.filter(|&i| !answered[i]) {
+                        client_metrics::node_error(nodes[i].url(), &end.failure());
+                    }
+                    return (end, Unanswered::default());
                 }
             }
         }
@@ -385,15 +403,17 @@ impl Quorum {
             Ok(()) => Ok(value),
             Err(twin) => {
                 let (node, twin) = (&self.nodes[node], &self.nodes[twin]);
+                let failure = NodeFailure::SameServer {
+                    twin: twin.url().to_string(),
+                };
+                client_metrics::node_error(node.url(), &failure);
                 tracing::error!(
                     node = node.url(),
                     same_server_as = twin.url(),
                     run_id = server.as_deref().unwrap_or(""),
                     "two members of the quorum are the same Redis server: it is counted once; list each server once"
                 );
-                Err(NodeFailure::SameServer {
-                    twin: twin.url().to_string(),
-                })
+                Err(failure)
             }
         }
     }
@@ -546,6 +566,7 @@ impl Quorum {
             }
             AcquireOutcome::WriteBack(fencing) => fencing,
         };
+        self.metrics.write_back(key);
         let token = fencing.token();
         #[cfg(feature = "danger-test-switches")]
         if !write_back {

@@ -109,12 +109,17 @@ impl Redlock {
             // owner, so a node reserves the freed lock for the owner that
             // will ACQUIRE it.
             let ticket = now_micros();
+            let called = Instant::now();
+            let metrics = self.inner.quorum.metrics;
+            let timed_out = || metrics.wait_timed_out(key, called.elapsed());
             let mut owner = OwnerId::new();
             loop {
                 let settled = ReleaseIfDropped::new(&self.inner, key, owner);
                 let (error, leftovers) = match self.attempt(key, ttl, owner).await {
                     Ok(lock) => {
                         settled.disarm();
+                        let started = Instant::from_std(lock.started_at());
+                        metrics.waited(key, started.saturating_duration_since(called));
                         return Ok(lock);
                     }
                     Err(failed) => failed,
@@ -129,6 +134,7 @@ impl Redlock {
                 owner = OwnerId::new();
                 let now = Instant::now();
                 if now >= until {
+                    timed_out();
                     return Err(error);
                 }
                 match &error {
@@ -141,7 +147,10 @@ impl Redlock {
                         }
                         match wait_for_free(&self.inner.quorum, key, until, owner, ticket).await {
                             Wake::Free => {}
-                            Wake::TimedOut => return Err(error),
+                            Wake::TimedOut => {
+                                timed_out();
+                                return Err(error);
+                            }
                             Wake::Unreachable(failed) => {
                                 tracing::debug!(failed = failed.len(), "too few nodes to wait on");
                                 let pause = self.inner.retry.delay();
