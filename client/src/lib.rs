@@ -22,6 +22,8 @@ mod redlock;
 mod round_calls;
 mod sentinel;
 mod shared;
+#[cfg(feature = "summary")]
+pub mod summary;
 mod sync_check;
 mod tls;
 mod waiting;
