@@ -209,9 +209,33 @@ pub(crate) async fn fan_out(
         }
         Leftovers::Finish => {
             if let Ok(handle) = tokio::runtime::Handle::try_current() {
+                // The nodes still pending, for the node-error metric: a
+                // node slower than the quorum (frozen, overloaded) shows
+                // there although the round did not wait for it.
+                let mut pending: Vec<(usize, Voter)> = targets
+                    .filter(|&i| !answered[i])
+                    .map(|i| (i, nodes[i].clone()))
+                    .collect();
                 handle.spawn(async move {
-                    let rest = async { while calls.next().await.is_some() {} };
-                    let _ = tokio::time::timeout_at(deadline, rest).await;
+                    let rest = async {
+                        while let Some((i, _, reply)) = calls.next().await {
+                            pending.retain(|(j, node)| {
+                                if *j != i {
+                                    return true;
+                                }
+                                if let Err(failure) = &reply {
+                                    client_metrics::node_error(node.url(), failure);
+                                }
+                                false
+                            });
+                        }
+                    };
+                    if tokio::time::timeout_at(deadline, rest).await.is_err() {
+                        let failure = NodeFailure::Timeout(timeout);
+                        for (_, node) in &pending {
+                            client_metrics::node_error(node.url(), &failure);
+                        }
+                    }
                 });
             }
         }
