@@ -6,6 +6,11 @@
 #[doc = include_str!("../../README.md")]
 pub struct RepositoryReadme;
 
+/// docs/metrics.md's Rust example, compiled as a doctest.
+#[cfg(all(doctest, feature = "prometheus"))]
+#[doc = include_str!("../../docs/metrics.md")]
+pub struct MetricsGuide;
+
 mod builder;
 mod cluster;
 mod core;
