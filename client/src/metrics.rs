@@ -23,7 +23,7 @@
 
 use std::time::Duration;
 
-use ::metrics::{Label, SharedString};
+use ::metrics::{Key, Label, SharedString};
 
 use crate::core::error::{Error, NodeFailure};
 
@@ -201,7 +201,60 @@ pub(crate) fn node_error(node: &str, failure: &NodeFailure) {
         Label::new("node", SharedString::from(node.to_string())),
         Label::from_static_parts("kind", kind),
     ];
-    ::metrics::counter!(NODE_ERRORS, labels).increment(1);
+    count(&Key::from_parts(NODE_ERRORS, labels), 1);
+}
+
+/// The metadata of every metric the client records.
+static METADATA: ::metrics::Metadata<'static> = ::metrics::Metadata::new(
+    module_path!(),
+    ::metrics::Level::INFO,
+    Some(module_path!()),
+);
+
+/// `outcome="…"` labels, static so that recording them allocates nothing.
+macro_rules! outcome_labels {
+    ($($name:ident = $value:literal),* $(,)?) => {
+        $(static $name: [Label; 1] = [Label::from_static_parts("outcome", $value)];)*
+    };
+}
+outcome_labels!(
+    GRANTED = "granted",
+    BUSY = "busy",
+    NO_QUORUM = "no_quorum",
+    RESTART_GUARD = "restart_guard",
+    EXPIRED = "expired",
+    ERROR = "error",
+    TIMEOUT = "timeout",
+    OK = "ok",
+    FAILED = "failed",
+);
+
+impl Outcome {
+    /// The `outcome` label.
+    fn labels(self) -> &'static [Label] {
+        match self {
+            Outcome::Granted => &GRANTED,
+            Outcome::Busy => &BUSY,
+            Outcome::NoQuorum => &NO_QUORUM,
+            Outcome::RestartGuard => &RESTART_GUARD,
+            Outcome::Expired => &EXPIRED,
+            Outcome::Error => &ERROR,
+            Outcome::Timeout => &TIMEOUT,
+        }
+    }
+}
+
+/// Adds `by` to the counter `key`.
+fn count(key: &Key, by: u64) {
+    ::metrics::with_recorder(|r| r.register_counter(key, &METADATA).increment(by));
+}
+
+/// Records `seconds` in the histogram `key`.
+fn observe(key: &Key, seconds: Duration) {
+    ::metrics::with_recorder(|r| {
+        r.register_histogram(key, &METADATA)
+            .record(seconds.as_secs_f64())
+    });
 }
 
 /// What every metric of one client records besides its own labels: the
@@ -213,80 +266,76 @@ pub(crate) struct LockMetrics {
 }
 
 impl LockMetrics {
-    /// The labels for `key`, then `extra`.
-    fn labels(self, key: &str, extra: Option<(&'static str, &'static str)>) -> Vec<Label> {
-        let mut labels = Vec::with_capacity(2);
-        if let Some((name, value)) = extra {
-            labels.push(Label::from_static_parts(name, value));
-        }
+    /// The key of `name` for a lock on `key`, with the static `labels`:
+    /// built without allocating unless lock names are labels.
+    fn key(self, name: &'static str, key: &str, labels: &'static [Label]) -> Key {
         if self.lock_names {
-            labels.push(Label::new("lock", SharedString::from(key.to_string())));
+            let mut all = labels.to_vec();
+            all.push(Label::new("lock", SharedString::from(key.to_string())));
+            Key::from_parts(name, all)
+        } else {
+            Key::from_static_parts(name, labels)
         }
-        labels
     }
 
     /// One acquisition attempt on `key` ended with `outcome` after
     /// `elapsed`.
     pub(crate) fn attempt(self, key: &str, outcome: Outcome, elapsed: Duration) {
-        let outcome = outcome.as_str();
         tracing::debug!(
-            outcome,
+            outcome = outcome.as_str(),
             elapsed_us = elapsed.as_micros() as u64,
             "acquisition attempt"
         );
-        let labels = self.labels(key, Some(("outcome", outcome)));
-        ::metrics::counter!(ACQUISITIONS, labels.clone()).increment(1);
-        ::metrics::histogram!(ACQUIRE_SECONDS, labels).record(elapsed.as_secs_f64());
+        count(&self.key(ACQUISITIONS, key, outcome.labels()), 1);
+        observe(&self.key(ACQUIRE_SECONDS, key, outcome.labels()), elapsed);
     }
 
     /// A waiting acquisition of `key` gave up at its maximum wait.
     pub(crate) fn wait_timed_out(self, key: &str, waited: Duration) {
-        let outcome = Outcome::Timeout.as_str();
         tracing::debug!(
-            outcome,
+            outcome = Outcome::Timeout.as_str(),
             waited_ms = waited.as_millis() as u64,
             "waiting acquisition gave up"
         );
-        let labels = self.labels(key, Some(("outcome", outcome)));
-        ::metrics::counter!(ACQUISITIONS, labels).increment(1);
+        count(&self.key(ACQUISITIONS, key, Outcome::Timeout.labels()), 1);
     }
 
     /// An acquisition of `key` got the lock after waiting `waited`.
     pub(crate) fn waited(self, key: &str, waited: Duration) {
         tracing::debug!(waited_ms = waited.as_millis() as u64, "lock acquired");
-        ::metrics::histogram!(WAIT_SECONDS, self.labels(key, None)).record(waited.as_secs_f64());
+        observe(&self.key(WAIT_SECONDS, key, &[]), waited);
     }
 
     /// A lock on `key` was released (or dropped) after being held `held`.
     pub(crate) fn held(self, key: &str, held: Duration) {
         tracing::debug!(held_ms = held.as_millis() as u64, "lock held");
-        ::metrics::histogram!(HOLD_SECONDS, self.labels(key, None)).record(held.as_secs_f64());
+        observe(&self.key(HOLD_SECONDS, key, &[]), held);
     }
 
     /// An extension of `key` succeeded (`ok`) or failed.
     pub(crate) fn extension(self, key: &str, ok: bool) {
-        let outcome = if ok { "ok" } else { "failed" };
-        tracing::debug!(outcome, "extension");
-        ::metrics::counter!(EXTENSIONS, self.labels(key, Some(("outcome", outcome)))).increment(1);
+        let labels: &'static [Label] = if ok { &OK } else { &FAILED };
+        tracing::debug!(outcome = if ok { "ok" } else { "failed" }, "extension");
+        count(&self.key(EXTENSIONS, key, labels), 1);
     }
 
     /// A lock on `key` was found lost (the caller makes sure it is once per
     /// lock).
     pub(crate) fn lost(self, key: &str) {
         tracing::warn!(key, "lock lost");
-        ::metrics::counter!(LOCKS_LOST, self.labels(key, None)).increment(1);
+        count(&self.key(LOCKS_LOST, key, &[]), 1);
     }
 
     /// An acquisition of `key` wrote its token back to other nodes.
     pub(crate) fn write_back(self, key: &str) {
         tracing::debug!("write-back");
-        ::metrics::counter!(WRITE_BACKS, self.labels(key, None)).increment(1);
+        count(&self.key(WRITE_BACKS, key, &[]), 1);
     }
 
     /// A fenced call under a lock on `key` was refused as stale.
     pub(crate) fn stale(self, key: &str, token: u64, highest: u64) {
         tracing::warn!(key, token, highest, "fenced call refused: stale token");
-        ::metrics::counter!(STALE_REFUSALS, self.labels(key, None)).increment(1);
+        count(&self.key(STALE_REFUSALS, key, &[]), 1);
     }
 }
 

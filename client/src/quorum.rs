@@ -141,15 +141,22 @@ pub(crate) async fn fan_out(
     leftovers: Leftovers,
     mut on_reply: impl FnMut(usize, Option<ServerId>, Result<Value, NodeFailure>) -> Next,
 ) -> (RoundEnd, Unanswered) {
-    // Which targets answered, for the node-error metric of those that did
-    // not before the round's timer.
-    let mut answered = vec![false; nodes.len()];
     let mut on_reply = |i: usize, id: Option<ServerId>, reply: Result<Value, NodeFailure>| {
-        answered[i] = true;
         if let Err(failure) = &reply {
             client_metrics::node_error(nodes[i].url(), failure);
         }
         on_reply(i, id, reply)
+    };
+    // The targets whose call is still pending (for the node-error metric;
+    // only after the timer or for the leftovers): call `j` went to the
+    // `j`-th target.
+    let pending = |calls: &RoundCalls<_>| -> Vec<usize> {
+        targets
+            .clone()
+            .enumerate()
+            .filter(|&(j, _)| calls.is_pending(j))
+            .map(|(_, i)| i)
+            .collect()
     };
     let (mut calls, state, deadline, timeout) =
         start_calls(nodes, targets.clone(), cmd, &mut on_reply).await;
@@ -186,9 +193,8 @@ pub(crate) async fn fan_out(
                         break;
                     }
                     // Past the bound: nothing left to finish.
-                    drop(on_reply);
                     let end = RoundEnd::TimedOut(timeout);
-                    for i in targets.filter(|&i| !answered[i]) {
+                    for i in pending(&calls) {
                         client_metrics::node_error(nodes[i].url(), &end.failure());
                     }
                     return (end, Unanswered::default());
@@ -212,8 +218,8 @@ pub(crate) async fn fan_out(
                 // The nodes still pending, for the node-error metric: a
                 // node slower than the quorum (frozen, overloaded) shows
                 // there although the round did not wait for it.
-                let mut pending: Vec<(usize, Voter)> = targets
-                    .filter(|&i| !answered[i])
+                let mut pending: Vec<(usize, Voter)> = pending(&calls)
+                    .into_iter()
                     .map(|i| (i, nodes[i].clone()))
                     .collect();
                 handle.spawn(async move {
