@@ -205,11 +205,8 @@ pub(crate) fn node_error(node: &str, failure: &NodeFailure) {
 }
 
 /// The metadata of every metric the client records.
-static METADATA: ::metrics::Metadata<'static> = ::metrics::Metadata::new(
-    module_path!(),
-    ::metrics::Level::INFO,
-    Some(module_path!()),
-);
+static METADATA: ::metrics::Metadata<'static> =
+    ::metrics::Metadata::new(module_path!(), ::metrics::Level::INFO, Some(module_path!()));
 
 /// `outcome="…"` labels, static so that recording them allocates nothing.
 macro_rules! outcome_labels {
@@ -344,9 +341,12 @@ mod tests {
     use super::*;
     use metrics_util::debugging::{DebugValue, DebuggingRecorder};
 
-    /// Every counter and histogram recorded, as `(name, sorted labels,
-    /// value)`; histograms as their sample count.
-    fn recorded(recorder: &DebuggingRecorder) -> Vec<(String, Vec<(String, String)>, u64)> {
+    /// `(name, sorted labels, value)`.
+    type Recorded = (String, Vec<(String, String)>, u64);
+
+    /// Every counter and histogram recorded; histograms as their sample
+    /// count.
+    fn recorded(recorder: &DebuggingRecorder) -> Vec<Recorded> {
         let mut out: Vec<_> = recorder
             .snapshotter()
             .snapshot()
@@ -429,7 +429,10 @@ mod tests {
             vec![
                 (
                     NODE_ERRORS.into(),
-                    l(&[("kind", "module_not_loaded"), ("node", "redis://127.0.0.1:7002")]),
+                    l(&[
+                        ("kind", "module_not_loaded"),
+                        ("node", "redis://127.0.0.1:7002")
+                    ]),
                     1
                 ),
                 (

@@ -216,7 +216,9 @@ pub fn install_global() -> Option<&'static SummaryRecorder> {
         std::sync::OnceLock::new();
     *INSTALLED.get_or_init(|| {
         let recorder: &'static SummaryRecorder = Box::leak(Box::new(SummaryRecorder::new()));
-        metrics::set_global_recorder(recorder).ok().map(|()| recorder)
+        metrics::set_global_recorder(recorder)
+            .ok()
+            .map(|()| recorder)
     })
 }
 

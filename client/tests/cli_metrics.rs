@@ -81,7 +81,11 @@ fn scrape_until(port: u16, what: &str, done: impl Fn(&Scrape) -> bool) -> Scrape
 fn wait_for_file(path: &Path) {
     let deadline = Instant::now() + Duration::from_secs(20);
     while !path.exists() {
-        assert!(Instant::now() < deadline, "{} never appeared", path.display());
+        assert!(
+            Instant::now() < deadline,
+            "{} never appeared",
+            path.display()
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
 }

@@ -72,12 +72,18 @@ fn the_dashboard_queries_metrics_that_exist() {
         .arg(0)
         .query(&mut con)
         .unwrap();
-    assert!(pairs.len() > 20 && pairs.len() % 2 == 0, "{pairs:?}");
+    assert!(
+        pairs.len() > 20 && pairs.len().is_multiple_of(2),
+        "{pairs:?}"
+    );
     let fields: Vec<(&str, i64)> = pairs
         .chunks(2)
         .map(|kv| (kv[0].as_str(), kv[1].parse().expect("a number")))
         .collect();
-    assert!(fields.contains(&("redlock_acquire_granted", 1)), "{fields:?}");
+    assert!(
+        fields.contains(&("redlock_acquire_granted", 1)),
+        "{fields:?}"
+    );
     assert!(fields.iter().all(|(k, _)| *k != "redlock_version"));
     let info: BTreeSet<&str> = fields.iter().map(|(k, _)| *k).collect();
 
@@ -96,7 +102,10 @@ fn the_dashboard_queries_metrics_that_exist() {
     for expr in &exprs {
         for (quoted, word) in redlock_words(expr) {
             if quoted {
-                assert!(info.contains(word.as_str()), "{word} is not in INFO redlock: {expr}");
+                assert!(
+                    info.contains(word.as_str()),
+                    "{word} is not in INFO redlock: {expr}"
+                );
             } else {
                 let name = ["_bucket", "_count", "_sum"]
                     .iter()

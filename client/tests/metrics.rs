@@ -147,7 +147,8 @@ fn acquisitions_waits_holds_extensions_and_losses_are_counted() {
     assert_eq!(total(&m, STALE_REFUSALS), 0, "{m:#?}");
     // No metric names a lock.
     assert!(
-        m.keys().all(|(_, labels)| labels.iter().all(|l| !l.starts_with("lock="))),
+        m.keys()
+            .all(|(_, labels)| labels.iter().all(|l| !l.starts_with("lock="))),
         "{m:#?}"
     );
 }
@@ -182,10 +183,7 @@ fn write_backs_and_node_errors_are_counted() {
     let redlock_urls = node_urls.clone();
     let (m, (client_nodes, token)) = recorded(|| async move {
         let redlock = client_with(redlock_urls, false, false).await;
-        let lock = redlock
-            .acquire("wb", Duration::from_secs(5))
-            .await
-            .unwrap();
+        let lock = redlock.acquire("wb", Duration::from_secs(5)).await.unwrap();
         let token = lock.token();
         assert!(lock.release().await.unwrap());
 
@@ -230,8 +228,9 @@ fn write_backs_and_node_errors_are_counted() {
         assert!(
             m.iter().all(|((n, labels), _)| n != NODE_ERRORS
                 || !labels.contains(&node_label(i))
-                || labels.iter().any(|l| l == "kind=connection"
-                    || l == "kind=not_connected")),
+                || labels
+                    .iter()
+                    .any(|l| l == "kind=connection" || l == "kind=not_connected")),
             "{m:#?}"
         );
     }
@@ -260,7 +259,10 @@ fn stale_refusals_and_the_opt_in_lock_label() {
             .await
             .unwrap();
         tokio::time::sleep(Duration::from_millis(300)).await;
-        let b = redlock.acquire("job", Duration::from_secs(5)).await.unwrap();
+        let b = redlock
+            .acquire("job", Duration::from_secs(5))
+            .await
+            .unwrap();
         assert_eq!(b.announce(&mut con, "job:fence").await.unwrap(), b.token());
         let mut set = redis::cmd("SET");
         set.arg("job:state").arg("late");

@@ -14,10 +14,18 @@ pub(crate) fn install() -> Option<&'static SummaryRecorder> {
 /// One histogram's `(count, sum, [(upper bound, cumulative count), …])`.
 type HistogramTuple = (u64, f64, Vec<(f64, u64)>);
 
-/// Every series as `(name, [(label, value), …], counter, histogram)`: one of
-/// the last two is `None`.
+/// One series: `(name, [(label, value), …], counter, histogram)`, one of
+/// the last two `None`.
+type SeriesTuple = (
+    String,
+    Vec<(String, String)>,
+    Option<u64>,
+    Option<HistogramTuple>,
+);
+
+/// Every series, sorted by name and labels.
 #[pyfunction]
-pub(crate) fn metrics() -> Vec<(String, Vec<(String, String)>, Option<u64>, Option<HistogramTuple>)> {
+pub(crate) fn metrics() -> Vec<SeriesTuple> {
     let Some(recorder) = install() else {
         return Vec::new();
     };
@@ -30,7 +38,12 @@ pub(crate) fn metrics() -> Vec<(String, Vec<(String, String)>, Option<u64>, Opti
                 count,
                 sum,
                 buckets,
-            } => (series.name, series.labels, None, Some((count, sum, buckets))),
+            } => (
+                series.name,
+                series.labels,
+                None,
+                Some((count, sum, buckets)),
+            ),
         })
         .collect()
 }
