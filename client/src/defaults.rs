@@ -4,8 +4,6 @@
 
 use std::time::Duration;
 
-use rand::Rng;
-
 /// Default bound on one node's reply.
 pub const DEFAULT_NODE_TIMEOUT: Duration = Duration::from_millis(100);
 /// Default bound on opening a connection to a node.
@@ -75,26 +73,10 @@ impl RetryPolicy {
             ..Self::default()
         }
     }
-
-    /// The pause before the next attempt.
-    pub(crate) fn delay(&self) -> Duration {
-        let jitter_us = self.jitter.as_micros().min(u64::MAX as u128) as u64;
-        let extra = if jitter_us == 0 {
-            0
-        } else {
-            rand::thread_rng().gen_range(0..=jitter_us)
-        };
-        self.base_delay + Duration::from_micros(extra)
-    }
 }
 
 /// Switches that break the algorithm on purpose, for tests that show why a
-/// step is needed (feature `danger-test-switches`).
+/// step is needed (feature `danger-test-switches`): the pure rules' own
+/// (`core/rules.rs`).
 #[cfg(feature = "danger-test-switches")]
-#[derive(Clone, Copy, Debug, Default)]
-pub(crate) struct DangerSwitches {
-    /// Step 4 (the write-back) is skipped.
-    pub(crate) no_write_back: bool,
-    /// Step 5 (the validity check) is skipped.
-    pub(crate) no_validity_check: bool,
-}
+pub(crate) type DangerSwitches = crate::core::rules::Switches;

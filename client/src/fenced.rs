@@ -142,7 +142,7 @@ impl LockInfo {
                 };
             }
         }
-        Error::from_resource(e)
+        crate::classify::resource_error(e)
     }
 }
 

@@ -12,6 +12,7 @@ pub struct RepositoryReadme;
 pub struct MetricsGuide;
 
 mod builder;
+mod classify;
 mod cluster;
 mod core;
 mod defaults;

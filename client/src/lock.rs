@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use tracing::Instrument;
 
 use crate::core::error::Error;
+use crate::core::lease::{lower, ExtendRule};
 use crate::metrics::LockMetrics;
 use crate::quorum::Unanswered;
 use crate::shared::{ttl_millis, Inner};
@@ -170,9 +171,7 @@ impl LockInfo {
     /// Moves the deadline to `bound` when that is earlier (never later).
     pub(crate) fn lower_deadline(&self, bound: Instant) {
         let mut deadline = self.deadline.lock().unwrap_or_else(|p| p.into_inner());
-        if bound < *deadline {
-            *deadline = bound;
-        }
+        *deadline = lower(*deadline, bound);
     }
 }
 
@@ -190,11 +189,10 @@ pub struct Lock {
     /// The ACQUIREs the acquisition did not wait for, kept until a release
     /// is queued behind them (see `quorum::Leftovers::Return`).
     unanswered: Unanswered,
-    /// The shortest lease (ms) any extension so far sent. An EXTEND can
+    /// What the validity of the next extension counts with: an EXTEND can
     /// reach a node late (to a node that had not answered, or over a
-    /// connection that broke), after a later one: that node's lease then
-    /// ends no earlier than the later extension's start plus this.
-    shortest_extend_ms: Option<u64>,
+    /// connection that broke), after a later one (`core/lease.rs`).
+    extend_rule: ExtendRule<Instant>,
 }
 
 impl Deref for Lock {
@@ -239,7 +237,7 @@ impl Lock {
             }),
             released: false,
             unanswered,
-            shortest_extend_ms: None,
+            extend_rule: ExtendRule::new(),
         }
     }
 
@@ -300,43 +298,34 @@ impl Lock {
 
     /// [`Lock::extend`] without its span and metrics.
     async fn extend_round(&mut self, ttl: Duration, ttl_ms: u64) -> Result<(), Error> {
+        let start = Instant::now();
+        // The nodes may apply the new lease whatever this call returns
+        // (a failed round, lost replies, a cancelled call): a shorter one
+        // ends the validity before the EXTEND is sent, never later. Any
+        // earlier EXTEND may still land after this one: the validity
+        // counts from this start with the shortest lease sent so far.
+        let rules = &self.inner.rules;
+        let extending = self.extend_rule.begin(rules, ttl_ms, start);
+        self.info.lower_deadline(extending.bound);
+        self.inner
+            .quorum
+            .extend(&self.info.key, self.info.owner.as_str(), ttl_ms)
+            .await?;
+        match self
+            .extend_rule
+            .confirmed(rules, &extending, Instant::now())
         {
-            let start = Instant::now();
-            // The nodes may apply the new lease whatever this call returns
-            // (a failed round, lost replies, a cancelled call): a shorter one
-            // ends the validity before the EXTEND is sent, never later.
-            let bound = start
-                + self
-                    .inner
-                    .usable(ttl_ms, Duration::ZERO)
-                    .unwrap_or_default();
-            self.info.lower_deadline(bound);
-            // Any earlier EXTEND may still land after this one: count the
-            // validity from this start with the shortest lease sent so far.
-            let counted_ms = self.shortest_extend_ms.map_or(ttl_ms, |s| s.min(ttl_ms));
-            self.shortest_extend_ms = Some(counted_ms);
-            self.inner
-                .quorum
-                .extend(&self.info.key, self.info.owner.as_str(), ttl_ms)
-                .await?;
-            if !self.inner.validity_check() {
-                // Deliberately broken (safety-suite mutation): the full ttl
-                // from the end of the extension.
-                self.info.set_deadline(Instant::now() + ttl);
-                return Ok(());
+            Ok(deadline) => {
+                self.info.set_deadline(deadline);
+                tracing::debug!(
+                    validity_ms = deadline
+                        .saturating_duration_since(Instant::now())
+                        .as_millis() as u64,
+                    "extended"
+                );
+                Ok(())
             }
-            let elapsed = start.elapsed();
-            match self.inner.usable(counted_ms, elapsed) {
-                Some(usable) => {
-                    self.info.set_deadline(start + usable);
-                    tracing::debug!(
-                        validity_ms = (usable - elapsed).as_millis() as u64,
-                        "extended"
-                    );
-                    Ok(())
-                }
-                None => Err(Error::ExpiredBeforeUse { ttl, elapsed }),
-            }
+            Err(elapsed) => Err(Error::ExpiredBeforeUse { ttl, elapsed }),
         }
     }
 

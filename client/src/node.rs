@@ -306,7 +306,7 @@ impl Node {
         let text = match reply {
             Ok(value) => redis::from_redis_value::<String>(value).map_err(|e| e.to_string())?,
             Err(e) => {
-                let (failure, broken) = NodeFailure::from_redis(&e);
+                let (failure, broken) = crate::classify::node_failure(&e);
                 if broken {
                     return Err(failure.to_string());
                 }
@@ -473,7 +473,7 @@ impl Node {
             }
             Ok(other) => Err(NodeFailure::Unexpected(format!("{other:?}"))),
             Err(e) => {
-                let (failure, broken) = NodeFailure::from_redis(&e);
+                let (failure, broken) = crate::classify::node_failure(&e);
                 loan.answered = !broken;
                 Err(failure)
             }
@@ -663,7 +663,7 @@ impl Node {
     /// Classifies an error of the main connection of `generation` (`None`:
     /// a lock-command connection), and marks it down when it is broken.
     fn failure(self: &Arc<Self>, generation: Option<u64>, e: &redis::RedisError) -> NodeFailure {
-        let (failure, broken) = NodeFailure::from_redis(e);
+        let (failure, broken) = crate::classify::node_failure(e);
         if let (true, Some(generation)) = (broken, generation) {
             self.mark_down(generation, &failure);
         }

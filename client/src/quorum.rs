@@ -15,14 +15,17 @@ use std::fmt;
 use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::task::Poll;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use redis::{Cmd, Value};
 
+use crate::core::attempt::{
+    attempt_error, failure_error, Acquired, Attempt, AttemptStep, FailReason,
+};
 use crate::core::error::{Error, NodeFailure};
+use crate::core::rules::Rules;
 use crate::core::tally::{
-    AcquireOutcome, AcquireReply, AcquireTally, Confirmation, ConfirmationOutcome,
-    ConfirmationTally, Failures, FenceReply, WriteBackOutcome,
+    AcquireReply, Confirmation, ConfirmationOutcome, ConfirmationTally, Failures, FenceReply,
 };
 use crate::identity::{OneVotePerServer, ServerId};
 use crate::member::Voter;
@@ -364,6 +367,17 @@ impl From<bool> for Next {
     }
 }
 
+impl From<crate::core::attempt::Next<Instant>> for Next {
+    fn from(next: crate::core::attempt::Next<Instant>) -> Self {
+        use crate::core::attempt::Next as Decided;
+        match next {
+            Decided::Wait => Next::Wait,
+            Decided::Done => Next::Done,
+            Decided::Linger(until) => Next::Linger(tokio::time::Instant::from_std(until)),
+        }
+    }
+}
+
 /// How [`fan_out`] ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum RoundEnd {
@@ -448,97 +462,41 @@ impl Quorum {
         }
     }
 
-    /// The error for a round that did not reach a quorum and was not "busy":
-    /// a specific variant when every failing node failed for the same
-    /// specific reason, otherwise [`Error::NoQuorum`] listing them all.
+    /// The error for a round that did not reach a quorum and was not "busy"
+    /// (`core/attempt.rs::failure_error`, with the nodes' addresses).
     pub(crate) fn failure_error(&self, failed: Failures, answered: usize) -> Error {
         for (i, e) in &failed {
             tracing::trace!(node = self.nodes[*i].addr(), reason = %e, "node failed");
         }
-        if !failed.is_empty() {
-            if failed
-                .iter()
-                .all(|(_, e)| matches!(e, NodeFailure::ModuleNotLoaded))
-            {
-                return Error::ModuleNotLoaded {
-                    node: self.nodes[failed[0].0].addr().to_string(),
-                };
-            }
-            if let Some((_, NodeFailure::NoPermission(detail))) = failed.first() {
-                if failed
-                    .iter()
-                    .all(|(_, e)| matches!(e, NodeFailure::NoPermission(_)))
-                {
-                    return Error::PermissionDenied {
-                        nodes: failed
-                            .iter()
-                            .map(|(i, _)| self.nodes[*i].addr().to_string())
-                            .collect(),
-                        detail: detail.clone(),
-                    };
-                }
-            }
-            if failed
-                .iter()
-                .all(|(_, e)| matches!(e, NodeFailure::Grace { .. }))
-            {
-                let retry_after = failed
-                    .iter()
-                    .filter_map(|(_, e)| match e {
-                        NodeFailure::Grace { remaining, .. } => *remaining,
-                        _ => None,
-                    })
-                    .min();
-                return Error::RestartGuard {
-                    nodes: failed
-                        .iter()
-                        .map(|(i, _)| self.nodes[*i].addr().to_string())
-                        .collect(),
-                    retry_after,
-                };
-            }
-            if let Some((_, NodeFailure::BadArgument(text))) = failed.first() {
-                if failed
-                    .iter()
-                    .all(|(_, e)| matches!(e, NodeFailure::BadArgument(_)))
-                {
-                    return Error::InvalidArgument(format!("the nodes refused it: {text}"));
-                }
-            }
-        }
-        Error::NoQuorum {
-            nodes: self.node_count(),
-            quorum: self.quorum,
-            answered,
-            errors: failed
-                .into_iter()
-                .map(|(i, e)| (self.nodes[i].addr().to_string(), e.to_string()))
-                .collect(),
-        }
+        failure_error(self.node_count(), self.quorum, failed, answered, &|i| {
+            self.nodes[i].addr().to_string()
+        })
     }
 
-    /// Steps 2–4 of the algorithm (DESIGN.md section 4) for one attempt:
-    /// ACQUIRE on every node, then the write-back; the decisions are the
-    /// [`AcquireTally`]'s. Returns the token, or the error together with
-    /// the nodes that may hold the lock for `owner` and must get a RELEASE.
-    pub(crate) async fn acquire(
+    /// Steps 2–5 of the algorithm (DESIGN.md section 4) for one attempt
+    /// that started at `start`, carried out for the pure [`Attempt`]
+    /// machine: the ACQUIRE round on every node, then the write-back round
+    /// when the machine asks for one, then the validity check. Returns the
+    /// token and the end of the validity, or the error together with the
+    /// nodes that may hold the lock for `owner` and must get a RELEASE.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) async fn attempt(
         &self,
+        rules: &Rules,
         key: &str,
         owner: &str,
+        ttl: Duration,
         ttl_ms: u64,
         floor: Option<u64>,
-        #[cfg(feature = "danger-test-switches")] write_back: bool,
-    ) -> Result<(u64, Unanswered), (Error, Leftover)> {
+        start: Instant,
+    ) -> Result<(u64, Instant, Unanswered), (Error, Leftover)> {
         let mut cmd = lock_cmd("REDLOCK.ACQUIRE", key, owner, 6);
         cmd.arg(ttl_ms);
         if let Some(floor) = floor {
             cmd.arg("FLOOR").arg(floor);
         }
-        let mut tally = AcquireTally::new(self.node_count(), self.quorum);
+        let mut attempt = Attempt::new(*rules, ttl_ms, start);
         let mut votes = OneVotePerServer::new(self.node_count());
-        let mut decided = None;
-        let started = tokio::time::Instant::now();
-        let mut busy_linger = None;
         let (end, unanswered) = fan_out(
             &self.nodes,
             0..self.node_count(),
@@ -546,102 +504,53 @@ impl Quorum {
             Leftovers::Return,
             |i, id, reply| {
                 let reply = self.one_vote(&mut votes, i, id, reply);
-                let now = tally.record(i, acquire_reply(reply));
-                if decided.is_none() {
-                    decided = now;
-                    if matches!(decided, Some(AcquireOutcome::Busy { .. })) {
-                        let at = tokio::time::Instant::now();
-                        busy_linger = Some(at + (at - started));
-                    }
-                }
-                match (&decided, busy_linger) {
-                    // Busy: the nodes that have not answered yet would need
-                    // a RELEASE (they may have granted it), and under
-                    // contention they almost always answer "held" a moment
-                    // later. So wait for them, but never longer than the
-                    // round took to decide (a slow node costs a busy answer
-                    // at most twice its quorum latency); those still
-                    // unanswered then are released as before.
-                    (Some(_), Some(until)) if tally.replies().iter().any(Option::is_none) => {
-                        Next::Linger(until)
-                    }
-                    (Some(_), _) => Next::Done,
-                    (None, _) => Next::Wait,
-                }
+                attempt
+                    .on_acquire_reply(i, acquire_reply(reply), Instant::now())
+                    .into()
             },
         )
         .await;
-        let outcome = match decided {
-            Some(outcome) => outcome,
-            None => tally.expire(end.failure()),
+        let step = attempt.acquire_round_ended(end.failure(), Instant::now());
+        tracing::debug!(outcomes = %Outcomes(&self.nodes, attempt.acquire_replies()), "acquire replies");
+        let done = match step {
+            AttemptStep::Done(done) => done,
+            AttemptStep::WriteBack { token, targets } => {
+                self.metrics.write_back(key);
+                let mut fence = lock_cmd("REDLOCK.FENCE", key, owner, 4);
+                fence.arg(token);
+                let (end, _) = fan_out(
+                    &self.nodes,
+                    targets.into_iter(),
+                    fence,
+                    Leftovers::Drop,
+                    |i, id, reply| {
+                        let reply = self.one_vote(&mut votes, i, id, reply);
+                        attempt.on_fence_reply(i, fence_reply(reply)).into()
+                    },
+                )
+                .await;
+                let done = attempt.fence_round_ended(end.failure(), Instant::now());
+                tracing::debug!(token, outcomes = %Outcomes(&self.nodes, attempt.fence_replies()), "write-back replies");
+                done
+            }
         };
-        tracing::debug!(outcomes = %Outcomes(&self.nodes, tally.replies()), "acquire replies");
-        let leftover = |unanswered| Leftover {
-            nodes: tally.may_hold(),
-            granted: tally.grants(),
-            _unanswered: unanswered,
-        };
-        let mut fencing = match outcome {
-            AcquireOutcome::Acquired { token } => return Ok((token, unanswered)),
-            AcquireOutcome::Busy { holders } => {
-                let busy = Error::Busy {
-                    holders,
-                    nodes: self.node_count(),
+        match done {
+            Ok(Acquired { token, deadline }) => Ok((token, deadline, unanswered)),
+            Err(failed) => {
+                let error = match failed.reason {
+                    FailReason::NoQuorum { answered, failures } => {
+                        self.failure_error(failures, answered)
+                    }
+                    reason => {
+                        attempt_error(rules, reason, ttl, &|i| self.nodes[i].addr().to_string())
+                    }
                 };
-                return Err((busy, leftover(unanswered)));
-            }
-            AcquireOutcome::NoQuorum { answered, failures } => {
-                let error = self.failure_error(failures, answered);
-                return Err((error, leftover(unanswered)));
-            }
-            AcquireOutcome::WriteBack(fencing) => fencing,
-        };
-        self.metrics.write_back(key);
-        let token = fencing.token();
-        #[cfg(feature = "danger-test-switches")]
-        if !write_back {
-            // Deliberately broken: use the maximum anyway, which is exactly
-            // what makes tokens go backwards.
-            tracing::warn!(
-                token,
-                "write-back disabled: using a token fewer than a quorum agree on"
-            );
-            return Ok((token, unanswered));
-        }
-        // Step 4. Why: after failures the nodes' counters drift apart, and
-        // "max over a majority" alone can go backwards (A..E at 0; {A,B,C}
-        // → 1; {A,D,E} → 2 and 3; {A,B,C} → 4; {B,C,D} → max(3,3,3) = 3 <
-        // 4). Raising the counter of the other granted nodes to T (FENCE,
-        // only accepted while we hold the lock there) means that every
-        // majority that completes holds counter ≥ T before T is used; any
-        // later majority intersects it, so the next token is > T. A node
-        // reports T only for the one owner that moved its counter to T, so
-        // two holders never share a token.
-        let mut fence = lock_cmd("REDLOCK.FENCE", key, owner, 4);
-        fence.arg(token);
-        let targets = fencing.targets().to_vec();
-        let mut decided = None;
-        let (end, _) = fan_out(
-            &self.nodes,
-            targets.into_iter(),
-            fence,
-            Leftovers::Drop,
-            |i, id, reply| {
-                let reply = self.one_vote(&mut votes, i, id, reply);
-                decided = fencing.record(i, fence_reply(reply));
-                decided.is_some().into()
-            },
-        )
-        .await;
-        let outcome = match decided {
-            Some(outcome) => outcome,
-            None => fencing.expire(end.failure()),
-        };
-        tracing::debug!(token, outcomes = %Outcomes(&self.nodes, fencing.replies()), "write-back replies");
-        match outcome {
-            WriteBackOutcome::Acquired { token } => Ok((token, unanswered)),
-            WriteBackOutcome::NoQuorum { answered, failures } => {
-                Err((self.failure_error(failures, answered), leftover(unanswered)))
+                let leftover = Leftover {
+                    nodes: failed.release,
+                    granted: failed.granted,
+                    _unanswered: unanswered,
+                };
+                Err((error, leftover))
             }
         }
     }

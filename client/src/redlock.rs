@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 use tracing::Instrument;
 
 use crate::core::error::Error;
+use crate::core::waiting::Retry;
 use crate::lock::{Lock, OwnerId};
 use crate::metrics::Outcome;
 use crate::quorum::{Leftover, Unanswered};
@@ -130,8 +131,8 @@ impl Redlock {
         let attempt_span = span.clone();
         async {
             let called = Instant::now();
-            let attempts = self.inner.retry.attempts.max(1);
-            let mut attempt = 1;
+            let policy = self.inner.retry;
+            let mut retry = Retry::new(policy.attempts, policy.base_delay, policy.jitter);
             loop {
                 // A fresh owner id per attempt, never one across attempts: a
                 // failed attempt's RELEASE can reach a member after the next
@@ -155,16 +156,17 @@ impl Redlock {
                         return Ok(lock);
                     }
                     Err((error, leftovers)) => {
-                        if attempt >= attempts || !error.is_transient() {
+                        let attempt = retry.attempt();
+                        let pause = retry.after_failure(&error, &mut rand::thread_rng());
+                        let Some(delay) = pause else {
                             self.inner
                                 .quorum
                                 .release_on(key, owner.as_str(), &leftovers.nodes)
                                 .await;
                             settled.disarm();
                             return Err(error);
-                        }
+                        };
                         tracing::debug!(attempt, %error, "attempt failed; retrying");
-                        let delay = self.inner.retry.delay();
                         tokio::join!(
                             async {
                                 self.inner
@@ -175,7 +177,6 @@ impl Redlock {
                             },
                             tokio::time::sleep(delay)
                         );
-                        attempt += 1;
                     }
                 }
             }
@@ -287,41 +288,17 @@ impl Redlock {
         })?;
         let start = Instant::now();
         let floor = inner.clock_floor.then(now_micros);
-        let (token, unanswered) = inner
+        let (token, deadline, unanswered) = inner
             .quorum
-            .acquire(
-                key,
-                owner.as_str(),
-                ttl_ms,
-                floor,
-                #[cfg(feature = "danger-test-switches")]
-                !inner.danger.no_write_back,
-            )
+            .attempt(&inner.rules, key, owner.as_str(), ttl, ttl_ms, floor, start)
             .await?;
-        // Step 5: validity = ttl − elapsed − (ttl × drift + 2 ms).
-        let deadline = if inner.validity_check() {
-            let elapsed = start.elapsed();
-            let Some(usable) = inner.usable(ttl_ms, elapsed) else {
-                let all = Leftover {
-                    nodes: (0..inner.quorum.nodes.len()).collect(),
-                    // At least a quorum granted it.
-                    granted: inner.quorum.quorum,
-                    _unanswered: unanswered,
-                };
-                return Err((Error::ExpiredBeforeUse { ttl, elapsed }, all));
-            };
-            tracing::debug!(
-                token,
-                validity_ms = (usable - elapsed).as_millis() as u64,
-                "acquired"
-            );
-            start + usable
-        } else {
-            // Deliberately broken (safety-suite mutation): the full ttl from
-            // the end of the acquisition.
-            tracing::debug!(token, "acquired without the validity check");
-            Instant::now() + ttl
-        };
+        tracing::debug!(
+            token,
+            validity_ms = deadline
+                .saturating_duration_since(Instant::now())
+                .as_millis() as u64,
+            "acquired"
+        );
         tracing::Span::current().record("token", token);
         Ok(Lock::new(
             Arc::clone(inner),

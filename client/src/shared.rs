@@ -1,53 +1,30 @@
 //! What every clone of a [`Redlock`](crate::Redlock) and every
-//! [`Lock`](crate::Lock) share ([`Inner`]), and the lease arithmetic they
-//! both use.
+//! [`Lock`](crate::Lock) share ([`Inner`]), the lease the nodes are sent
+//! and the wall clock of the `FLOOR`.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crate::core::error::Error;
-#[cfg(feature = "danger-test-switches")]
-use crate::defaults::DangerSwitches;
+use crate::core::rules::Rules;
 use crate::defaults::RetryPolicy;
 use crate::quorum::Quorum;
-
-/// Fixed part of the drift margin.
-const DRIFT_FIXED: Duration = Duration::from_millis(2);
 
 /// What every clone of a [`Redlock`](crate::Redlock) and every
 /// [`Lock`](crate::Lock) share.
 pub(crate) struct Inner {
     pub(crate) quorum: Quorum,
     pub(crate) retry: RetryPolicy,
-    pub(crate) drift_factor: f64,
     pub(crate) clock_floor: bool,
-    #[cfg(feature = "danger-test-switches")]
-    pub(crate) danger: DangerSwitches,
+    /// What the pure decisions read: node count, quorum, drift factor and
+    /// the test switches (`core/rules.rs`).
+    pub(crate) rules: Rules,
 }
 
 impl Inner {
-    /// Step 5: how long a lease of `ttl_ms` (what the nodes were sent) can
-    /// be used after a round that took `elapsed`: ttl − elapsed − (ttl ×
-    /// drift + 2 ms), measured from the start of the round. `None` when
-    /// nothing is left. Returns the usable span from the start of the round.
-    pub(crate) fn usable(&self, ttl_ms: u64, elapsed: Duration) -> Option<Duration> {
-        usable(ttl_ms, self.drift_factor, elapsed)
+    /// The retry policy's pause, as the pure decisions take it.
+    pub(crate) fn retry_pause(&self) -> (Duration, Duration) {
+        (self.retry.base_delay, self.retry.jitter)
     }
-
-    /// Whether step 5 runs (always, unless a test switched it off).
-    pub(crate) fn validity_check(&self) -> bool {
-        #[cfg(feature = "danger-test-switches")]
-        if self.danger.no_validity_check {
-            return false;
-        }
-        true
-    }
-}
-
-/// See [`Inner::usable`].
-fn usable(ttl_ms: u64, drift_factor: f64, elapsed: Duration) -> Option<Duration> {
-    let ttl = Duration::from_millis(ttl_ms);
-    ttl.checked_sub(ttl.mul_f64(drift_factor) + DRIFT_FIXED)
-        .filter(|usable| *usable > elapsed)
 }
 
 /// The lease the nodes are sent for `ttl`: whole milliseconds, at least 1.
@@ -76,6 +53,7 @@ mod tests {
 
     #[test]
     fn validity_is_computed_from_the_whole_milliseconds_sent() {
+        use crate::core::rules::usable;
         // 2.9 ms sends 2 ms; with no drift factor the 2 ms fixed margin
         // leaves nothing, whatever the fraction of a millisecond dropped.
         let ttl = Duration::from_micros(2_900);
@@ -87,15 +65,6 @@ mod tests {
         assert_eq!(
             usable(sent, 0.01, Duration::from_millis(1)),
             Some(Duration::from_millis(988))
-        );
-    }
-
-    #[test]
-    fn nothing_usable_once_the_round_took_the_margin() {
-        assert_eq!(usable(100, 0.01, Duration::from_millis(97)), None);
-        assert_eq!(
-            usable(100, 0.01, Duration::from_millis(96)),
-            Some(Duration::from_millis(97))
         );
     }
 

@@ -187,7 +187,7 @@ pub(crate) fn judge(
     timeout: Duration,
 ) -> Result<Value, NodeFailure> {
     if let Value::ServerError(e) = reply {
-        let (failure, _) = NodeFailure::from_redis(&e.into());
+        let (failure, _) = crate::classify::node_failure(&e.into());
         return Err(failure);
     }
     let applied = match (kind, &reply) {

@@ -30,32 +30,18 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::stream::{FuturesUnordered, StreamExt};
-use rand::Rng;
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use crate::core::error::{Error, NodeFailure};
+use crate::core::error::Error;
+use crate::core::waiting::{
+    after_failed_attempt, after_wake, wait_gives_up_at, wait_timeout_ms, AfterAttempt, AfterWake,
+    Wake, WakeTally,
+};
 use crate::lock::{Lock, OwnerId};
 use crate::quorum::Quorum;
 use crate::redlock::{Redlock, ReleaseIfDropped};
 use crate::shared::now_micros;
-
-/// Longest random pause after a split vote.
-const SPLIT_PAUSE_MAX: Duration = Duration::from_millis(10);
-
-/// Longest timeout a node accepts for `REDLOCK.WAIT` (one day).
-const NODE_WAIT_MAX_MS: u64 = 86_400_000;
-
-/// How a round of `REDLOCK.WAIT` ended.
-#[derive(Debug)]
-enum Wake {
-    /// A quorum of nodes said the lock is free.
-    Free,
-    /// The wait ran out first.
-    TimedOut,
-    /// Too few nodes can answer at all.
-    Unreachable(Vec<(usize, NodeFailure)>),
-}
 
 impl Redlock {
     /// Takes the lock for `ttl`, waiting up to `max_wait` for it to be free.
@@ -133,57 +119,64 @@ impl Redlock {
                 settled.disarm();
                 owner = OwnerId::new();
                 let now = Instant::now();
-                if now >= until {
-                    timed_out();
-                    return Err(error);
-                }
-                match &error {
-                    Error::Busy { holders, .. } => {
-                        if split_vote(*holders, leftovers.granted, self.inner.quorum.quorum) {
-                            let pause =
-                                rand::thread_rng().gen_range(Duration::ZERO..=SPLIT_PAUSE_MAX);
-                            tracing::debug!(?pause, "split vote; pausing");
-                            tokio::time::sleep_until((now + pause).min(until)).await;
+                let next = after_failed_attempt(
+                    &error,
+                    leftovers.granted,
+                    self.inner.quorum.quorum,
+                    until,
+                    now,
+                    self.inner.retry_pause(),
+                    &mut rand::thread_rng(),
+                );
+                match next {
+                    AfterAttempt::GiveUp => {
+                        // The wait ran out (otherwise the error ends it).
+                        if now >= until {
+                            timed_out();
                         }
-                        match wait_for_free(&self.inner.quorum, key, until, owner, ticket).await {
-                            Wake::Free => {}
-                            Wake::TimedOut => {
+                        return Err(error);
+                    }
+                    AfterAttempt::Retry { at } => {
+                        tracing::debug!(%error, pause = ?(at - now), "attempt failed; retrying");
+                        tokio::time::sleep_until(at).await;
+                    }
+                    AfterAttempt::Wait { pause_until } => {
+                        if let Some(at) = pause_until {
+                            tracing::debug!(pause = ?(at - now), "split vote; pausing");
+                            tokio::time::sleep_until(at).await;
+                        }
+                        let wake =
+                            wait_for_free(&self.inner.quorum, key, until, owner, ticket).await;
+                        let next = after_wake(
+                            &wake,
+                            until,
+                            Instant::now(),
+                            self.inner.retry_pause(),
+                            &mut rand::thread_rng(),
+                        );
+                        match next {
+                            AfterWake::Attempt => {}
+                            AfterWake::GiveUp => {
                                 timed_out();
                                 return Err(error);
                             }
-                            Wake::Unreachable(failed) => {
-                                tracing::debug!(failed = failed.len(), "too few nodes to wait on");
-                                let pause = self.inner.retry.delay();
-                                tokio::time::sleep_until((Instant::now() + pause).min(until)).await;
+                            AfterWake::Retry { at } => {
+                                if let Wake::Unreachable(failed) = &wake {
+                                    tracing::debug!(
+                                        failed = failed.len(),
+                                        "too few nodes to wait on"
+                                    );
+                                }
+                                tokio::time::sleep_until(at).await;
                             }
                         }
                     }
-                    e if e.is_transient() => {
-                        let pause = self.inner.retry.delay();
-                        tracing::debug!(%e, ?pause, "attempt failed; retrying");
-                        tokio::time::sleep_until((now + pause).min(until)).await;
-                    }
-                    _ => return Err(error),
                 }
             }
         }
         .instrument(span)
         .await
     }
-}
-
-/// Whether a busy round was a split vote, worth a random pause before the
-/// next attempt: fewer than `quorum` nodes said "held by another owner", or
-/// the round got `granted` grants and still lost (nodes that did not answer
-/// in time are not counted: under load they are mostly slow "held"
-/// answers). "Every node answered" does not rule a split out: a
-/// node whose free lock is reserved for another waiter answers nil like a
-/// held one, so in a 2/2/1 split between three waiters each of them counts
-/// three "held" answers. A round that lost to a new holder with some
-/// grants of its own pauses too, at little cost: at most
-/// [`SPLIT_PAUSE_MAX`], before a wait that blocks on that holder anyway.
-fn split_vote(holders: usize, granted: usize, quorum: usize) -> bool {
-    holders < quorum || granted > 0
 }
 
 /// Sends `REDLOCK.WAIT` to every node and returns once a quorum said the
@@ -195,9 +188,7 @@ async fn wait_for_free(
     owner: OwnerId,
     ticket: u64,
 ) -> Wake {
-    let q = quorum.quorum;
-    let left = until.saturating_duration_since(Instant::now());
-    let timeout_ms = (left.as_millis() as u64).clamp(1, NODE_WAIT_MAX_MS);
+    let timeout_ms = wait_timeout_ms(until, Instant::now());
     let node_timeout = quorum
         .nodes
         .iter()
@@ -219,59 +210,29 @@ async fn wait_for_free(
         let (node, cmd, key) = (node.clone(), Arc::clone(&cmd), Arc::clone(&shared_key));
         calls.push(async move { (i, node.wait_free(&key, &cmd).await) });
     }
-    let (mut free, mut failed) = (0, Vec::new());
-    // The nodes answer at `until`; a node that does not is frozen or cut off.
-    let give_up = tokio::time::sleep_until(until + node_timeout);
+    let mut tally = WakeTally::new(quorum.nodes.len(), quorum.quorum);
+    let give_up = tokio::time::sleep_until(wait_gives_up_at(until, node_timeout));
     tokio::pin!(give_up);
     loop {
-        tokio::select! {
+        let wake = tokio::select! {
             next = calls.next() => match next {
                 None => return Wake::TimedOut,
-                Some((_, Ok(true))) => free += 1,
-                Some((_, Ok(false))) => {}
-                Some((i, Err(e))) => failed.push((i, e)),
+                Some((i, reply)) => tally.record(i, reply),
             },
             () = &mut give_up => return Wake::TimedOut,
-        }
-        if free >= q {
+        };
+        let Some(wake) = wake else { continue };
+        if wake == Wake::Free && !calls.is_empty() {
             // The lock is free on a quorum; the other nodes answer about as
             // soon. Let them, so that their connections go back to the pool,
             // but not for long: a connection dropped mid-wait is closed.
-            if !calls.is_empty() {
-                if let Ok(handle) = tokio::runtime::Handle::try_current() {
-                    handle.spawn(async move {
-                        let rest = async { while calls.next().await.is_some() {} };
-                        let _ = tokio::time::timeout(node_timeout, rest).await;
-                    });
-                }
+            if let Ok(handle) = tokio::runtime::Handle::try_current() {
+                handle.spawn(async move {
+                    let rest = async { while calls.next().await.is_some() {} };
+                    let _ = tokio::time::timeout(node_timeout, rest).await;
+                });
             }
-            return Wake::Free;
         }
-        if free + calls.len() < q {
-            return if failed.len() > quorum.nodes.len() - q {
-                Wake::Unreachable(failed)
-            } else {
-                Wake::TimedOut
-            };
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::split_vote;
-
-    #[test]
-    fn a_split_where_every_node_answered_pauses() {
-        // Five nodes, quorum 3. A 2/2/1 split between three waiters (each
-        // node reserved for, or granted to, one of them): the waiters with
-        // two grants and the one with one grant each see three nils.
-        assert!(split_vote(3, 2, 3));
-        assert!(split_vote(4, 1, 3));
-        // Too few "held" answers: a split whatever was granted.
-        assert!(split_vote(2, 0, 3));
-        // Held everywhere, nothing granted: a real holder, no pause.
-        assert!(!split_vote(5, 0, 3));
-        assert!(!split_vote(3, 0, 3));
+        return wake;
     }
 }

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use tokio_util::sync::{CancellationToken, WaitForCancellationFuture};
 
 use crate::core::error::Error;
+use crate::core::keep_alive::{Action, Event, KeepAlive, LostBecause};
 use crate::lock::{Lock, LockInfo};
 use crate::redlock::Redlock;
 
@@ -122,10 +123,8 @@ where
     }
 }
 
-/// Pause before the next extension after one that no quorum answered.
-const RETRY_PAUSE: Duration = Duration::from_millis(100);
-
-/// The background task of [`Redlock::with_lock`]: extends every `ttl / 3`
+/// The background task of [`Redlock::with_lock`]: carries out the
+/// [`KeepAlive`] machine (`core/keep_alive.rs`): extends every `ttl / 3`
 /// (sooner again after an extension no quorum answered), fires `lost` when
 /// an extension finds the lock no longer held or when the validity runs
 /// out, and releases the lock when `done` fires.
@@ -135,60 +134,56 @@ async fn keep_alive(
     lost: CancellationToken,
     done: CancellationToken,
 ) {
-    let interval = (ttl / 3).max(Duration::from_millis(1));
-    let mut next = Instant::now() + interval;
     let token = lock.token();
     let key = lock.key().to_string();
-    let mark_lost = |lock: &Lock| {
-        // The deadline first, so that a guard never sees a validity left
-        // on a lock it reports lost.
-        lock.info().lower_deadline(Instant::now());
-        lock.info().note_lost();
-        lost.cancel();
-    };
-    while !lost.is_cancelled() {
+    let mut machine = KeepAlive::new(ttl, Instant::now());
+    let mut action = machine.first();
+    loop {
         let deadline = tokio::time::Instant::from_std(lock.info().deadline());
-        tokio::select! {
-            _ = done.cancelled() => break,
-            _ = tokio::time::sleep_until(deadline) => {
-                tracing::warn!(key, token, "validity ran out before an extension succeeded: lock lost");
-                mark_lost(&lock);
-                break;
+        let event = match action {
+            Action::Sleep { next } => tokio::select! {
+                _ = done.cancelled() => Event::Done,
+                _ = tokio::time::sleep_until(deadline) => Event::ValidityEnded,
+                _ = tokio::time::sleep_until(tokio::time::Instant::from_std(next)) => Event::Due,
+            },
+            Action::Extend => tokio::select! {
+                _ = done.cancelled() => Event::Done,
+                _ = tokio::time::sleep_until(deadline) => Event::ValidityEnded,
+                result = lock.extend(ttl) => match result {
+                    Ok(()) => Event::Extended(true),
+                    Err(error) if error.is_transient() => {
+                        tracing::info!(key, token, %error, "extension failed; trying again while the lease lasts");
+                        Event::Unanswered
+                    }
+                    Err(error) => {
+                        tracing::warn!(key, token, %error, "extension failed: lock lost");
+                        Event::Extended(false)
+                    }
+                }
+            },
+            Action::Lost(because) => {
+                if because == LostBecause::ValidityEnded {
+                    tracing::warn!(
+                        key,
+                        token,
+                        "validity ran out before an extension succeeded: lock lost"
+                    );
+                }
+                // The deadline first, so that a guard never sees a validity
+                // left on a lock it reports lost.
+                lock.info().lower_deadline(Instant::now());
+                lock.info().note_lost();
+                lost.cancel();
+                done.cancelled().await;
+                Event::Done
             }
-            _ = tokio::time::sleep_until(tokio::time::Instant::from_std(next)) => {}
-        }
-        next = Instant::now() + interval;
-        let outcome = tokio::select! {
-            _ = done.cancelled() => break,
-            _ = tokio::time::sleep_until(deadline) => Err(None),
-            result = lock.extend(ttl) => result.map_err(Some),
+            Action::AwaitDone => {
+                done.cancelled().await;
+                Event::Done
+            }
+            Action::Release => break,
         };
-        match outcome {
-            Ok(()) => {}
-            Err(None) => {
-                tracing::warn!(
-                    key,
-                    token,
-                    "validity ran out before an extension succeeded: lock lost"
-                );
-                mark_lost(&lock);
-            }
-            // No quorum answered (a failover inside a Sentinel member, a
-            // replica-sync check that failed, nodes restarting): the lease
-            // the last extension confirmed still runs, so try again soon;
-            // the validity running out above is what ends the lock.
-            Err(Some(error)) if error.is_transient() => {
-                tracing::info!(key, token, %error, "extension failed; trying again while the lease lasts");
-                next = Instant::now() + RETRY_PAUSE.min(interval);
-            }
-            Err(Some(error)) => {
-                tracing::warn!(key, token, %error, "extension failed: lock lost");
-                mark_lost(&lock);
-            }
-        }
-    }
-    if lost.is_cancelled() {
-        done.cancelled().await;
+        action = machine.on(event, Instant::now());
     }
     let _ = lock.release().await;
 }

@@ -64,7 +64,11 @@ async fn dropped_in_flight_leaves_no_grant(which: usize) {
         })
         .await
     };
-    assert!(dropped.is_err(), "dropped in flight");
+    assert!(
+        dropped.is_err(),
+        "dropped in flight, but the acquire returned first: {:?}",
+        dropped
+    );
     for p in &proxies {
         p.set(Fault::None);
     }
@@ -123,7 +127,11 @@ async fn an_acquire_dropped_during_the_write_back_leaves_no_grant() {
         a.acquire(key, Duration::from_secs(5)),
     )
     .await;
-    assert!(dropped.is_err(), "dropped in flight");
+    assert!(
+        dropped.is_err(),
+        "dropped in flight, but the acquire returned first: {:?}",
+        dropped.map(|r| r.map(|lock| (lock.token(), lock.validity())))
+    );
     for p in &proxies {
         p.set(Fault::None);
     }

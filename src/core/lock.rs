@@ -10,6 +10,7 @@
 //! - at most one owner holds the lock at any instant;
 //! - a refused operation (error or no-op reply) leaves the state untouched.
 
+use crate::core::mutant::{Mutant, Mutants};
 pub use crate::core::owner::OwnerHash;
 
 /// Largest token the counter may reach (tokens are RESP integers).
@@ -253,6 +254,20 @@ impl LockState {
         now: MonoMillis,
         wall_us: u64,
     ) -> Result<Acquired, LockError> {
+        self.acquire_mutated(Mutants::NONE, owner, ttl, floor, now, wall_us)
+    }
+
+    /// [`LockState::acquire`] with the mutants of a test build or the
+    /// simulator ([`Mutant::RenewalShortens`]).
+    pub fn acquire_mutated(
+        &mut self,
+        mutants: Mutants,
+        owner: &OwnerHash,
+        ttl: u64,
+        floor: u64,
+        now: MonoMillis,
+        wall_us: u64,
+    ) -> Result<Acquired, LockError> {
         let deadline = now.saturating_add(ttl);
         if self.is_held_by(owner, now) {
             self.counter = self.counter.max(floor.min(MAX_TOKEN));
@@ -260,7 +275,11 @@ impl LockState {
             // holder's own ACQUIRE (resent by a cluster connection, or sent
             // to an alias of this server) must not end a lease the holder
             // has extended since. EXTEND still sets any length.
-            self.deadline = self.deadline.max(deadline);
+            self.deadline = if mutants.on(Mutant::RenewalShortens) {
+                deadline
+            } else {
+                self.deadline.max(deadline)
+            };
             return Ok(Acquired::Renewed {
                 token: self.counter,
             });
@@ -299,10 +318,26 @@ impl LockState {
         now: MonoMillis,
         wall_us: u64,
     ) -> Result<Acquired, LockError> {
+        self.acquire_reserved_mutated(Mutants::NONE, reservation, owner, ttl, floor, now, wall_us)
+    }
+
+    /// [`LockState::acquire_reserved`] with the mutants of a test build or
+    /// the simulator.
+    #[allow(clippy::too_many_arguments)]
+    pub fn acquire_reserved_mutated(
+        &mut self,
+        mutants: Mutants,
+        reservation: Reservation,
+        owner: &OwnerHash,
+        ttl: u64,
+        floor: u64,
+        now: MonoMillis,
+        wall_us: u64,
+    ) -> Result<Acquired, LockError> {
         if reservation == Reservation::ForOther && !self.is_held_by(owner, now) {
             return Ok(Acquired::Busy);
         }
-        self.acquire(owner, ttl, floor, now, wall_us)
+        self.acquire_mutated(mutants, owner, ttl, floor, now, wall_us)
     }
 
     /// RELEASE: free the lock when `owner` holds the live lease. The counter stays.

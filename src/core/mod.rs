@@ -11,15 +11,23 @@
 //! leaves the next about the restart guard, [`sync_rule`] the replica-sync
 //! check and the promotion rule of DESIGN §13, [`clock`] the conversion
 //! between the monotonic and the wall clock, [`lease_time`] how long a lease
-//! read back from a file, a payload or a master still runs.
+//! read back from a file, a payload or a master still runs, [`guard_rule`]
+//! the restart and promotion guard, [`persisted`] the persisted form of a
+//! lock (its lease timed by [`lease_time`]), [`node_record`] the node-wide
+//! values and what a load learns, [`mutant`] the deliberately broken variants
+//! (test builds and the simulator only).
 
 pub mod args;
 pub mod clock;
 pub mod error;
 pub mod fence_rule;
+pub mod guard_rule;
 pub mod lease_time;
 pub mod lock;
+pub mod mutant;
+pub mod node_record;
 pub mod owner;
+pub mod persisted;
 pub mod queue;
 pub mod record;
 pub mod run_state;

@@ -188,6 +188,51 @@ impl Queue {
     pub fn reservation_end(&self, now: MonoMillis) -> Option<MonoMillis> {
         self.reserved(now).map(|(_, until)| until)
     }
+
+    /// A blocked waiter looks at the lock again at `now` (its key was
+    /// signalled, or its key's timer fired): `queued` is its place and owner
+    /// when it waits in the queue, `deadline` the end of the live lease
+    /// (`None`: the lock is free). A plain waiter goes when an ACQUIRE would
+    /// succeed; a queued one when the lock is reserved for it. Otherwise it
+    /// stays, and the key's timer should fire at the returned moment (the
+    /// lease's end, or the end of a reservation for someone else).
+    pub fn on_ready(
+        &mut self,
+        queued: Option<(Place, OwnerHash)>,
+        deadline: Option<MonoMillis>,
+        now: MonoMillis,
+        handoff_ms: u64,
+    ) -> Ready {
+        if let Some(deadline) = deadline {
+            return Ready::Stay {
+                wake_at: Some(deadline),
+            };
+        }
+        let go = match queued {
+            None => self.lets_plain_waiter_go(now, handoff_ms),
+            Some((place, owner)) => self.may_go(place, &owner, now, handoff_ms),
+        };
+        if go {
+            Ready::Go
+        } else {
+            Ready::Stay {
+                wake_at: self.reservation_end(now),
+            }
+        }
+    }
+}
+
+/// What a blocked waiter is told when it looks at the lock again
+/// ([`Queue::on_ready`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Ready {
+    /// Answer 1: the lock is free for it.
+    Go,
+    /// Stay blocked; look again at `wake_at` (when known).
+    Stay {
+        /// The lease's end or the end of a reservation for someone else.
+        wake_at: Option<MonoMillis>,
+    },
 }
 
 #[cfg(test)]

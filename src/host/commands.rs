@@ -22,6 +22,7 @@ use redis_module::ContextFlags;
 use crate::core::args;
 use crate::core::error::CommandError;
 use crate::core::lock::{Acquired, LockError, LockState, MonoMillis, Reservation};
+use crate::core::node_record;
 use crate::core::owner::hash_owner;
 use crate::host::clock::{boot_now, mono_now, wall_now, wall_now_us};
 use crate::host::config;
@@ -29,7 +30,7 @@ use crate::host::ffi::{self, Call, Reply};
 use crate::host::guard;
 use crate::host::mutant::{self, Mutant};
 use crate::host::node::{self, learn_node_record, node_record};
-use crate::host::persist::{self, Applied, Source};
+use crate::host::persist::{self, Applied};
 use crate::host::store::LockKey;
 use crate::host::sync;
 use crate::host::wait;
@@ -300,7 +301,7 @@ pub fn apply(call: &Call) -> Result<Reply, CommandError> {
     if !flags.intersects(ContextFlags::REPLICATED | ContextFlags::LOADING) {
         return Err(CommandError::InternalOnly);
     }
-    let mut p = match persist::parse_apply(&call.args)? {
+    let p = match persist::parse_apply(&call.args)? {
         Applied::State(p) => p,
         Applied::Node(n) => {
             learn_node_record(&call.ctx, &n);
@@ -323,20 +324,12 @@ pub fn apply(call: &Call) -> Result<Reply, CommandError> {
             return Ok(Reply::Ok);
         }
     };
-    if let Some(remaining) = p.remaining.filter(|_| p.owner.is_some()) {
-        guard::learn_lease(&call.ctx, remaining);
-    }
     let loading = flags.contains(ContextFlags::LOADING);
-    if loading && mutant::on(Mutant::DiskLeaseFromWall) {
-        p.remaining = None;
-        p.boot = None;
+    let (learn, p) = node_record::applied(p, loading, mutant::current());
+    if let Some(ms) = learn {
+        guard::learn_lease(&call.ctx, ms);
     }
-    let clamp_ms = guard::longest_lease();
-    let source = if loading {
-        Source::Disk { clamp_ms }
-    } else {
-        Source::Stream { clamp_ms }
-    };
+    let source = node_record::applied_source(loading, guard::longest_lease());
     let mono = mono_now();
     let (wall, boot) = (wall_now(), boot_now());
     let state = persist::restore(&p, source, mono, wall, boot);
@@ -405,7 +398,8 @@ pub fn test_hook(call: &Call) -> Result<Reply, CommandError> {
                 b"0" => false,
                 _ => return Err(CommandError::NotAnInteger("SKIP-REPLICATION flag (0 or 1)")),
             };
-            ffi::SKIP_REPLICATION.store(on, std::sync::atomic::Ordering::Relaxed);
+            // The skip-replication mutant: one switch with `MUTANT`.
+            mutant::set(Mutant::SkipReplication, on);
             Ok(Reply::Ok)
         }
         [sub, rule] if sub.eq_ignore_ascii_case(b"REPLICATION-RULE") => {

@@ -3,19 +3,21 @@
 
 use std::os::raw::{c_int, c_void};
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicU64, AtomicU8, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{Mutex, MutexGuard};
 
 use redis_module::native_types::RedisType;
 use redis_module::raw;
 
 use crate::core::lease_time::{self, Reading};
 use crate::core::lock::LockState;
+use crate::core::node_record::{aux_save2_writes, Load, LoadKind};
 use crate::core::record;
 use crate::host::clock::{boot_now, mono_now, wall_now};
 use crate::host::guard;
 use crate::host::mutant::{self, Mutant};
 use crate::host::node::{learn_node_record, node_record};
-use crate::host::persist::{self, NodeRecord, Source, ENCODING_V1, ENCODING_V2, ENCODING_VERSION};
+use crate::host::persist::{self, Source, ENCODING_V1, ENCODING_V2, ENCODING_VERSION};
 
 /// The registered data type.
 pub static LOCK_TYPE: RedisType = RedisType::new(
@@ -46,18 +48,15 @@ pub static LOCK_TYPE: RedisType = RedisType::new(
     },
 );
 
-/// What the server is loading now.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Loading {
-    /// Nothing: a record read now comes from `RESTORE` (read as a file).
-    Nothing,
-    /// A file written before this process started (RDB, AOF).
-    File,
-    /// A full sync from a master.
-    Replication,
-}
+pub use crate::core::node_record::{Loading, UNWRITTEN_NODE_RECORD};
 
-static LOADING: AtomicU8 = AtomicU8::new(Loading::Nothing as u8);
+/// The load in progress ([`crate::core::node_record::Load`], the one the
+/// simulator runs), told by the loading events ([`crate::host::events`]).
+static LOAD: Mutex<Load> = Mutex::new(Load::new());
+
+fn load() -> MutexGuard<'static, Load> {
+    LOAD.lock().unwrap_or_else(|p| p.into_inner())
+}
 
 /// Leases read since the last pass of [`crate::host::restamp`] that it
 /// must write again.
@@ -82,19 +81,33 @@ pub fn restamp_pending() -> bool {
     RESTAMP_PENDING.load(Relaxed) > 0
 }
 
-/// What the server is loading now, as told by the loading events
-/// ([`crate::host::events`] calls [`set_loading`]).
+/// What the server is loading now, as told by the loading events.
 pub fn loading() -> Loading {
-    match LOADING.load(Relaxed) {
-        x if x == Loading::File as u8 => Loading::File,
-        x if x == Loading::Replication as u8 => Loading::Replication,
-        _ => Loading::Nothing,
+    load().loading()
+}
+
+/// A load of `kind` begins (an RDB file, an AOF, a full sync): no node
+/// record read yet.
+pub fn load_started(kind: LoadKind) {
+    load().started(kind);
+}
+
+/// The load ended. A full sync or an RDB file without lock records learns
+/// [`UNWRITTEN_NODE_RECORD`] now when it read no node record: its writer
+/// may have granted leases of the baseline's length since. An AOF with no
+/// lock record in its preamble carries the record of its own node as
+/// `REDLOCK.APPLY … node` (see `persist::rewrite_node`) or had nothing to
+/// say.
+pub fn load_ended(ctx: &redis_module::Context) {
+    let learned = load().ended(mutant::current());
+    if let Some(n) = learned {
+        learn_node_record(ctx, &n);
     }
 }
 
-/// Records what the server is loading now (from the loading events).
-pub fn set_loading(now: Loading) {
-    LOADING.store(now as u8, Relaxed);
+/// The load failed: nothing is loading.
+pub fn load_failed() {
+    load().abandoned();
 }
 
 /// How a record read now is to be timed
@@ -113,10 +126,7 @@ pub fn set_loading(now: Loading) {
 /// from each load, so a reload can only lengthen it.
 pub fn load_source() -> Source {
     let clamp_ms = guard::longest_lease();
-    match loading() {
-        Loading::File | Loading::Nothing => Source::Disk { clamp_ms },
-        Loading::Replication => Source::Stream { clamp_ms },
-    }
+    load().source(clamp_ms)
 }
 
 /// The time left on a restored lock's lease as the payload states it
@@ -159,15 +169,14 @@ unsafe extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *m
             learn_unwritten_node_record(&redis_module::Context::dummy());
         }
         match loading() {
-            // A full sync: a lease the master sent is one it may grant.
-            Loading::Replication if p.owner.is_some() => {
-                if let Some(remaining) = p.remaining {
-                    guard::learn_lease(&redis_module::Context::dummy(), remaining);
+            // A full sync: a lease the master sent is one it may grant. A
+            // file: read as the rule reads it.
+            Loading::Replication | Loading::File => {
+                let (learn, read) = load().record(p, mutant::current());
+                p = read;
+                if let Some(ms) = learn {
+                    guard::learn_lease(&redis_module::Context::dummy(), ms);
                 }
-            }
-            Loading::File if mutant::on(Mutant::DiskLeaseFromWall) => {
-                p.remaining = None;
-                p.boot = None;
             }
             Loading::Nothing if p.owner.is_some() => {
                 let left = restored_lease_ms(&p);
@@ -193,7 +202,7 @@ unsafe extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *m
                     return None;
                 }
             }
-            _ => {}
+            Loading::Nothing => {}
         }
         let source = load_source();
         let (mono, wall, boot) = (mono_now(), wall_now(), boot_now());
@@ -222,7 +231,7 @@ unsafe extern "C" fn aux_load(rdb: *mut raw::RedisModuleIO, encver: c_int, _when
     let loaded = catch_unwind(AssertUnwindSafe(|| persist::read_node_record(rdb, encver)));
     match loaded {
         Ok(Some(n)) => {
-            NODE_RECORD_LOADED.store(true, Relaxed);
+            load().record_read();
             learn_node_record(&redis_module::Context::dummy(), &n);
             raw::REDISMODULE_OK as c_int
         }
@@ -236,49 +245,15 @@ unsafe extern "C" fn aux_save(rdb: *mut raw::RedisModuleIO, _when: c_int) {
     }));
 }
 
-/// The node record that an RDB without this module's auxiliary data
-/// stands for: what [`aux_save2`] leaves out, and what a load that found
-/// no auxiliary data learns ([`learn_unwritten_node_record`]).
-///
-/// It must not depend on either side's configuration. Redis 7.2+ and
-/// Valkey call [`aux_save2`]; when it compared the record with one built
-/// from the *writer's* `max-ttl-ms`, a master at 100 s wrote nothing and
-/// its replica, reading nothing, kept its own 60 s: promoted, it guarded
-/// 60 s while a 100 s lease of its old master ran (two holders). With a
-/// fixed baseline, what is left out is known to every reader.
-pub const UNWRITTEN_NODE_RECORD: NodeRecord = NodeRecord {
-    reclaimed: 0,
-    longest_lease_ms: crate::host::config::MAX_TTL_DEFAULT as u64,
-};
-
 /// As [`aux_save`], but writes nothing while the node record equals
 /// [`UNWRITTEN_NODE_RECORD`], so that an RDB of a node with the default
 /// configuration and no lock keys stays readable by a server without the
 /// module.
 unsafe extern "C" fn aux_save2(rdb: *mut raw::RedisModuleIO, when: c_int) {
-    let unwritten = if mutant::on(Mutant::AuxWriterBaseline) {
-        NodeRecord {
-            reclaimed: 0,
-            longest_lease_ms: crate::host::config::max_ttl().max(0) as u64,
-        }
-    } else {
-        UNWRITTEN_NODE_RECORD
-    };
-    if node_record() != unwritten {
+    let writer_max_ttl_ms = crate::host::config::max_ttl().max(0) as u64;
+    if aux_save2_writes(&node_record(), writer_max_ttl_ms, mutant::current()) {
         aux_save(rdb, when);
     }
-}
-
-/// Whether the node record was read (or the baseline learned in its
-/// place) during the load in progress: [`aux_load`] and the first record
-/// of a load set it, the loading events clear it.
-static NODE_RECORD_LOADED: std::sync::atomic::AtomicBool =
-    std::sync::atomic::AtomicBool::new(false);
-
-/// A load begins (an RDB file, an AOF, a full sync): no node record read
-/// yet.
-pub fn node_record_load_started() {
-    NODE_RECORD_LOADED.store(false, Relaxed);
 }
 
 /// Learns [`UNWRITTEN_NODE_RECORD`] unless the load in progress already
@@ -297,8 +272,9 @@ pub fn node_record_load_started() {
 /// granted leases of that length since. Redis 7.0 calls [`aux_save`], which
 /// always writes the record.
 pub fn learn_unwritten_node_record(ctx: &redis_module::Context) {
-    if !NODE_RECORD_LOADED.swap(true, Relaxed) && !mutant::on(Mutant::AuxWriterBaseline) {
-        learn_node_record(ctx, &UNWRITTEN_NODE_RECORD);
+    let unwritten = load().unwritten_to_learn(mutant::current());
+    if let Some(n) = unwritten {
+        learn_node_record(ctx, &n);
     }
 }
 

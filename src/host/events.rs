@@ -11,9 +11,10 @@ use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 
 use redis_module::{raw, Context};
 
+use crate::core::node_record::{announce_to_new_replica, LoadKind};
 use crate::host::clock::mono_now;
 use crate::host::config;
-use crate::host::datatype::{self, Loading};
+use crate::host::datatype;
 use crate::host::guard;
 use crate::host::node;
 use crate::host::replication;
@@ -46,57 +47,30 @@ extern "C" fn on_loading(
     _data: *mut c_void,
 ) {
     let _ = std::panic::catch_unwind(|| match subevent {
-        raw::REDISMODULE_SUBEVENT_LOADING_RDB_START
-        | raw::REDISMODULE_SUBEVENT_LOADING_AOF_START
-        | raw::REDISMODULE_SUBEVENT_LOADING_REPL_START => {
-            datatype::node_record_load_started();
-            if subevent == raw::REDISMODULE_SUBEVENT_LOADING_REPL_START {
-                sync::on_full_sync_start();
-            }
+        raw::REDISMODULE_SUBEVENT_LOADING_RDB_START => datatype::load_started(LoadKind::Rdb),
+        raw::REDISMODULE_SUBEVENT_LOADING_AOF_START => datatype::load_started(LoadKind::Aof),
+        raw::REDISMODULE_SUBEVENT_LOADING_REPL_START => {
+            datatype::load_started(LoadKind::Replication);
+            sync::on_full_sync_start();
         }
         raw::REDISMODULE_SUBEVENT_LOADING_ENDED => {
             let ctx = Context::new(ctx);
             if REPL_LOAD.swap(false, Relaxed) {
                 sync::on_full_sync_end(&ctx);
             }
-            // A full sync or an RDB file without lock records: its writer
-            // may have granted leases of the baseline's length since. An
-            // AOF with no lock record in its preamble carries the record of
-            // its own node as `REDLOCK.APPLY … node` (see
-            // `persist::rewrite_node`) or had nothing to say.
-            if RDB_LOAD.swap(false, Relaxed) {
-                datatype::learn_unwritten_node_record(&ctx);
-            }
+            datatype::load_ended(&ctx);
             // SAFETY: the event's context, on the main thread.
             unsafe { crate::host::restamp::schedule(ctx.ctx) };
             replication::check_server(&ctx);
         }
-        _ => {}
+        _ => datatype::load_failed(),
     });
-    let now = match subevent {
-        raw::REDISMODULE_SUBEVENT_LOADING_RDB_START
-        | raw::REDISMODULE_SUBEVENT_LOADING_AOF_START => Loading::File,
-        raw::REDISMODULE_SUBEVENT_LOADING_REPL_START => Loading::Replication,
-        _ => Loading::Nothing,
-    };
     REPL_LOAD.store(
         subevent == raw::REDISMODULE_SUBEVENT_LOADING_REPL_START,
         Relaxed,
     );
-    RDB_LOAD.store(
-        matches!(
-            subevent,
-            raw::REDISMODULE_SUBEVENT_LOADING_RDB_START
-                | raw::REDISMODULE_SUBEVENT_LOADING_REPL_START
-        ),
-        Relaxed,
-    );
-    datatype::set_loading(now);
 }
 
-/// The load in progress reads RDB data written elsewhere or earlier (an RDB
-/// file, a full sync), as opposed to an AOF.
-static RDB_LOAD: AtomicBool = AtomicBool::new(false);
 /// The load in progress is a full sync from a master.
 static REPL_LOAD: AtomicBool = AtomicBool::new(false);
 
@@ -137,7 +111,7 @@ extern "C" fn on_replica_change(
             // Behind the data the replica synced: what it needs to be
             // promoted without the guard.
             sync::announce_soon(&ctx);
-            if !crate::host::mutant::on(crate::host::mutant::Mutant::AuxWriterBaseline) {
+            if announce_to_new_replica(crate::host::mutant::current()) {
                 node::announce_soon(&ctx);
             }
         }

@@ -204,8 +204,7 @@ fn raise(call: &Call, head: &fence_rule::Head, pass: Pass) -> Result<u64, Comman
 }
 
 fn replicate(call: &Call, name: *mut raw::RedisModuleString, state: &GuardState) {
-    #[cfg(feature = "test-hooks")]
-    if ffi::SKIP_REPLICATION.load(Relaxed) {
+    if crate::host::mutant::on(crate::host::mutant::Mutant::SkipReplication) {
         return;
     }
     if !crate::host::replication::needed(&call.ctx) {

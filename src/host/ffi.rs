@@ -157,8 +157,7 @@ fn reply_field(ctx: *mut raw::RedisModuleCtx, name: &CStr, value: i64) {
 /// as `REDLOCK.APPLY` (see [`crate::host::persist`]). `state` is only built (and
 /// the clocks it needs only read) when the effect is replicated.
 pub fn replicate_state(call: &Call, state: impl FnOnce() -> crate::host::persist::Persisted) {
-    #[cfg(feature = "test-hooks")]
-    if SKIP_REPLICATION.load(std::sync::atomic::Ordering::Relaxed) {
+    if crate::host::mutant::on(crate::host::mutant::Mutant::SkipReplication) {
         return;
     }
     let Some(key) = call.key() else {
@@ -200,12 +199,6 @@ pub fn redact(call: &Call, pos: usize) {
         }
     }
 }
-
-/// Test builds only: when set, effects are not sent to replicas and the AOF
-/// (a deliberately broken variant for the safety suite's mutation checks).
-#[cfg(feature = "test-hooks")]
-pub static SKIP_REPLICATION: std::sync::atomic::AtomicBool =
-    std::sync::atomic::AtomicBool::new(false);
 
 /// Signals a changed key (for `WATCH` and client-side caching) and raises
 /// the keyspace event `event` (class `d`, module events).

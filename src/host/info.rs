@@ -22,8 +22,15 @@ const VERSION_CSTR: &CStr =
         Err(_) => c"unknown",
     };
 
-/// `INFO redlock`.
-pub extern "C" fn info(ctx: *mut raw::RedisModuleInfoCtx, _for_crash_report: c_int) {
+/// `INFO redlock`. Not in a crash report: Redis's crash handler calls this
+/// on the crashing thread, which may be the main thread holding the guard's
+/// or the sync state's mutex (a crash while a record file is written), and
+/// the report would then wait for it forever instead of letting the server
+/// die and be restarted.
+pub extern "C" fn info(ctx: *mut raw::RedisModuleInfoCtx, for_crash_report: c_int) {
+    if for_crash_report != 0 {
+        return;
+    }
     let _ = std::panic::catch_unwind(|| write_info(ctx));
 }
 

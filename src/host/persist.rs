@@ -55,10 +55,9 @@ use std::os::raw::{c_char, c_longlong};
 use redis_module::raw;
 
 use crate::core::args;
-use crate::core::clock::{to_wall, WallMillis};
 use crate::core::error::CommandError;
-use crate::core::lease_time::{self, BootId, BootStamp, Origin, Reading, Written};
-use crate::core::lock::{LockState, MonoMillis, OwnerHash, MAX_OWNER_LEN, MAX_TOKEN};
+use crate::core::lease_time::{BootId, BootStamp};
+use crate::core::lock::{OwnerHash, MAX_OWNER_LEN, MAX_TOKEN};
 use crate::core::owner::hash_owner;
 
 /// The encoding version written by this build.
@@ -68,211 +67,10 @@ pub const ENCODING_V2: i32 = 2;
 /// The first encoding (clear owner, wall-clock expiry only), still loaded.
 pub const ENCODING_V1: i32 = 1;
 
-/// Longest lease a running peer can hand over (one day, the largest
-/// `redlock.max-ttl-ms`).
-pub const STREAM_LEASE_LIMIT_MS: u64 = 86_400_000;
-
-/// The node-wide values that travel with the data.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct NodeRecord {
-    /// The highest counter of a record this node (or its master) reclaimed.
-    pub reclaimed: u64,
-    /// The longest lease this node (or its master) may have granted, in ms.
-    pub longest_lease_ms: u64,
-}
-
-/// What one `REDLOCK.APPLY` carries.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Applied {
-    /// The resulting state of the key.
-    State(Persisted),
-    /// The key was reclaimed with this counter: delete it, raise the
-    /// node's reclaimed counter.
-    Reclaimed(u64),
-    /// Node-wide values to raise; the key is not touched.
-    Node(NodeRecord),
-    /// A master's announcement for the replica-sync check
-    /// ([`crate::host::sync`]); the key is not touched.
-    Sync {
-        /// The master's replication offset before it announced.
-        offset: u64,
-        /// The master's `redlock.sync-replicas`.
-        r: u64,
-        /// How long a replica promoted now must still guard, in ms.
-        hold_ms: u64,
-    },
-}
-
-/// A lock as it leaves the process.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Persisted {
-    /// The fencing counter.
-    pub counter: u64,
-    /// Hash of the holder; `None` when free.
-    pub owner: Option<OwnerHash>,
-    /// Wall-clock end of the lease in ms since the epoch; 0 when free.
-    pub expiry: WallMillis,
-    /// Milliseconds left on the lease when it was written; `None` in
-    /// version-1 records, which only have the wall-clock end.
-    pub remaining: Option<u64>,
-    /// The last grant carried a FLOOR (always false in version 1).
-    pub floored: bool,
-    /// Wall-clock ms since the epoch since which a free lock is unchanged;
-    /// 0 when held (or unknown).
-    pub idle_wall: WallMillis,
-    /// How long a free lock had been unchanged when written, in ms; `None`
-    /// in version-1 records.
-    pub idle_ms: Option<u64>,
-    /// The boot clock when written; `None` before version 3, or when the
-    /// writer could not read it.
-    pub boot: Option<BootStamp>,
-}
-
-impl Persisted {
-    /// What the record says about the end of its lease.
-    pub fn written(&self) -> Written {
-        Written {
-            expiry: self.expiry,
-            remaining: self.remaining,
-            boot: self.boot,
-        }
-    }
-}
-
-/// Where a persisted lock comes from, which decides how its lease is read
-/// ([`crate::core::lease_time::lease_left`]). Either way a loaded lease is
-/// never longer than `clamp_ms`, the longest lease this node may have
-/// granted (or learned from its master): a record cannot hold a lock longer
-/// than any lease this node would give.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Source {
-    /// A file written before this load (RDB, AOF, AOF preamble), or a
-    /// `RESTORE` payload. Written on this boot: the later of its end on the
-    /// boot clock and its wall-clock end, so a lease that ended while the
-    /// node was down comes back free. Written on another boot: the wall
-    /// clock may have stepped while the node was down, so the lease never
-    /// ends earlier than the time it had left when written (the later of
-    /// its wall-clock end and that time from now).
-    Disk {
-        /// The longest lease this node may have granted.
-        clamp_ms: u64,
-    },
-    /// A master running now (replication stream, full sync): the
-    /// remaining time, on this node's monotonic clock. The transfer delay
-    /// only lengthens it. A version-1 record has no remaining time and is
-    /// read from its wall-clock end.
-    Stream {
-        /// The longest lease this node may have granted.
-        clamp_ms: u64,
-    },
-}
-
-/// The persisted form of `state` at the clock readings `mono` / `wall` /
-/// `boot` (`boot` read after `mono`). An expired lease is written as free,
-/// idle since the lease ended.
-pub fn persist_at(
-    state: &LockState,
-    mono: MonoMillis,
-    wall: WallMillis,
-    boot: Option<BootStamp>,
-) -> Persisted {
-    match (state.holder(mono), state.live_deadline(mono)) {
-        (Some(owner), Some(deadline)) => Persisted {
-            counter: state.counter(),
-            owner: Some(*owner),
-            expiry: to_wall(deadline, mono, wall),
-            remaining: Some(deadline - mono),
-            floored: state.floored(),
-            idle_wall: 0,
-            idle_ms: Some(0),
-            boot,
-        },
-        _ => {
-            let idle = mono.saturating_sub(state.idle_since());
-            Persisted {
-                counter: state.counter(),
-                owner: None,
-                expiry: 0,
-                remaining: Some(0),
-                floored: state.floored(),
-                idle_wall: wall.saturating_sub(idle),
-                idle_ms: Some(idle),
-                boot,
-            }
-        }
-    }
-}
-
-/// Rebuilds a live state from its persisted form at the clock readings
-/// `mono` / `wall` / `boot`. A lease that has ended comes back free; the
-/// counter always survives.
-///
-/// The lease is timed by [`crate::core::lease_time::lease_left`]: from
-/// disk on the boot that wrote it, it ends at its real end (the later of
-/// its boot-clock and wall-clock ends); from disk on another boot, at
-/// `min(clamp, max(expiry - wall, remaining))`, so a forward step of the
-/// wall clock across a restart cannot shorten it (it would free a lock its
-/// holder still uses), and a backward step cannot stretch it past the
-/// longest lease. The idle time of a free lock, which decides reclamation,
-/// is bounded the other way: never more than it was when written (nor than
-/// the wall clock says), so a forward step cannot make a record
-/// reclaimable early; the time the node was down is not counted, which
-/// only delays reclamation.
-pub fn restore(
-    p: &Persisted,
-    source: Source,
-    mono: MonoMillis,
-    wall: WallMillis,
-    boot: Option<BootStamp>,
-) -> LockState {
-    let (origin, clamp_ms) = match source {
-        Source::Disk { clamp_ms } => (Origin::Disk, clamp_ms),
-        Source::Stream { clamp_ms } => (Origin::Stream, clamp_ms),
-    };
-    let lease_ms = lease_time::lease_left(&p.written(), origin, &Reading { wall, boot }, clamp_ms);
-    if let (Some(owner), true) = (p.owner, lease_ms > 0) {
-        let deadline = mono.saturating_add(lease_ms);
-        return LockState::from_parts(p.counter, Some(owner), deadline, 0, p.floored);
-    }
-    // Free: how long it has been unchanged. Unknown (version 1, a wall clock
-    // set back) reads as "changed just now", which only delays reclamation.
-    let idle = match (source, p.idle_ms) {
-        _ if p.owner.is_some() && p.expiry != 0 => match p.remaining {
-            // A lease that ended before this load: "changed just now", or,
-            // in version 1, idle since its wall-clock end.
-            Some(_) => 0,
-            None => wall.saturating_sub(p.expiry),
-        },
-        (Source::Stream { .. }, Some(idle_ms)) => idle_ms,
-        // The wall clock's word, but never more than the idle time written:
-        // a forward step while the node was down must not count as idle.
-        (Source::Disk { .. }, Some(idle_ms)) if p.idle_wall != 0 => {
-            wall.saturating_sub(p.idle_wall).min(idle_ms)
-        }
-        _ => 0,
-    };
-    LockState::from_parts(p.counter, None, 0, mono.saturating_sub(idle), p.floored)
-}
-
-/// Whether the lease `p`, read from `source` at `wall` / `boot`, must be
-/// written again with this boot's stamp ([`lease_time::restamp_needed`];
-/// [`crate::host::restamp`] writes it).
-pub fn restamp_needed(
-    p: &Persisted,
-    source: Source,
-    wall: WallMillis,
-    boot: Option<BootStamp>,
-) -> bool {
-    match source {
-        Source::Disk { clamp_ms } if p.owner.is_some() => lease_time::restamp_needed(
-            &p.written(),
-            Origin::Disk,
-            &Reading { wall, boot },
-            clamp_ms,
-        ),
-        _ => false,
-    }
-}
+pub use crate::core::persisted::{
+    persist_at, restamp_needed, restore, Applied, NodeRecord, Persisted, Source,
+    STREAM_LEASE_LIMIT_MS,
+};
 
 /// Reads one record of encoding `encver` from an RDB or `DUMP` payload.
 /// `None` on a read error, an unknown version or a value out of range.
@@ -635,6 +433,8 @@ pub fn parse_apply(args: &[&[u8]]) -> Result<Applied, CommandError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::core::clock::WallMillis;
+    use crate::core::lock::{LockState, MonoMillis};
 
     const WALL: WallMillis = 1_796_000_000_000;
 

@@ -63,7 +63,7 @@ use crate::core::args;
 use crate::core::error::CommandError;
 use crate::core::lock::{LockState, MonoMillis, OwnerHash, Reservation};
 use crate::core::owner::hash_owner;
-use crate::core::queue::{self, Place, Queue};
+use crate::core::queue::{self, Place, Queue, Ready};
 use crate::host::clock::{mono_now, wall_now_us};
 use crate::host::config;
 use crate::host::ffi::{Call, Reply};
@@ -579,22 +579,15 @@ extern "C" fn on_ready(
         let Some(entry) = map.get_mut(&tag.key) else {
             return deadline.is_none();
         };
-        if let Some(deadline) = deadline {
-            arm_timer(ctx, &tag.key, entry, deadline, now);
-            return false;
-        }
-        let handoff = config::handoff_ms();
-        let go = match tag.queued {
-            // A plain waiter goes when an ACQUIRE would succeed.
-            None => entry.queue.lets_plain_waiter_go(now, handoff),
-            Some((place, owner)) => entry.queue.may_go(place, &owner, now, handoff),
-        };
-        if go {
-            return true;
-        }
-        // Reserved for someone else: wake up when that ends.
-        if let Some(end) = entry.queue.reservation_end(now) {
-            arm_timer(ctx, &tag.key, entry, end, now);
+        // The decision is the queue's (`core/queue.rs::Queue::on_ready`,
+        // which the simulator's nodes call too).
+        match entry
+            .queue
+            .on_ready(tag.queued, deadline, now, config::handoff_ms())
+        {
+            Ready::Go => return true,
+            Ready::Stay { wake_at: Some(at) } => arm_timer(ctx, &tag.key, entry, at, now),
+            Ready::Stay { wake_at: None } => {}
         }
         false
     }));

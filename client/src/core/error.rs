@@ -151,33 +151,6 @@ impl Error {
     }
 }
 
-impl Error {
-    /// The error for a failed call to the resource of a fenced command
-    /// (other than a stale token, which needs the lock's token):
-    /// [`Error::ResourceModuleNotLoaded`] when the server does not know the
-    /// module's command, else [`Error::Resource`] with the reply or the
-    /// failure.
-    pub(crate) fn from_resource(e: &redis::RedisError) -> Error {
-        // A transaction the server refused to queue comes back as one
-        // EXECABORT error carrying each command's own reply.
-        let missing = e.clone().into_server_errors().and_then(|errors| {
-            errors.iter().find_map(|(_, server)| {
-                server
-                    .details()
-                    .and_then(unknown_module_command)
-                    .map(str::to_ascii_uppercase)
-            })
-        });
-        if let Some(command) = missing {
-            return Error::ResourceModuleNotLoaded {
-                resource: None,
-                command,
-            };
-        }
-        Error::Resource(e.to_string())
-    }
-}
-
 struct NodeList<'a>(&'a [(String, String)]);
 
 impl fmt::Display for NodeList<'_> {
@@ -214,7 +187,7 @@ impl fmt::Display for ResourceName<'_> {
 /// module's own refusal of a fenced command's unknown inner command
 /// (`unknown command 'x' inside REDLOCK.FENCED`), which proves the module is
 /// there.
-pub(crate) fn unknown_module_command(detail: &str) -> Option<&str> {
+pub fn unknown_module_command(detail: &str) -> Option<&str> {
     let rest = detail.strip_prefix("unknown command '")?;
     let (name, after) = rest.split_once('\'')?;
     let is_module_command = name
@@ -237,7 +210,7 @@ impl fmt::Display for RetryHint {
 /// Why one node did not give a usable answer (internal; shown in
 /// [`Error::NoQuorum`] as the reason string).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum NodeFailure {
+pub enum NodeFailure {
     /// No reply within the per-node timeout.
     Timeout(Duration),
     /// No connection right now; a reconnect runs in the background.
@@ -335,53 +308,9 @@ impl fmt::Display for NodeFailure {
 }
 
 impl NodeFailure {
-    /// Classifies an error from redis-rs. The boolean is true when the
-    /// connection itself is broken and must be replaced.
-    pub(crate) fn from_redis(err: &redis::RedisError) -> (Self, bool) {
-        use redis::ErrorKind;
-        match err.kind() {
-            ErrorKind::Server(_) | ErrorKind::Extension => {
-                let code = err.code().unwrap_or("ERR");
-                let detail = err.detail().unwrap_or("");
-                let text = format!("{code} {detail}");
-                let failure = if unknown_module_command(detail).is_some() {
-                    NodeFailure::ModuleNotLoaded
-                } else if code == "GRACE" {
-                    NodeFailure::Grace {
-                        remaining: parse_grace_remaining(detail),
-                        message: text,
-                    }
-                } else if code == "SYNCREPLICAS" {
-                    match detail.split_whitespace().next().map(str::parse::<u64>) {
-                        Some(Ok(r)) => NodeFailure::SyncStated(r),
-                        _ => NodeFailure::Refused(text),
-                    }
-                } else if code == "TOOMANYREPLICAS" || code == "NOSYNC" {
-                    NodeFailure::SyncRefused(text)
-                } else if code == "NOAUTH" || code == "WRONGPASS" {
-                    NodeFailure::AuthFailed(text)
-                } else if code == "NOPERM" {
-                    NodeFailure::NoPermission(text)
-                } else if code == "ERR" && detail.starts_with("invalid ") {
-                    NodeFailure::BadArgument(text)
-                } else {
-                    NodeFailure::Refused(text)
-                };
-                (failure, false)
-            }
-            _ if err.is_io_error()
-                || err.is_connection_dropped()
-                || err.is_unrecoverable_error() =>
-            {
-                (NodeFailure::Connection(err.to_string()), true)
-            }
-            _ => (NodeFailure::Refused(err.to_string()), false),
-        }
-    }
-
     /// Whether the node may have executed the command (so a lock may have
     /// been granted there and must be released after a failed attempt).
-    pub(crate) fn maybe_executed(&self) -> bool {
+    pub fn maybe_executed(&self) -> bool {
         matches!(
             self,
             NodeFailure::Timeout(_)
@@ -393,26 +322,9 @@ impl NodeFailure {
     }
 }
 
-/// `… new locks are refused for 1234 more ms …` → 1234 ms.
-fn parse_grace_remaining(detail: &str) -> Option<Duration> {
-    let (_, rest) = detail.split_once("refused for ")?;
-    let ms = rest.split_whitespace().next()?.parse::<u64>().ok()?;
-    Some(Duration::from_millis(ms))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn grace_remaining_is_read_from_the_server_text() {
-        let detail = "node restarted 10 ms ago: new locks are refused for 59990 more ms (redlock.restart-grace-ms)";
-        assert_eq!(
-            parse_grace_remaining(detail),
-            Some(Duration::from_millis(59990))
-        );
-        assert_eq!(parse_grace_remaining("something else"), None);
-    }
 
     #[test]
     fn only_the_servers_unknown_module_command_means_no_module() {
@@ -433,28 +345,6 @@ mod tests {
         assert_eq!(unknown_module_command(other), None);
         assert_eq!(unknown_module_command("unknown command 'é"), None);
         assert_eq!(unknown_module_command("wrong number of arguments"), None);
-
-        // A node's reply is classified the same way.
-        let failure = |reply: &str| {
-            let redis::Value::ServerError(e) =
-                redis::parse_redis_value(format!("-{reply}\r\n").as_bytes()).unwrap()
-            else {
-                panic!("not an error reply: {reply}")
-            };
-            NodeFailure::from_redis(&redis::RedisError::from(e)).0
-        };
-        assert_eq!(
-            failure(&format!("ERR {redis}")),
-            NodeFailure::ModuleNotLoaded
-        );
-        assert!(matches!(
-            failure(&format!("ERR {inner}")),
-            NodeFailure::Refused(text) if text.contains("inside REDLOCK.FENCED")
-        ));
-        assert!(matches!(
-            failure(&format!("ERR {other}")),
-            NodeFailure::Refused(_)
-        ));
     }
 
     #[test]

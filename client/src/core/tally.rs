@@ -29,7 +29,7 @@ use crate::core::error::NodeFailure;
 
 /// One node's answer to `REDLOCK.ACQUIRE`.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) enum AcquireReply {
+pub enum AcquireReply {
     /// Granted; the node's counter is now this token.
     Granted(u64),
     /// Held by another owner (nil).
@@ -40,7 +40,7 @@ pub(crate) enum AcquireReply {
 
 /// One node's answer to `REDLOCK.FENCE` during the write-back.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) enum FenceReply {
+pub enum FenceReply {
     /// The node's counter after the FENCE.
     Counter(u64),
     /// The lock was no longer held there for this owner (nil).
@@ -51,7 +51,7 @@ pub(crate) enum FenceReply {
 
 /// One node's answer to `REDLOCK.RELEASE` or `REDLOCK.EXTEND`.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) enum Confirmation {
+pub enum Confirmation {
     /// 1: the owner held the lock there (and it is now released/extended).
     Held,
     /// 0: the owner did not hold the lock there.
@@ -91,11 +91,11 @@ impl fmt::Display for Confirmation {
 }
 
 /// Every failing node of a round, in node order, with its reason.
-pub(crate) type Failures = Vec<(usize, NodeFailure)>;
+pub type Failures = Vec<(usize, NodeFailure)>;
 
 /// How an ACQUIRE round ended.
 #[derive(Debug)]
-pub(crate) enum AcquireOutcome {
+pub enum AcquireOutcome {
     /// A quorum of nodes replied this token: the lock is ours with it.
     Acquired {
         /// The fencing token.
@@ -121,14 +121,14 @@ pub(crate) enum AcquireOutcome {
 
 /// The replies of one ACQUIRE round: see the [module docs](self).
 #[derive(Debug)]
-pub(crate) struct AcquireTally {
+pub struct AcquireTally {
     quorum: usize,
     replies: Vec<Option<AcquireReply>>,
 }
 
 impl AcquireTally {
     /// A round over `nodes` nodes that needs `quorum` of them.
-    pub(crate) fn new(nodes: usize, quorum: usize) -> Self {
+    pub fn new(nodes: usize, quorum: usize) -> Self {
         AcquireTally {
             quorum,
             replies: vec![None; nodes],
@@ -137,14 +137,14 @@ impl AcquireTally {
 
     /// Records node `node`'s reply. `Some` once the outcome is decided;
     /// later replies do not change what a decided round does.
-    pub(crate) fn record(&mut self, node: usize, reply: AcquireReply) -> Option<AcquireOutcome> {
+    pub fn record(&mut self, node: usize, reply: AcquireReply) -> Option<AcquireOutcome> {
         self.replies[node] = Some(reply);
         self.decide()
     }
 
     /// The round's timer ran out: every node that has not answered failed
     /// with `failure`. Always decided.
-    pub(crate) fn expire(&mut self, failure: NodeFailure) -> AcquireOutcome {
+    pub fn expire(&mut self, failure: NodeFailure) -> AcquireOutcome {
         for reply in self.replies.iter_mut().filter(|r| r.is_none()) {
             *reply = Some(AcquireReply::Failed(failure.clone()));
         }
@@ -152,12 +152,12 @@ impl AcquireTally {
     }
 
     /// The replies so far, in node order (`None`: not answered).
-    pub(crate) fn replies(&self) -> &[Option<AcquireReply>] {
+    pub fn replies(&self) -> &[Option<AcquireReply>] {
         &self.replies
     }
 
     /// How many nodes granted the lock so far.
-    pub(crate) fn grants(&self) -> usize {
+    pub fn grants(&self) -> usize {
         self.count(|r| matches!(r, Some(AcquireReply::Granted(_))))
     }
 
@@ -165,7 +165,7 @@ impl AcquireTally {
     /// RELEASE when the attempt fails: those that granted, those that have
     /// not answered, and those whose failure may have come after the node
     /// ran the command (timeout, broken connection).
-    pub(crate) fn may_hold(&self) -> Vec<usize> {
+    pub fn may_hold(&self) -> Vec<usize> {
         self.replies
             .iter()
             .enumerate()
@@ -247,7 +247,7 @@ impl AcquireTally {
 
 /// How a write-back round ended.
 #[derive(Debug, PartialEq, Eq)]
-pub(crate) enum WriteBackOutcome {
+pub enum WriteBackOutcome {
     /// A quorum now holds the token.
     Acquired {
         /// The fencing token.
@@ -265,7 +265,7 @@ pub(crate) enum WriteBackOutcome {
 /// Step 4 of the algorithm: FENCE replies from the granted nodes that
 /// replied less than the token.
 #[derive(Debug)]
-pub(crate) struct WriteBackTally {
+pub struct WriteBackTally {
     quorum: usize,
     token: u64,
     /// Nodes that replied the token to the ACQUIRE.
@@ -286,29 +286,29 @@ impl WriteBackTally {
     }
 
     /// The token to write back.
-    pub(crate) fn token(&self) -> u64 {
+    pub fn token(&self) -> u64 {
         self.token
     }
 
     /// The nodes to send the FENCE to: granted with a lower token.
-    pub(crate) fn targets(&self) -> &[usize] {
+    pub fn targets(&self) -> &[usize] {
         &self.targets
     }
 
     /// The FENCE replies so far, in node order.
-    pub(crate) fn replies(&self) -> &[Option<FenceReply>] {
+    pub fn replies(&self) -> &[Option<FenceReply>] {
         &self.replies
     }
 
     /// Records target `node`'s FENCE reply; `Some` once decided.
-    pub(crate) fn record(&mut self, node: usize, reply: FenceReply) -> Option<WriteBackOutcome> {
+    pub fn record(&mut self, node: usize, reply: FenceReply) -> Option<WriteBackOutcome> {
         self.replies[node] = Some(reply);
         self.decide()
     }
 
     /// The round's timer ran out: every target that has not answered
     /// failed with `failure`. Always decided.
-    pub(crate) fn expire(&mut self, failure: NodeFailure) -> WriteBackOutcome {
+    pub fn expire(&mut self, failure: NodeFailure) -> WriteBackOutcome {
         for &i in &self.targets {
             if self.replies[i].is_none() {
                 self.replies[i] = Some(FenceReply::Failed(failure.clone()));
@@ -366,7 +366,7 @@ impl WriteBackTally {
 
 /// How a RELEASE or EXTEND round ended.
 #[derive(Debug, PartialEq, Eq)]
-pub(crate) enum ConfirmationOutcome {
+pub enum ConfirmationOutcome {
     /// A quorum answered 1.
     Confirmed,
     /// A quorum answered, but fewer than a quorum answered 1.
@@ -385,14 +385,14 @@ pub(crate) enum ConfirmationOutcome {
 
 /// The replies of one RELEASE or EXTEND round.
 #[derive(Debug)]
-pub(crate) struct ConfirmationTally {
+pub struct ConfirmationTally {
     quorum: usize,
     replies: Vec<Option<Confirmation>>,
 }
 
 impl ConfirmationTally {
     /// A round over `nodes` nodes that needs `quorum` of them.
-    pub(crate) fn new(nodes: usize, quorum: usize) -> Self {
+    pub fn new(nodes: usize, quorum: usize) -> Self {
         ConfirmationTally {
             quorum,
             replies: vec![None; nodes],
@@ -400,18 +400,14 @@ impl ConfirmationTally {
     }
 
     /// Records node `node`'s reply; `Some` once decided.
-    pub(crate) fn record(
-        &mut self,
-        node: usize,
-        reply: Confirmation,
-    ) -> Option<ConfirmationOutcome> {
+    pub fn record(&mut self, node: usize, reply: Confirmation) -> Option<ConfirmationOutcome> {
         self.replies[node] = Some(reply);
         self.decide()
     }
 
     /// The round's timer ran out: every node that has not answered failed
     /// with `failure`. Always decided.
-    pub(crate) fn expire(&mut self, failure: NodeFailure) -> ConfirmationOutcome {
+    pub fn expire(&mut self, failure: NodeFailure) -> ConfirmationOutcome {
         for reply in self.replies.iter_mut().filter(|r| r.is_none()) {
             *reply = Some(Confirmation::Failed(failure.clone()));
         }
@@ -419,7 +415,7 @@ impl ConfirmationTally {
     }
 
     /// The replies so far, in node order.
-    pub(crate) fn replies(&self) -> &[Option<Confirmation>] {
+    pub fn replies(&self) -> &[Option<Confirmation>] {
         &self.replies
     }
 

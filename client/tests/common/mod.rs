@@ -51,6 +51,22 @@ pub async fn held_on(redlock: &Redlock, key: &str) -> usize {
     held_on_reachable(redlock, key, redlock.nodes().len()).await
 }
 
+/// How many nodes still hold the key once a release had its chance to
+/// reach them all: a release returns when a quorum confirmed it, and a node
+/// slower than that (a loaded machine) gets it in the background, so this
+/// asks again for up to 1 s (inside the tests' leases, so a grant left
+/// behind is still seen).
+pub async fn held_after_release(redlock: &Redlock, key: &str) -> usize {
+    let deadline = std::time::Instant::now() + Duration::from_secs(1);
+    loop {
+        let held = held_on(redlock, key).await;
+        if held == 0 || std::time::Instant::now() > deadline {
+            return held;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 /// Like [`held_on`], for a cluster where only `reachable` nodes answer.
 pub async fn held_on_reachable(redlock: &Redlock, key: &str, reachable: usize) -> usize {
     // A loaded machine can make a node miss the timeout: ask again.

@@ -127,6 +127,45 @@ async fn cycles(
     .await
 }
 
+/// Waits until `form` grants once (every 20 ms, at most 20 s) after R
+/// changed: the nodes apply `CONFIG SET redlock.sync-replicas` and the
+/// master's announcement to its replicas one by one, and on a loaded
+/// machine the first lock writes after it may be refused for a moment.
+/// The error of the last try when none granted.
+async fn ready(
+    form: Form,
+    client: &ClientLocker,
+    hand: &HandSyncLock,
+    ttl: Duration,
+) -> Result<(), String> {
+    let key = format!("bench:s:{}:ready", form.tag());
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let tried: Result<(), String> = match form {
+            Form::Hand => match hand.try_acquire(&key, ttl).await {
+                Ok(Some(owner)) => hand
+                    .release(&key, &owner)
+                    .await
+                    .map(|_| ())
+                    .map_err(|e| e.to_string()),
+                Ok(None) => Err("the hand-written lock was not synced".into()),
+                Err(e) => Err(e.to_string()),
+            },
+            Form::Checked | Form::Unchecked => match client.acquire(&key, ttl).await {
+                Ok(lock) => client.release(lock).await,
+                Err(e) => Err(e),
+            },
+        };
+        match tried {
+            Ok(()) => return Ok(()),
+            Err(e) if Instant::now() > deadline => {
+                return Err(format!("{}: no grant within 20 s: {e}", form.label()))
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
+        }
+    }
+}
+
 /// Kills the master and measures, from the kill: when the sentinels
 /// promoted a replica that says it is the master, and when `probe` got its
 /// first new grant (tried every 20 ms). With `supervise`, the old master is
@@ -254,6 +293,7 @@ pub(crate) async fn run(module: &Path, plan: &Plan, report: &mut Report) -> Resu
             tokio::task::block_in_place(|| set_r(group_ref, r));
             let i = Form::ALL.iter().position(|f| *f == form).unwrap_or(0);
             let ttl = Duration::from_millis(max_ttl_ms);
+            ready(form, &client, &hand, ttl).await?;
             runs[i].push(cycles(form, &client, &hand, &pids, window, ttl).await?);
         }
     }

@@ -1,0 +1,383 @@
+//! The fault schedule: every kind the seed enables fires at random moments
+//! of the fault phase, at its rate, on random targets (the message-level
+//! kinds are decided per message in `net.rs` and `node.rs`).
+
+use rand::Rng;
+
+use crate::rng::{between, chance, skewed};
+use crate::scenario::FaultKind;
+use crate::time::{Time, MS, SEC};
+use crate::world::{Ev, Fault, World};
+
+impl World {
+    fn fault_rng(&mut self, k: FaultKind) -> &mut crate::rng::SimRng {
+        &mut self.fault_rng[k.index()]
+    }
+
+    /// Schedules the next fault of kind `k` (exponential gaps at its rate).
+    pub fn schedule_fault(&mut self, k: FaultKind) {
+        let per_second = matches!(
+            k,
+            FaultKind::Reset
+                | FaultKind::Partition
+                | FaultKind::Crash
+                | FaultKind::Pause
+                | FaultKind::ClockForward
+                | FaultKind::ClockBack
+                | FaultKind::DiskLoss
+                | FaultKind::ReplBreak
+                | FaultKind::Switchover
+                | FaultKind::ConfigRaise
+                | FaultKind::ClientPause
+                | FaultKind::ClientCrash
+                | FaultKind::ClientClockStep
+                | FaultKind::Duplicate
+                | FaultKind::Failover
+                | FaultKind::LaggingPromotion
+        );
+        if !per_second {
+            return;
+        }
+        let mut rate = self.sc.rate(k);
+        if rate <= 0.0 {
+            return;
+        }
+        if k == FaultKind::Duplicate {
+            // Per message above; bursts of a client's copies at this rate.
+            rate *= 20.0;
+        }
+        let u: f64 = self.fault_rng(k).gen_range(1e-9..1.0);
+        let gap = (-u.ln() / rate * SEC as f64) as Time;
+        let at = self.now + gap.max(1);
+        if at < self.sc.fault_phase {
+            self.at(at, Ev::Fault(Fault::Next(k)));
+        }
+    }
+
+    fn pick(&mut self, k: FaultKind, n: usize) -> usize {
+        between(self.fault_rng(k), 0, n as u64 - 1) as usize
+    }
+
+    /// A scheduled fault, or its end.
+    pub fn fault(&mut self, f: Fault) {
+        match f {
+            Fault::Next(k) => {
+                if !self.healed {
+                    self.inject(k);
+                    self.schedule_fault(k);
+                }
+            }
+            Fault::Restart { node, empty } => {
+                let n = node as usize;
+                if !self.nodes[n].up {
+                    self.node_start(n, empty);
+                }
+            }
+            Fault::Resume { node } => self.node_resume(node as usize),
+            Fault::ClientResume { client } => self.client_resume(client as usize),
+            Fault::ClientRestart { client } => self.client_restart(client as usize),
+            Fault::ReplRejoin { node } => {
+                let n = node as usize;
+                if self.nodes[n].link_down {
+                    self.nodes[n].link_down = false;
+                    self.replica_connect(n);
+                }
+            }
+            Fault::Switch {
+                member,
+                to,
+                give_up,
+            } => self.switchover_step(member as usize, to as usize, give_up),
+            Fault::CrashMaster { member } => {
+                let n = self.members[member as usize].master as usize;
+                if self.nodes[n].up && !self.healed {
+                    let down = between(&mut self.repl_rng, 1_000, 3_000) * MS;
+                    self.crash_for(n, down, false);
+                }
+            }
+            Fault::Bounce { node } => {
+                let n = node as usize;
+                if self.nodes[n].up && !self.healed {
+                    self.node_crash(n);
+                    self.node_start(n, false);
+                }
+            }
+        }
+    }
+
+    fn inject(&mut self, k: FaultKind) {
+        let nodes = self.nodes.len();
+        let clients = self.sc.clients;
+        match k {
+            FaultKind::Reset => {
+                let c = self.pick(k, clients);
+                let m = self.pick(k, self.sc.members);
+                if self.clients[c].alive {
+                    self.stats.fault(k);
+                    self.reset_connection(c, m);
+                }
+            }
+            FaultKind::Partition => {
+                let n = self.pick(k, nodes);
+                let mask = between(self.fault_rng(k), 1, (1u64 << clients) - 1) as u32;
+                let d = skewed(self.fault_rng(k), 20 * MS, 2 * SEC);
+                self.stats.fault(k);
+                for c in 0..clients {
+                    if mask & (1 << c) != 0 {
+                        self.cut[n][c] = self.cut[n][c].max(self.now + d);
+                    }
+                }
+            }
+            FaultKind::Crash | FaultKind::DiskLoss => {
+                let n = self.pick(k, nodes);
+                if !self.nodes[n].up {
+                    return;
+                }
+                let empty = k == FaultKind::DiskLoss;
+                self.stats.fault(k);
+                let down = skewed(self.fault_rng(k), MS, 800 * MS);
+                self.crash_for(n, down, empty);
+            }
+            FaultKind::Failover => {
+                // A master dies; the sentinel replaces it with its most
+                // advanced replica.
+                let m = self.pick(k, self.sc.members);
+                let n = self.members[m].master as usize;
+                if !self.nodes[n].up || self.nodes[n].failing_over {
+                    return;
+                }
+                self.stats.fault(k);
+                let down = between(self.fault_rng(k), 1_000, 3_000) * MS;
+                self.crash_for(n, down, false);
+            }
+            FaultKind::LaggingPromotion => {
+                // The master's stream is held back while the members a
+                // quorum can do without are cut off, so that grants land on
+                // a bare quorum its replicas never see; then it dies and the
+                // sentinel promotes its least advanced replica (sometimes
+                // restarted inside its promotion window).
+                let m = self.pick(k, self.sc.members);
+                let n = self.members[m].master as usize;
+                if !self.nodes[n].up || self.nodes[n].failing_over || self.promote_lagging[m] {
+                    return;
+                }
+                self.stats.fault(k);
+                let hold = skewed(self.fault_rng(k), 20 * MS, 600 * MS);
+                self.nodes[n].repl_hold_until = self.now + hold;
+                let spare = self.sc.members - (self.sc.members / 2 + 1);
+                let mut others: Vec<usize> = (0..self.sc.members).filter(|&x| x != m).collect();
+                for _ in 0..spare {
+                    let i = self.pick(k, others.len());
+                    let x = others.swap_remove(i);
+                    let node = self.members[x].master as usize;
+                    let extra = skewed(self.fault_rng(k), MS, 500 * MS);
+                    for c in 0..clients {
+                        self.cut[node][c] = self.cut[node][c].max(self.now + hold + extra);
+                    }
+                }
+                self.promote_lagging[m] = true;
+                self.after(hold, Ev::Fault(Fault::CrashMaster { member: m as u8 }));
+            }
+            FaultKind::Pause => {
+                let n = self.pick(k, nodes);
+                if !self.nodes[n].up || self.nodes[n].paused_until.is_some() {
+                    return;
+                }
+                let longest = self.ttl_ceiling_ms * MS * 2;
+                let d = skewed(self.fault_rng(k), 5 * MS, longest);
+                self.stats.fault(k);
+                self.nodes[n].paused_until = Some(self.now + d);
+                self.after(d, Ev::Fault(Fault::Resume { node: n as u16 }));
+            }
+            FaultKind::ClockForward | FaultKind::ClockBack => {
+                let n = self.pick(k, nodes);
+                let step = skewed(self.fault_rng(k), MS, 3_600 * SEC) as i64;
+                let step = if k == FaultKind::ClockForward {
+                    step
+                } else {
+                    -step
+                };
+                self.stats.fault(k);
+                let restart = chance(self.fault_rng(k), 0.4);
+                if restart && self.nodes[n].up {
+                    // Stepped while the node was down: a restart (a durable
+                    // one keeps its leases) on the stepped clock.
+                    self.node_crash(n);
+                    self.nodes[n].clock.step_wall(step);
+                    let down = skewed(self.fault_rng(k), MS, 100 * MS);
+                    self.after(
+                        down,
+                        Ev::Fault(Fault::Restart {
+                            node: n as u16,
+                            empty: false,
+                        }),
+                    );
+                } else {
+                    self.nodes[n].clock.step_wall(step);
+                }
+            }
+            FaultKind::ReplBreak => {
+                let n = self.pick(k, nodes);
+                let node = &self.nodes[n];
+                if !node.up || !node.replica || node.link_down {
+                    return;
+                }
+                self.stats.fault(k);
+                let link = self.id();
+                self.nodes[n].link = link;
+                self.nodes[n].link_down = true;
+                let d = skewed(self.fault_rng(k), 10 * MS, SEC);
+                self.after(d, Ev::Fault(Fault::ReplRejoin { node: n as u16 }));
+            }
+            FaultKind::Switchover => {
+                let m = self.pick(k, self.sc.members);
+                let master = self.members[m].master as usize;
+                if !self.nodes[master].up
+                    || self.nodes[master].paused_until.is_some()
+                    || self.nodes[master].failing_over
+                {
+                    return;
+                }
+                let candidates: Vec<usize> = self.members[m]
+                    .nodes
+                    .iter()
+                    .map(|&x| x as usize)
+                    .filter(|&x| x != master && self.nodes[x].up && self.nodes[x].replica)
+                    .collect();
+                if candidates.is_empty() {
+                    return;
+                }
+                let to = candidates[self.pick(k, candidates.len())];
+                self.stats.fault(k);
+                // FAILOVER: the master holds its clients' writes until the
+                // replica has caught up, then they swap.
+                self.nodes[master].failing_over = true;
+                let give_up = self.now + SEC;
+                self.switchover_step(m, to, give_up);
+            }
+            FaultKind::ConfigRaise => {
+                // The operator raises `redlock.max-ttl-ms` on every master
+                // (replicas keep theirs); clients then ask for longer
+                // leases. A master that is down gets it when it is back.
+                if self.ttl_ceiling_ms >= 4 * self.sc.max_ttl_ms {
+                    return;
+                }
+                self.stats.fault(k);
+                let most = self.sc.max_ttl_ms;
+                let raise = between(self.fault_rng(k), most / 4, most);
+                self.ttl_ceiling_ms += raise;
+                for m in 0..self.sc.members {
+                    let n = self.members[m].master as usize;
+                    self.nodes[n].max_ttl = self.nodes[n].max_ttl.max(self.ttl_ceiling_ms);
+                    if self.nodes[n].up {
+                        self.config_changed(n);
+                    }
+                }
+            }
+            FaultKind::Duplicate => {
+                // A burst: every request of one client gets a late copy
+                // (a resending proxy, an alias of the servers).
+                let c = self.pick(k, clients);
+                let lasting = skewed(self.fault_rng(k), 5 * MS, SEC);
+                let late = skewed(self.fault_rng(k), MS, 1_500 * MS);
+                self.dup_burst[c] = Some((self.now + lasting, late));
+            }
+            FaultKind::ClientPause => {
+                let c = self.pick(k, clients);
+                if !self.clients[c].alive || self.clients[c].paused_until.is_some() {
+                    return;
+                }
+                let longest = 2 * self.ttl_ceiling_ms * MS;
+                let d = skewed(self.fault_rng(k), MS, longest);
+                self.stats.fault(k);
+                self.clients[c].paused_until = Some(self.now + d);
+                self.after(d, Ev::Fault(Fault::ClientResume { client: c as u32 }));
+            }
+            FaultKind::ClientCrash => {
+                let c = self.pick(k, clients);
+                if !self.clients[c].alive {
+                    return;
+                }
+                self.stats.fault(k);
+                self.client_crash(c);
+                let d = skewed(self.fault_rng(k), 10 * MS, 500 * MS);
+                self.after(d, Ev::Fault(Fault::ClientRestart { client: c as u32 }));
+            }
+            FaultKind::ClientClockStep => {
+                let c = self.pick(k, clients);
+                // Within what the clock floor assumes of client clocks: a
+                // step lands within 30 ms of the true time (NTP's steps).
+                let offset = between(self.fault_rng(k), 0, 60_000) as i64 - 30_000;
+                self.stats.fault(k);
+                self.clients[c].io.set_wall_offset(offset);
+            }
+            _ => {}
+        }
+    }
+
+    /// Kills node `n`; it comes back after `down` (on an empty disk when
+    /// `empty`).
+    fn crash_for(&mut self, n: usize, down: Time, empty: bool) {
+        self.node_crash(n);
+        self.after(
+            down,
+            Ev::Fault(Fault::Restart {
+                node: n as u16,
+                empty,
+            }),
+        );
+    }
+
+    /// A switchover in progress: once the replica has every effect of the
+    /// master, they swap; if it cannot catch up in time, the master takes
+    /// its clients back.
+    fn switchover_step(&mut self, member: usize, to: usize, give_up: Time) {
+        let master = self.members[member].master as usize;
+        if !self.nodes[master].failing_over {
+            return;
+        }
+        let repl_id = self.nodes[master].repl_id;
+        let caught_up = self.nodes[to].up
+            && self.nodes[to].replica
+            && !self.nodes[to].link_down
+            && self.nodes[to].paused_until.is_none()
+            && self.nodes[to].following == Some((repl_id, self.nodes[master].backlog.len() as u64));
+        if caught_up && self.nodes[master].up {
+            self.nodes[master].failing_over = false;
+            self.promote(member, to, master);
+            self.node_resume_held(master);
+        } else if self.now >= give_up || !self.nodes[master].up {
+            self.nodes[master].failing_over = false;
+            self.node_resume_held(master);
+        } else {
+            self.after(
+                5 * MS,
+                Ev::Fault(Fault::Switch {
+                    member: member as u8,
+                    to: to as u16,
+                    give_up,
+                }),
+            );
+        }
+    }
+
+    /// What a node held while it was switching over runs now.
+    fn node_resume_held(&mut self, n: usize) {
+        if self.nodes[n].paused_until.is_some() {
+            return;
+        }
+        self.nodes[n].paused_until = Some(self.now);
+        self.node_resume(n);
+    }
+
+    /// `CONFIG SET redlock.max-ttl-ms` raised it (`events.rs::on_config_change`):
+    /// the new length is recorded and announced.
+    fn config_changed(&mut self, n: usize) {
+        let durable = self.nodes[n].durable();
+        if let Some(record) = self.nodes[n].guard.on_config_change(durable) {
+            self.nodes[n].disk.run_state = Some(record);
+        }
+        let max_ttl = self.nodes[n].max_ttl;
+        self.record_lease_now(n, max_ttl);
+    }
+}

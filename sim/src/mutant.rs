@@ -1,0 +1,169 @@
+//! The holes the simulator must find: each mutant puts one back, in the
+//! module's pure code (`src/core/mutant.rs`), in the client's
+//! (`client/src/core/rules.rs`, the `danger-test-switches`), in the
+//! resource's rule, or in the clients' settings. A simulator is trusted only
+//! as far as it finds them: each must fail a seed (`make sim` prints the
+//! table of seeds to the first failure; `make test` replays each one's known
+//! failing seed).
+
+use redlock_client_rules::core::rules::Switches;
+use redlock_module_rules::core::mutant::Mutant;
+
+use crate::resource::ResourceMutant;
+use crate::world::Setup;
+
+/// Where a mutant acts.
+#[derive(Clone, Copy, Debug)]
+pub enum Hole {
+    /// The module's rules.
+    Module(Mutant),
+    /// The client's rules.
+    Client(fn(&mut Switches)),
+    /// The protected resource's rule.
+    Resource(ResourceMutant),
+    /// Every client sends no `FLOOR`.
+    NoClockFloor,
+}
+
+/// A mutant of the table.
+#[derive(Clone, Copy, Debug)]
+pub struct SimMutant {
+    /// Its name (`--mutant`).
+    pub name: &'static str,
+    /// The hole it puts back.
+    pub hole: Hole,
+    /// What it breaks, and where the rule came from.
+    pub what: &'static str,
+    /// A seed it fails (replayed by `make test`).
+    pub known_seed: u64,
+}
+
+/// Every mutant.
+pub const MUTANTS: &[SimMutant] = &[
+    SimMutant {
+        name: "late-extend",
+        hole: Hole::Client(|s| s.late_extend = true),
+        what: "an extension counts only its own ttl: a late copy of an earlier, shorter EXTEND lands after a later one (client, before 6829c45)",
+        known_seed: 277,
+    },
+    SimMutant {
+        name: "extend-cap",
+        hole: Hole::Client(|s| s.extend_cap = true),
+        what: "the validity cap of failed extensions, lifted by the next success: a confirmed short extension's late EXTEND is not covered (client, before 25c01d3)",
+        known_seed: 277,
+    },
+    SimMutant {
+        name: "renewal-shortens",
+        hole: Hole::Module(Mutant::RenewalShortens),
+        what: "a late copy of the holder's ACQUIRE ends a lease extended since (module, before 74f467a)",
+        known_seed: 2218,
+    },
+    SimMutant {
+        name: "no-promotion-guard",
+        hole: Hole::Module(Mutant::NoPromotionGuard),
+        what: "a promoted replica grants at once (module; PROMOTION-GUARD 0)",
+        known_seed: 188,
+    },
+    SimMutant {
+        name: "replica-own-lease",
+        hole: Hole::Module(Mutant::ReplicaOwnLease),
+        what: "a replica keeps its own longest lease whatever it received: promoted, it guards for less than its master's leases (module)",
+        known_seed: 1070,
+    },
+    SimMutant {
+        name: "aux-writer-baseline",
+        hole: Hole::Module(Mutant::AuxWriterBaseline),
+        what: "aux_save2 leaves the node record out at the writer's own max-ttl-ms: a replica with a smaller one learns a shorter longest lease than its master's (Redis 7.2+/Valkey, issue 39)",
+        known_seed: 629,
+    },
+    SimMutant {
+        name: "no-write-back",
+        hole: Hole::Client(|s| s.no_write_back = true),
+        what: "step 4 off: the highest granted token is used on fewer than a quorum (client)",
+        known_seed: 5,
+    },
+    SimMutant {
+        name: "no-validity-check",
+        hole: Hole::Client(|s| s.no_validity_check = true),
+        what: "step 5 off: the full ttl from the end of the round (client)",
+        known_seed: 36,
+    },
+    SimMutant {
+        name: "no-restart-guard",
+        hole: Hole::Module(Mutant::NoRestartGuard),
+        what: "a restart opens no window: a node that lost grants grants again at once (module)",
+        known_seed: 8,
+    },
+    SimMutant {
+        name: "no-reclaimed-floor",
+        hole: Hole::Module(Mutant::NoReclaimedFloor),
+        what: "reclamation floor off: a grant on a missing key ignores the counters reclaimed (module)",
+        known_seed: 1061,
+    },
+    SimMutant {
+        name: "config-exemption",
+        hole: Hole::Module(Mutant::ConfigExemption),
+        what: "a restart is exempt by today's configuration: a promotion window does not survive a restart (module, issue 24)",
+        known_seed: 827,
+    },
+    SimMutant {
+        name: "disk-lease-from-wall",
+        hole: Hole::Module(Mutant::DiskLeaseFromWall),
+        what: "a lease loaded from disk ends at its wall-clock end only: a forward step across a restart frees it (module, issue 24)",
+        known_seed: 205,
+    },
+    SimMutant {
+        name: "skip-replication",
+        hole: Hole::Module(Mutant::SkipReplication),
+        what: "effects not written to the AOF nor sent to replicas (module; SKIP-REPLICATION 1)",
+        known_seed: 15,
+    },
+    SimMutant {
+        name: "no-clock-floor",
+        hole: Hole::NoClockFloor,
+        what: "clients send no FLOOR: a node that lost its counters hands out low tokens again (client setting)",
+        known_seed: 7,
+    },
+    SimMutant {
+        name: "fenced-check-off",
+        hole: Hole::Resource(ResourceMutant::CheckOff),
+        what: "the resource accepts every token (FENCED-CHECK 0)",
+        known_seed: 1,
+    },
+    SimMutant {
+        name: "fenced-raise-off",
+        hole: Hole::Resource(ResourceMutant::RaiseOff),
+        what: "the resource's guard never rises (FENCED-RAISE 0)",
+        known_seed: 1,
+    },
+    SimMutant {
+        name: "reads-unfenced",
+        hole: Hole::Resource(ResourceMutant::ReadsUnfenced),
+        what: "reads go to the resource unfenced: only writes are checked",
+        known_seed: 1,
+    },
+];
+
+/// The mutant of that name.
+pub fn named(name: &str) -> Option<&'static SimMutant> {
+    MUTANTS.iter().find(|m| m.name == name)
+}
+
+impl SimMutant {
+    /// A setup with this mutant on.
+    pub fn setup(&self) -> Setup {
+        let mut setup = Setup::default();
+        self.apply(&mut setup);
+        setup
+    }
+
+    /// Switches this mutant on in `setup`.
+    pub fn apply(&self, setup: &mut Setup) {
+        match self.hole {
+            Hole::Module(m) => setup.mutants = setup.mutants.with(m, true),
+            Hole::Client(f) => f(&mut setup.switches),
+            Hole::Resource(r) => setup.resource = r,
+            Hole::NoClockFloor => setup.no_floor = true,
+        }
+    }
+}

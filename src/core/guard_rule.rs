@@ -1,0 +1,438 @@
+//! The restart and promotion guard as a pure state machine: antirez's
+//! "delayed restart", built in (DESIGN §2, §7, §12).
+//!
+//! A node that lost grants it acknowledged (a crash without `appendfsync
+//! always`, a replica promoted before its master's last grants reached it)
+//! must not hand the same lock to someone else while a lease it granted may
+//! still run. So for a window after the module loads, and again after the
+//! node is promoted from replica to master, ACQUIRE is refused with `GRACE`;
+//! RELEASE, EXTEND, FENCE and INSPECT keep working.
+//!
+//! The window is as long as the longest lease the node may have granted.
+//! `redlock.max-ttl-ms` alone is not enough: it can be raised at run time and
+//! come back smaller after a crash. So a grant longer than every lease
+//! recorded so far is first recorded durably ([`Guard::needs_record`], the
+//! host writes the file, then [`Guard::raise_longest`]), and the window and
+//! the clamp of leases loaded from disk cover that length too. A replica
+//! learns the longest lease of its master from what it receives
+//! ([`Guard::to_learn`]), so its promotion window covers its master's leases.
+//!
+//! Whether a restart may skip the window is decided once, at load, from the
+//! record the previous run left ([`crate::core::run_state`]): today's
+//! configuration alone says nothing about what the previous run may have
+//! lost. The window of a promotion survives a restart the same way.
+//!
+//! The host (`host/guard.rs`) keeps one [`Guard`], reads the files and the
+//! server's flags, writes what the guard asks for, and passes the time and
+//! the settings in; the simulator does the same with its simulated disk.
+
+use crate::core::lock::MonoMillis;
+use crate::core::mutant::{Mutant, Mutants};
+use crate::core::run_state::{self, RunState};
+use crate::core::sync_rule::Promotion;
+
+/// The longest lease any node accepts (one day, the largest
+/// `redlock.max-ttl-ms`): the most a recorded or learned lease can say.
+pub const LEASE_LIMIT_MS: u64 = 86_400_000;
+
+/// What opened the current window.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reason {
+    /// The module loaded (a start or restart of the server).
+    Restart,
+    /// The server became a master after being a replica.
+    Promotion,
+}
+
+impl Reason {
+    /// The words of the `GRACE` error.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Reason::Restart => "restarted",
+            Reason::Promotion => "was promoted to master",
+        }
+    }
+}
+
+/// The node's settings the guard reads, passed at every call (they change
+/// at run time).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Settings {
+    /// `redlock.max-ttl-ms` now.
+    pub max_ttl_ms: u64,
+    /// `redlock.restart-grace-ms` now (-1: the longest lease).
+    pub restart_grace_ms: i64,
+    /// The mutants switched on (test builds and the simulator only).
+    pub mutants: Mutants,
+}
+
+/// An ACQUIRE refused by the guard.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Refusal {
+    /// What opened the window.
+    pub reason: Reason,
+    /// How long the window has been open.
+    pub elapsed_ms: u64,
+    /// How long it stays open.
+    pub remaining_ms: u64,
+}
+
+/// The guard of one node.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Guard {
+    /// Start of the current window on the monotonic clock; 0 before the
+    /// load.
+    window_start: MonoMillis,
+    /// The window length when `restart-grace-ms` is -1, fixed when the
+    /// window opens (and raised by leases learned while it is open).
+    window_default_len: u64,
+    reason: Reason,
+    /// The longest lease this node may have granted, as recorded.
+    longest_lease: u64,
+    /// This start may skip the restart window (decided at load).
+    exempt_restart: bool,
+    /// This run has been durable since it started.
+    durable_run: bool,
+    /// The run record says a window is open.
+    window_marked_open: bool,
+    /// The most the window may last: set by a promotion that only guards
+    /// for the rest of its master's hold (DESIGN §13); `u64::MAX` otherwise.
+    window_cap: u64,
+    /// Bumped whenever a window opens, closes early or lengthens: what a
+    /// master announced to its replicas about its window is then out of
+    /// date (`host/sync.rs`).
+    epoch: u64,
+}
+
+impl Default for Guard {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Guard {
+    /// The guard before the module loaded: no window, nothing recorded.
+    pub const fn new() -> Self {
+        Guard {
+            window_start: 0,
+            window_default_len: 0,
+            reason: Reason::Restart,
+            longest_lease: 0,
+            exempt_restart: false,
+            durable_run: false,
+            window_marked_open: false,
+            window_cap: u64::MAX,
+            epoch: 0,
+        }
+    }
+
+    /// At load, the longest lease the node's record file holds (0 when
+    /// there is none).
+    pub fn load_recorded(&mut self, recorded_ms: u64) {
+        self.longest_lease = self.longest_lease.max(recorded_ms.min(LEASE_LIMIT_MS));
+    }
+
+    /// At load, after the record (and the startup `max-ttl-ms`, which is
+    /// recorded like any lease: a restart that brings a smaller one back
+    /// must still cover this run's leases): decides whether this start is
+    /// exempt and opens the restart window at `now`. `previous` is the
+    /// previous run's record, `durable` whether this run is durable now,
+    /// `replica` whether it starts as a replica. Returns this run's record,
+    /// which the host writes (fsynced) before the run depends on it.
+    pub fn open_after_load(
+        &mut self,
+        s: Settings,
+        previous: Option<RunState>,
+        durable: bool,
+        replica: bool,
+        now: MonoMillis,
+    ) -> RunState {
+        // A replica's data may lack its master's last grants: if it later
+        // starts as a master (its config changed), that start must wait.
+        let exempt = run_state::restart_exempt(previous, durable) && !replica;
+        self.durable_run = durable;
+        self.exempt_restart = exempt;
+        self.open_window(Reason::Restart, s, now);
+        let window_open = replica || (!exempt && self.window_len(s) > 0);
+        self.window_marked_open = window_open;
+        RunState {
+            durable,
+            window_open,
+        }
+    }
+
+    /// Whether this start was exempt from the restart window.
+    pub fn restart_exempt(&self) -> bool {
+        self.exempt_restart
+    }
+
+    /// Whether this run has been durable since it started.
+    pub fn durable_run(&self) -> bool {
+        self.durable_run
+    }
+
+    /// The server became a master at `now` after being a replica: opens
+    /// the window the promotion rule decided ([`crate::core::sync_rule::promotion`]),
+    /// and the record says so (returned for the host to write), so that a
+    /// restart inside it waits for a full window. A replica that every
+    /// condition of the replica-sync check vouches for holds every lock
+    /// write a client relied on: it starts without a window (also without
+    /// what is left of the window of its own last start as a replica, which
+    /// covered nothing it lacks); one whose master was still inside a hold
+    /// guards for the rest of it; any other guards for the longest lease
+    /// (DESIGN §7).
+    pub fn on_promotion(
+        &mut self,
+        s: Settings,
+        promotion: Promotion,
+        now: MonoMillis,
+    ) -> Option<RunState> {
+        if s.mutants.on(Mutant::NoPromotionGuard) {
+            return None;
+        }
+        match promotion {
+            Promotion::AtOnce => {
+                self.window_start = 0;
+                self.window_cap = u64::MAX;
+                self.epoch += 1;
+                return None;
+            }
+            Promotion::Rest(ms) => {
+                self.open_window(Reason::Promotion, s, now);
+                self.window_cap = ms;
+            }
+            Promotion::Guard => self.open_window(Reason::Promotion, s, now),
+        }
+        (self.window_len(s) > 0).then(|| {
+            self.window_marked_open = true;
+            self.record()
+        })
+    }
+
+    /// The node became a replica: its data may from now on lack grants its
+    /// master made, so the record says a window is open until, as a master
+    /// again, it has passed a whole guard window.
+    pub fn on_demotion(&mut self) -> RunState {
+        self.window_marked_open = true;
+        self.record()
+    }
+
+    /// After a configuration change: a run that stops being durable says
+    /// so in its record at once (returned), so the next start is not
+    /// exempt. Becoming durable later changes nothing.
+    pub fn on_config_change(&mut self, durable_now: bool) -> Option<RunState> {
+        (self.durable_run && !durable_now).then(|| {
+            self.durable_run = false;
+            self.record()
+        })
+    }
+
+    fn record(&self) -> RunState {
+        RunState {
+            durable: self.durable_run,
+            window_open: self.window_marked_open,
+        }
+    }
+
+    fn open_window(&mut self, reason: Reason, s: Settings, now: MonoMillis) {
+        self.window_default_len = self.longest_lease(s);
+        self.window_cap = u64::MAX;
+        self.reason = reason;
+        self.window_start = now.max(1);
+        self.epoch += 1;
+    }
+
+    /// Changes whenever the window opens, closes early or lengthens.
+    pub fn epoch(&self) -> u64 {
+        self.epoch
+    }
+
+    /// Whether the run record says a window is open.
+    pub fn window_marked_open(&self) -> bool {
+        self.window_marked_open
+    }
+
+    /// What opened the current (or last) window.
+    pub fn reason(&self) -> Reason {
+        self.reason
+    }
+
+    /// The length of the window in ms, as configured now. By default, as
+    /// long as the longest lease known now: one learned after the window
+    /// opened (from the data loaded, from a master) lengthens it.
+    pub fn window_len(&self, s: Settings) -> u64 {
+        let len = if s.restart_grace_ms >= 0 {
+            s.restart_grace_ms as u64
+        } else {
+            self.window_default_len
+        };
+        len.min(self.window_cap)
+    }
+
+    /// `(elapsed, remaining)` ms when `now` is inside the window.
+    pub fn state(&self, s: Settings, now: MonoMillis) -> Option<(u64, u64)> {
+        if self.window_start == 0 {
+            return None;
+        }
+        let elapsed = now.saturating_sub(self.window_start);
+        let window = self.window_len(s);
+        (elapsed < window).then(|| (elapsed, window - elapsed))
+    }
+
+    /// The guard for an ACQUIRE at `now`. A restart whose previous run was
+    /// durable for its whole life lost nothing it acknowledged and is
+    /// exempt. A promoted replica never is: replication is asynchronous, so
+    /// it may never have received its old master's last grants, whatever its
+    /// own fsync policy. `replica` and `durable_now` are the server's state
+    /// now. The record to write, when the check saw a window end.
+    pub fn check(
+        &mut self,
+        s: Settings,
+        now: MonoMillis,
+        replica: bool,
+        durable_now: bool,
+    ) -> (Result<(), Refusal>, Option<RunState>) {
+        let Some((elapsed_ms, remaining_ms)) = self.state(s, now) else {
+            let ended = self.window_marked_open && !replica;
+            if ended {
+                self.window_marked_open = false;
+            }
+            return (Ok(()), ended.then(|| self.record()));
+        };
+        let exempt = if s.mutants.on(Mutant::ConfigExemption) {
+            durable_now
+        } else {
+            self.exempt_restart
+        };
+        if self.reason == Reason::Restart && (exempt || s.mutants.on(Mutant::NoRestartGuard)) {
+            return (Ok(()), None);
+        }
+        let refusal = Refusal {
+            reason: self.reason,
+            elapsed_ms,
+            remaining_ms,
+        };
+        (Err(refusal), None)
+    }
+
+    /// The longest lease this node may have granted: what a lease loaded
+    /// from disk is clamped to.
+    pub fn longest_lease(&self, s: Settings) -> u64 {
+        self.longest_lease.max(s.max_ttl_ms)
+    }
+
+    /// The longest lease as recorded (without the configuration).
+    pub fn recorded_longest(&self) -> u64 {
+        self.longest_lease
+    }
+
+    /// Whether a lease of `ttl_ms` must be recorded durably before it is
+    /// granted: it is longer than any recorded so far (only after
+    /// `max-ttl-ms` was raised above every earlier value, so the hot path is
+    /// one comparison).
+    pub fn needs_record(&self, ttl_ms: u64) -> bool {
+        ttl_ms > self.longest_lease
+    }
+
+    /// A longer lease became known at `now` (recorded, or learned from the
+    /// data or a master): a window still open covers it too; one already
+    /// over does not open again.
+    pub fn raise_longest(&mut self, ms: u64, s: Settings, now: MonoMillis) {
+        let ms = ms.min(LEASE_LIMIT_MS);
+        self.longest_lease = self.longest_lease.max(ms);
+        if self.state(s, now).is_some() && self.window_default_len < ms {
+            self.window_default_len = ms;
+            self.epoch += 1;
+        }
+    }
+
+    /// A lease length received from the master (or a file from one): the
+    /// length to record and raise to ([`Guard::raise_longest`]), when it is
+    /// longer than the longest known.
+    pub fn to_learn(&self, ms: u64, s: Settings) -> Option<u64> {
+        if s.mutants.on(Mutant::ReplicaOwnLease) || ms <= self.longest_lease {
+            return None;
+        }
+        Some(ms.min(LEASE_LIMIT_MS))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn settings(max_ttl_ms: u64) -> Settings {
+        Settings {
+            max_ttl_ms,
+            restart_grace_ms: -1,
+            mutants: Mutants::NONE,
+        }
+    }
+
+    const DURABLE_CLEAN: RunState = RunState {
+        durable: true,
+        window_open: false,
+    };
+
+    #[test]
+    fn a_restart_waits_for_the_longest_lease_unless_the_previous_run_was_durable() {
+        let s = settings(1_000);
+        let mut g = Guard::new();
+        g.load_recorded(5_000);
+        let rs = g.open_after_load(s, None, true, false, 100);
+        assert!(rs.window_open);
+        assert!(matches!(g.check(s, 100, false, true).0, Err(r) if r.remaining_ms == 5_000));
+        assert_eq!(
+            g.check(s, 5_099, false, true).0.map_err(|r| r.remaining_ms),
+            Err(1)
+        );
+        // The window's end is written to the record once.
+        assert_eq!(
+            g.check(s, 5_100, false, true),
+            (
+                Ok(()),
+                Some(RunState {
+                    durable: true,
+                    window_open: false
+                })
+            )
+        );
+        assert_eq!(g.check(s, 5_101, false, true), (Ok(()), None));
+        // A durable previous run without a window: exempt.
+        let mut g = Guard::new();
+        let rs = g.open_after_load(s, Some(DURABLE_CLEAN), true, false, 100);
+        assert!(!rs.window_open);
+        assert_eq!(g.check(s, 100, false, true).0, Ok(()));
+    }
+
+    #[test]
+    fn a_promotion_opens_a_window_that_survives_a_restart() {
+        let s = settings(1_000);
+        let mut g = Guard::new();
+        g.open_after_load(s, Some(DURABLE_CLEAN), true, true, 1);
+        let rs = g
+            .on_promotion(s, Promotion::Guard, 10)
+            .expect("a window opens");
+        assert!(rs.window_open);
+        assert!(g.check(s, 500, false, true).0.is_err());
+        // Restarted inside it, durable all along: not exempt.
+        let mut restarted = Guard::new();
+        restarted.open_after_load(s, Some(rs), true, false, 1);
+        assert!(restarted.check(s, 2, false, true).0.is_err());
+    }
+
+    #[test]
+    fn a_lease_learned_while_the_window_is_open_lengthens_it() {
+        let s = settings(1_000);
+        let mut g = Guard::new();
+        g.open_after_load(s, None, false, false, 1);
+        assert_eq!(g.to_learn(3_000, s), Some(3_000));
+        g.raise_longest(3_000, s, 500);
+        assert!(g.check(s, 2_000, false, false).0.is_err());
+        assert_eq!(g.longest_lease(s), 3_000);
+        // Once the window is over, a longer lease does not reopen it.
+        g.raise_longest(9_000, s, 3_001);
+        assert_eq!(g.check(s, 3_002, false, false).0, Ok(()));
+        assert_eq!(g.to_learn(9_000, s), None);
+    }
+}

@@ -1,0 +1,136 @@
+//! Deliberately broken variants of the module's rules ("mutants"): each
+//! puts back a hole a rule closes, so that a test, the safety suite or the
+//! simulator can show the rule is needed and that it catches the hole.
+//!
+//! A [`Mutants`] value is passed to the rules that have a broken variant;
+//! the test builds of the module fill it from their switches
+//! (`host/mutant.rs`), the simulator from its command line. Without the
+//! `danger-mutants` feature no mutant can be switched on and every check
+//! is a constant `false`: the release library has none of them.
+
+/// A rule that can be switched back to its broken form.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u32)]
+pub enum Mutant {
+    /// The restart exemption trusts today's configuration at each ACQUIRE
+    /// (`appendonly yes` + `appendfsync always`), not the previous run's
+    /// record (a promotion window does not survive a restart).
+    ConfigExemption = 1,
+    /// A lease loaded from disk ends at its wall-clock end only (a forward
+    /// step of the clock shortens it).
+    DiskLeaseFromWall = 2,
+    /// A grant on a missing key ignores the node's highest reclaimed counter.
+    NoReclaimedFloor = 4,
+    /// A replica keeps its own longest lease, whatever it received.
+    ReplicaOwnLease = 8,
+    /// `aux_save2` (Redis 7.2+, Valkey) leaves the node record out when it
+    /// equals one built from the writer's own `max-ttl-ms`, a load without
+    /// it learns nothing, and a replica coming online is not told the
+    /// record (issue 39: a replica whose `max-ttl-ms` is smaller than its
+    /// master's guards too short once promoted).
+    AuxWriterBaseline = 16,
+    /// ACQUIRE by the holder renews the lease to ttl from now even when
+    /// that is shorter (the rule before 74f467a: a late copy of the
+    /// holder's ACQUIRE ends a lease extended since).
+    RenewalShortens = 32,
+    /// A master counts only the replicas online now for the replica-sync
+    /// check (Redisson's rule, redisson#5256), not every replica of its life.
+    SyncCountsOnline = 64,
+    /// A replica counts every announcement of its master as fresh, also one
+    /// replayed from the backlog after a restart.
+    SyncAnyAnnouncement = 128,
+    /// A lease that a load timed by an inexact rule (another boot, no
+    /// stamp, a `RESTORE` from elsewhere, the wall-clock end, the clamp) is
+    /// not written again with this node's stamp after the load, so every
+    /// later restart of the same boot revives it (`host::restamp`).
+    RestampSkipped = 256,
+    /// A replica promoted to master grants at once (no promotion window).
+    NoPromotionGuard = 512,
+    /// A restart opens no window: the node grants at once after it loads.
+    NoRestartGuard = 1024,
+    /// The effects of the lock commands are not written to the AOF nor
+    /// sent to replicas (the in-memory state still changes; the simulator
+    /// only).
+    SkipReplication = 2048,
+}
+
+impl Mutant {
+    /// Every mutant with its name (as in `REDLOCK.TESTHOOK MUTANT name 0|1`,
+    /// the `REDLOCK_TEST_MUTANTS` variable and the simulator's `--mutant`).
+    pub const ALL: [(&'static str, Mutant); 12] = [
+        ("config-exemption", Mutant::ConfigExemption),
+        ("disk-lease-from-wall", Mutant::DiskLeaseFromWall),
+        ("no-reclaimed-floor", Mutant::NoReclaimedFloor),
+        ("replica-own-lease", Mutant::ReplicaOwnLease),
+        ("aux-writer-baseline", Mutant::AuxWriterBaseline),
+        ("renewal-shortens", Mutant::RenewalShortens),
+        ("sync-counts-online", Mutant::SyncCountsOnline),
+        ("sync-any-announcement", Mutant::SyncAnyAnnouncement),
+        ("restamp-skipped", Mutant::RestampSkipped),
+        ("no-promotion-guard", Mutant::NoPromotionGuard),
+        ("no-restart-guard", Mutant::NoRestartGuard),
+        ("skip-replication", Mutant::SkipReplication),
+    ];
+
+    /// The mutant of that name (ASCII case-insensitive).
+    pub fn named(name: &[u8]) -> Option<Mutant> {
+        Self::ALL
+            .iter()
+            .find(|(n, _)| n.as_bytes().eq_ignore_ascii_case(name))
+            .map(|&(_, m)| m)
+    }
+
+    /// Its name.
+    pub fn name(self) -> &'static str {
+        Self::ALL
+            .iter()
+            .find(|(_, m)| *m == self)
+            .map_or("?", |(n, _)| n)
+    }
+}
+
+/// The mutants switched on: none, unless a test build or the simulator set
+/// some.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Mutants(u32);
+
+impl Mutants {
+    /// No mutant: the rules as they are.
+    pub const NONE: Mutants = Mutants(0);
+
+    /// Whether `m` is on (never without the `danger-mutants` feature).
+    #[inline(always)]
+    pub fn on(self, m: Mutant) -> bool {
+        #[cfg(feature = "danger-mutants")]
+        {
+            self.0 & m as u32 != 0
+        }
+        #[cfg(not(feature = "danger-mutants"))]
+        {
+            let _ = m;
+            false
+        }
+    }
+
+    /// These mutants with `m` switched on or off.
+    #[cfg(feature = "danger-mutants")]
+    pub fn with(self, m: Mutant, on: bool) -> Mutants {
+        if on {
+            Mutants(self.0 | m as u32)
+        } else {
+            Mutants(self.0 & !(m as u32))
+        }
+    }
+
+    /// The bits, for a test build's atomic switch.
+    #[cfg(feature = "danger-mutants")]
+    pub fn bits(self) -> u32 {
+        self.0
+    }
+
+    /// Mutants from their bits.
+    #[cfg(feature = "danger-mutants")]
+    pub fn from_bits(bits: u32) -> Mutants {
+        Mutants(bits)
+    }
+}
