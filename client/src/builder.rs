@@ -308,7 +308,7 @@ impl RedlockBuilder {
                     "Member::{what} applies to Sentinel members only (Member::sentinel)"
                 ))),
             })
-            .collect::<Result<Box<[_]>, _>>()?;
+            .collect::<Result<Arc<[_]>, _>>()?;
         // Every endpoint a member connects to (a cluster's seeds), with
         // its member: the same endpoint in two members is one server twice.
         let mut endpoints: Vec<(Endpoint, usize)> = Vec::new();

@@ -53,7 +53,8 @@ pub(crate) struct Leftover {
 
 /// The nodes and the majority.
 pub(crate) struct Quorum {
-    pub(crate) nodes: Box<[Voter]>,
+    /// Shared, so that a round's background end can name its nodes.
+    pub(crate) nodes: Arc<[Voter]>,
     pub(crate) quorum: usize,
     /// The labels of the client's metrics.
     pub(crate) metrics: LockMetrics,
@@ -138,7 +139,7 @@ pub(crate) enum Leftovers {
 /// pending when the round was decided, which are dropped, returned or
 /// finished in the background, per `leftovers`.
 pub(crate) async fn fan_out(
-    nodes: &[Voter],
+    nodes: &Arc<[Voter]>,
     targets: impl Iterator<Item = usize> + Clone,
     cmd: Cmd,
     leftovers: Leftovers,
@@ -220,29 +221,28 @@ pub(crate) async fn fan_out(
             if let Ok(handle) = tokio::runtime::Handle::try_current() {
                 // The nodes still pending, for the node-error metric: a
                 // node slower than the quorum (frozen, overloaded) shows
-                // there although the round did not wait for it.
-                let mut pending: Vec<(usize, Voter)> = pending(&calls)
-                    .into_iter()
-                    .map(|i| (i, nodes[i].clone()))
-                    .collect();
+                // there although the round did not wait for it. A bit set
+                // rather than a list: no allocation on every release.
+                let mut waiting = PendingNodes::default();
+                for (j, i) in targets.enumerate() {
+                    if calls.is_pending(j) {
+                        waiting.insert(i);
+                    }
+                }
+                let nodes = Arc::clone(nodes);
                 handle.spawn(async move {
                     let rest = async {
                         while let Some((i, _, reply)) = calls.next().await {
-                            pending.retain(|(j, node)| {
-                                if *j != i {
-                                    return true;
-                                }
-                                if let Err(failure) = &reply {
-                                    client_metrics::node_error(node.url(), failure);
-                                }
-                                false
-                            });
+                            waiting.remove(i);
+                            if let Err(failure) = &reply {
+                                client_metrics::node_error(nodes[i].url(), failure);
+                            }
                         }
                     };
                     if tokio::time::timeout_at(deadline, rest).await.is_err() {
                         let failure = NodeFailure::Timeout(timeout);
-                        for (_, node) in &pending {
-                            client_metrics::node_error(node.url(), &failure);
+                        for i in waiting.iter() {
+                            client_metrics::node_error(nodes[i].url(), &failure);
                         }
                     }
                 });
@@ -250,6 +250,29 @@ pub(crate) async fn fan_out(
         }
     }
     (RoundEnd::Replied, Unanswered::default())
+}
+
+/// The nodes of a round still pending, as bits: members 0 to 127 (a
+/// quorum of more members is no deployment; later ones are not tracked).
+#[derive(Clone, Copy, Default)]
+struct PendingNodes(u128);
+
+impl PendingNodes {
+    fn insert(&mut self, node: usize) {
+        if node < 128 {
+            self.0 |= 1 << node;
+        }
+    }
+
+    fn remove(&mut self, node: usize) {
+        if node < 128 {
+            self.0 &= !(1 << node);
+        }
+    }
+
+    fn iter(self) -> impl Iterator<Item = usize> {
+        (0..128).filter(move |&i| self.0 & (1 << i) != 0)
+    }
 }
 
 /// What one node's call of a round gives: the node's index, its server
@@ -687,6 +710,17 @@ impl Quorum {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn pending_nodes_are_a_bit_set() {
+        let mut pending = PendingNodes::default();
+        for i in [0, 4, 127, 128, 300] {
+            pending.insert(i);
+        }
+        pending.remove(4);
+        pending.remove(9);
+        assert_eq!(pending.iter().collect::<Vec<_>>(), [0, 127]);
+    }
 
     #[test]
     fn replies_are_classified_for_the_tallies() {
