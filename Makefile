@@ -5,7 +5,7 @@ CARGO ?= cargo
 RELEASE_MODULE := $(CURDIR)/target/release/libredlock.so
 TEST_MODULE := $(CURDIR)/target/debug/libredlock.so
 # The features of every test build (the module's test hooks, the client's test switches).
-TEST_FEATURES := redlock-module/test-hooks,redlock-client/danger-test-switches
+TEST_FEATURES := redlock-module/test-hooks,redlock-client/danger-test-switches,redlock-client/summary
 
 .PHONY: wheel wheel-test release deps build test lint demo safety bench clean install install-files deb deb-files sim docs
 

@@ -16,6 +16,7 @@ use crate::defaults::{
 };
 use crate::identity::{identical_urls, shared_server, Endpoint};
 use crate::member::{Member, MemberKind, Voter};
+use crate::metrics::LockMetrics;
 use crate::node::Node;
 use crate::quorum::Quorum;
 use crate::redlock::Redlock;
@@ -34,6 +35,7 @@ pub struct RedlockBuilder {
     pub(crate) retry: RetryPolicy,
     pub(crate) drift_factor: f64,
     pub(crate) clock_floor: bool,
+    pub(crate) metrics: LockMetrics,
     pub(crate) tls: TlsFiles,
     #[cfg(feature = "danger-test-switches")]
     pub(crate) danger: DangerSwitches,
@@ -171,6 +173,23 @@ impl RedlockBuilder {
         self
     }
 
+    /// Adds a `lock` label with the lock's name to the client's metrics
+    /// (see [`crate::metrics`]; default: off). Every lock name becomes a
+    /// series of its own in every metric: turn it on only when the names
+    /// are few and fixed (not one per job or per user).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// let builder = redlock_client::Redlock::builder(["redis://127.0.0.1:7001"])
+    ///     .metrics_lock_names(true);
+    /// # let _ = builder;
+    /// ```
+    pub fn metrics_lock_names(mut self, on: bool) -> Self {
+        self.metrics.lock_names = on;
+        self
+    }
+
     /// Turns off step 4 of the algorithm (the write-back). **Unsafe: tokens
     /// can go backwards.** Exists only so that a test can show why the step
     /// is needed; only with the `danger-test-switches` feature.
@@ -289,7 +308,7 @@ impl RedlockBuilder {
                     "Member::{what} applies to Sentinel members only (Member::sentinel)"
                 ))),
             })
-            .collect::<Result<Box<[_]>, _>>()?;
+            .collect::<Result<Arc<[_]>, _>>()?;
         // Every endpoint a member connects to (a cluster's seeds), with
         // its member: the same endpoint in two members is one server twice.
         let mut endpoints: Vec<(Endpoint, usize)> = Vec::new();
@@ -329,6 +348,7 @@ impl RedlockBuilder {
         let quorum = Quorum {
             nodes,
             quorum: n / 2 + 1,
+            metrics: self.metrics,
         };
 
         // Connect and check for the module, all nodes at once.
@@ -419,6 +439,7 @@ impl Redlock {
             retry: RetryPolicy::default(),
             drift_factor: DEFAULT_DRIFT_FACTOR,
             clock_floor: true,
+            metrics: LockMetrics::default(),
             tls: Default::default(),
             #[cfg(feature = "danger-test-switches")]
             danger: Default::default(),

@@ -134,6 +134,7 @@ impl LockInfo {
     fn resource_error(&self, guard: &str, e: &redis::RedisError) -> Error {
         if e.code() == Some("STALE") {
             if let Some(highest) = e.detail().and_then(stale_highest) {
+                self.metrics.stale(self.key(), self.token(), highest);
                 return Error::Stale {
                     guard: guard.to_string(),
                     token: self.token(),

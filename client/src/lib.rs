@@ -16,6 +16,11 @@ pub struct GuideSentinel;
 #[doc = include_str!("../../docs/guide/cluster.md")]
 pub struct GuideCluster;
 
+/// docs/metrics.md's Rust example, compiled as a doctest.
+#[cfg(all(doctest, feature = "prometheus"))]
+#[doc = include_str!("../../docs/metrics.md")]
+pub struct MetricsGuide;
+
 mod builder;
 mod classify;
 mod cluster;
@@ -26,12 +31,15 @@ mod identity;
 mod inspect;
 mod lock;
 mod member;
+pub mod metrics;
 mod node;
 mod quorum;
 mod redlock;
 mod round_calls;
 mod sentinel;
 mod shared;
+#[cfg(feature = "summary")]
+pub mod summary;
 mod sync_check;
 mod tls;
 mod waiting;

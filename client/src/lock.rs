@@ -2,6 +2,7 @@
 //! [`LockGuard`](crate::LockGuard): key, owner id, token and validity.
 
 use std::ops::Deref;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -9,6 +10,7 @@ use tracing::Instrument;
 
 use crate::core::error::Error;
 use crate::core::lease::{lower, ExtendRule};
+use crate::metrics::LockMetrics;
 use crate::quorum::Unanswered;
 use crate::shared::{ttl_millis, Inner};
 
@@ -41,6 +43,10 @@ pub struct LockInfo {
     started: Instant,
     /// End of the validity on the local monotonic clock.
     deadline: Mutex<Instant>,
+    /// The labels of the client's metrics.
+    pub(crate) metrics: LockMetrics,
+    /// Set once the lock was found lost (counted once).
+    lost: AtomicBool,
 }
 
 impl std::fmt::Debug for LockInfo {
@@ -149,6 +155,19 @@ impl LockInfo {
         *self.deadline.lock().unwrap_or_else(|p| p.into_inner()) = deadline;
     }
 
+    /// The lock was found lost: counted in the metrics the first time only
+    /// (an extension and `with_lock`'s keeper may both find it).
+    pub(crate) fn note_lost(&self) {
+        if !self.lost.swap(true, Ordering::Relaxed) {
+            self.metrics.lost(&self.key);
+        }
+    }
+
+    /// Records how long the lock was held, at its release or drop.
+    fn note_released(&self) {
+        self.metrics.held(&self.key, self.started.elapsed());
+    }
+
     /// Moves the deadline to `bound` when that is earlier (never later).
     pub(crate) fn lower_deadline(&self, bound: Instant) {
         let mut deadline = self.deadline.lock().unwrap_or_else(|p| p.into_inner());
@@ -204,6 +223,7 @@ impl Lock {
         deadline: Instant,
         unanswered: Unanswered,
     ) -> Self {
+        let metrics = inner.quorum.metrics;
         Lock {
             inner,
             info: Arc::new(LockInfo {
@@ -212,6 +232,8 @@ impl Lock {
                 started,
                 token,
                 deadline: Mutex::new(deadline),
+                metrics,
+                lost: AtomicBool::new(false),
             }),
             released: false,
             unanswered,
@@ -263,38 +285,48 @@ impl Lock {
             ttl_ms
         );
         async {
-            let start = Instant::now();
-            // The nodes may apply the new lease whatever this call returns
-            // (a failed round, lost replies, a cancelled call): a shorter one
-            // ends the validity before the EXTEND is sent, never later. Any
-            // earlier EXTEND may still land after this one: the validity
-            // counts from this start with the shortest lease sent so far.
-            let rules = &self.inner.rules;
-            let extending = self.extend_rule.begin(rules, ttl_ms, start);
-            self.info.lower_deadline(extending.bound);
-            self.inner
-                .quorum
-                .extend(&self.info.key, self.info.owner.as_str(), ttl_ms)
-                .await?;
-            match self
-                .extend_rule
-                .confirmed(rules, &extending, Instant::now())
-            {
-                Ok(deadline) => {
-                    self.info.set_deadline(deadline);
-                    tracing::debug!(
-                        validity_ms = deadline
-                            .saturating_duration_since(Instant::now())
-                            .as_millis() as u64,
-                        "extended"
-                    );
-                    Ok(())
-                }
-                Err(elapsed) => Err(Error::ExpiredBeforeUse { ttl, elapsed }),
+            let result = self.extend_round(ttl, ttl_ms).await;
+            self.info.metrics.extension(&self.info.key, result.is_ok());
+            if let Err(Error::Lost { .. } | Error::ExpiredBeforeUse { .. }) = &result {
+                self.info.note_lost();
             }
+            result
         }
         .instrument(span)
         .await
+    }
+
+    /// [`Lock::extend`] without its span and metrics.
+    async fn extend_round(&mut self, ttl: Duration, ttl_ms: u64) -> Result<(), Error> {
+        let start = Instant::now();
+        // The nodes may apply the new lease whatever this call returns
+        // (a failed round, lost replies, a cancelled call): a shorter one
+        // ends the validity before the EXTEND is sent, never later. Any
+        // earlier EXTEND may still land after this one: the validity
+        // counts from this start with the shortest lease sent so far.
+        let rules = &self.inner.rules;
+        let extending = self.extend_rule.begin(rules, ttl_ms, start);
+        self.info.lower_deadline(extending.bound);
+        self.inner
+            .quorum
+            .extend(&self.info.key, self.info.owner.as_str(), ttl_ms)
+            .await?;
+        match self
+            .extend_rule
+            .confirmed(rules, &extending, Instant::now())
+        {
+            Ok(deadline) => {
+                self.info.set_deadline(deadline);
+                tracing::debug!(
+                    validity_ms = deadline
+                        .saturating_duration_since(Instant::now())
+                        .as_millis() as u64,
+                    "extended"
+                );
+                Ok(())
+            }
+            Err(elapsed) => Err(Error::ExpiredBeforeUse { ttl, elapsed }),
+        }
     }
 
     /// Releases the lock on every node (from the call on, the lock's
@@ -325,6 +357,7 @@ impl Lock {
         // From the first RELEASE a node may free the lock: no validity is
         // left for anyone holding this lock's info (a `LockGuard`, `info()`).
         self.info.lower_deadline(Instant::now());
+        self.info.note_released();
         let span = tracing::debug_span!(
             "redlock.release",
             key = self.info.key.as_str(),
@@ -364,6 +397,7 @@ impl Drop for Lock {
         if self.released {
             return;
         }
+        self.info.note_released();
         let Ok(handle) = tokio::runtime::Handle::try_current() else {
             return;
         };

@@ -29,6 +29,7 @@ use crate::core::tally::{
 };
 use crate::identity::{OneVotePerServer, ServerId};
 use crate::member::Voter;
+use crate::metrics::{self as client_metrics, LockMetrics};
 use crate::round_calls::RoundCalls;
 
 /// Calls of an ACQUIRE round that it did not wait for, kept alive but never
@@ -52,8 +53,11 @@ pub(crate) struct Leftover {
 
 /// The nodes and the majority.
 pub(crate) struct Quorum {
-    pub(crate) nodes: Box<[Voter]>,
+    /// Shared, so that a round's background end can name its nodes.
+    pub(crate) nodes: Arc<[Voter]>,
     pub(crate) quorum: usize,
+    /// The labels of the client's metrics.
+    pub(crate) metrics: LockMetrics,
 }
 
 /// The replies of one round, for tracing: `addr=reply` for every node
@@ -135,14 +139,31 @@ pub(crate) enum Leftovers {
 /// pending when the round was decided, which are dropped, returned or
 /// finished in the background, per `leftovers`.
 pub(crate) async fn fan_out(
-    nodes: &[Voter],
+    nodes: &Arc<[Voter]>,
     targets: impl Iterator<Item = usize> + Clone,
     cmd: Cmd,
     leftovers: Leftovers,
     mut on_reply: impl FnMut(usize, Option<ServerId>, Result<Value, NodeFailure>) -> Next,
 ) -> (RoundEnd, Unanswered) {
+    let mut on_reply = |i: usize, id: Option<ServerId>, reply: Result<Value, NodeFailure>| {
+        if let Err(failure) = &reply {
+            client_metrics::node_error(nodes[i].url(), failure);
+        }
+        on_reply(i, id, reply)
+    };
+    // The targets whose call is still pending (for the node-error metric;
+    // only after the timer or for the leftovers): call `j` went to the
+    // `j`-th target.
+    let pending = |calls: &RoundCalls<_>| -> Vec<usize> {
+        targets
+            .clone()
+            .enumerate()
+            .filter(|&(j, _)| calls.is_pending(j))
+            .map(|(_, i)| i)
+            .collect()
+    };
     let (mut calls, state, deadline, timeout) =
-        start_calls(nodes, targets, cmd, &mut on_reply).await;
+        start_calls(nodes, targets.clone(), cmd, &mut on_reply).await;
     if !calls.is_empty() && state != Next::Done {
         // One timer for the round instead of one per call: every call was
         // started above, in the same poll, so this is the same bound.
@@ -176,7 +197,11 @@ pub(crate) async fn fan_out(
                         break;
                     }
                     // Past the bound: nothing left to finish.
-                    return (RoundEnd::TimedOut(timeout), Unanswered::default());
+                    let end = RoundEnd::TimedOut(timeout);
+                    for i in pending(&calls) {
+                        client_metrics::node_error(nodes[i].url(), &end.failure());
+                    }
+                    return (end, Unanswered::default());
                 }
             }
         }
@@ -194,14 +219,60 @@ pub(crate) async fn fan_out(
         }
         Leftovers::Finish => {
             if let Ok(handle) = tokio::runtime::Handle::try_current() {
+                // The nodes still pending, for the node-error metric: a
+                // node slower than the quorum (frozen, overloaded) shows
+                // there although the round did not wait for it. A bit set
+                // rather than a list: no allocation on every release.
+                let mut waiting = PendingNodes::default();
+                for (j, i) in targets.enumerate() {
+                    if calls.is_pending(j) {
+                        waiting.insert(i);
+                    }
+                }
+                let nodes = Arc::clone(nodes);
                 handle.spawn(async move {
-                    let rest = async { while calls.next().await.is_some() {} };
-                    let _ = tokio::time::timeout_at(deadline, rest).await;
+                    let rest = async {
+                        while let Some((i, _, reply)) = calls.next().await {
+                            waiting.remove(i);
+                            if let Err(failure) = &reply {
+                                client_metrics::node_error(nodes[i].url(), failure);
+                            }
+                        }
+                    };
+                    if tokio::time::timeout_at(deadline, rest).await.is_err() {
+                        let failure = NodeFailure::Timeout(timeout);
+                        for i in waiting.iter() {
+                            client_metrics::node_error(nodes[i].url(), &failure);
+                        }
+                    }
                 });
             }
         }
     }
     (RoundEnd::Replied, Unanswered::default())
+}
+
+/// The nodes of a round still pending, as bits: members 0 to 127 (a
+/// quorum of more members is no deployment; later ones are not tracked).
+#[derive(Clone, Copy, Default)]
+struct PendingNodes(u128);
+
+impl PendingNodes {
+    fn insert(&mut self, node: usize) {
+        if node < 128 {
+            self.0 |= 1 << node;
+        }
+    }
+
+    fn remove(&mut self, node: usize) {
+        if node < 128 {
+            self.0 &= !(1 << node);
+        }
+    }
+
+    fn iter(self) -> impl Iterator<Item = usize> {
+        (0..128).filter(move |&i| self.0 & (1 << i) != 0)
+    }
 }
 
 /// What one node's call of a round gives: the node's index, its server
@@ -399,15 +470,17 @@ impl Quorum {
             Ok(()) => Ok(value),
             Err(twin) => {
                 let (node, twin) = (&self.nodes[node], &self.nodes[twin]);
+                let failure = NodeFailure::SameServer {
+                    twin: twin.url().to_string(),
+                };
+                client_metrics::node_error(node.url(), &failure);
                 tracing::error!(
                     node = node.url(),
                     same_server_as = twin.url(),
                     run_id = server.as_deref().unwrap_or(""),
                     "two members of the quorum are the same Redis server: it is counted once; list each server once"
                 );
-                Err(NodeFailure::SameServer {
-                    twin: twin.url().to_string(),
-                })
+                Err(failure)
             }
         }
     }
@@ -465,6 +538,7 @@ impl Quorum {
         let done = match step {
             AttemptStep::Done(done) => done,
             AttemptStep::WriteBack { token, targets } => {
+                self.metrics.write_back(key);
                 let mut fence = lock_cmd("REDLOCK.FENCE", key, owner, 4);
                 fence.arg(token);
                 let (end, _) = fan_out(
@@ -636,6 +710,17 @@ impl Quorum {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn pending_nodes_are_a_bit_set() {
+        let mut pending = PendingNodes::default();
+        for i in [0, 4, 127, 128, 300] {
+            pending.insert(i);
+        }
+        pending.remove(4);
+        pending.remove(9);
+        assert_eq!(pending.iter().collect::<Vec<_>>(), [0, 127]);
+    }
 
     #[test]
     fn replies_are_classified_for_the_tallies() {

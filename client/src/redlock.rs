@@ -8,6 +8,7 @@ use tracing::Instrument;
 use crate::core::error::Error;
 use crate::core::waiting::Retry;
 use crate::lock::{Lock, OwnerId};
+use crate::metrics::Outcome;
 use crate::quorum::{Leftover, Unanswered};
 use crate::shared::{now_micros, ttl_millis, Inner};
 
@@ -129,6 +130,7 @@ impl Redlock {
         let span = acquire_span(key, None, ttl);
         let attempt_span = span.clone();
         async {
+            let called = Instant::now();
             let policy = self.inner.retry;
             let mut retry = Retry::new(policy.attempts, policy.base_delay, policy.jitter);
             loop {
@@ -149,6 +151,8 @@ impl Redlock {
                 match self.attempt(key, ttl, owner).await {
                     Ok(lock) => {
                         settled.disarm();
+                        let waited = lock.started_at().saturating_duration_since(called);
+                        self.inner.quorum.metrics.waited(key, waited);
                         return Ok(lock);
                     }
                     Err((error, leftovers)) => {
@@ -248,6 +252,26 @@ impl Redlock {
     /// and the nodes to release, which the caller releases under a
     /// [`ReleaseIfDropped`].
     pub(crate) async fn attempt(
+        &self,
+        key: &str,
+        ttl: Duration,
+        owner: OwnerId,
+    ) -> Result<Lock, (Error, Leftover)> {
+        let start = Instant::now();
+        let result = self.attempt_round(key, ttl, owner).await;
+        let outcome = match &result {
+            Ok(_) => Outcome::Granted,
+            Err((error, _)) => Outcome::of(error),
+        };
+        self.inner
+            .quorum
+            .metrics
+            .attempt(key, outcome, start.elapsed());
+        result
+    }
+
+    /// [`Redlock::attempt`] without its metrics.
+    async fn attempt_round(
         &self,
         key: &str,
         ttl: Duration,

@@ -37,6 +37,12 @@ impl<F: Future> RoundCalls<F> {
         self.pending == 0
     }
 
+    /// Whether the `slot`-th call (in the order given to `new`) is still
+    /// pending.
+    pub(crate) fn is_pending(&self, slot: usize) -> bool {
+        self.slots.get(slot).is_some_and(Option::is_some)
+    }
+
     /// Polls every pending call once, in order, and hands the output of each
     /// one that finished to `on_ready` before the next call is polled.
     pub(crate) fn poll_each(&mut self, cx: &mut Context<'_>, mut on_ready: impl FnMut(F::Output)) {

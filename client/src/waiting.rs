@@ -95,12 +95,17 @@ impl Redlock {
             // owner, so a node reserves the freed lock for the owner that
             // will ACQUIRE it.
             let ticket = now_micros();
+            let called = Instant::now();
+            let metrics = self.inner.quorum.metrics;
+            let timed_out = || metrics.wait_timed_out(key, called.elapsed());
             let mut owner = OwnerId::new();
             loop {
                 let settled = ReleaseIfDropped::new(&self.inner, key, owner);
                 let (error, leftovers) = match self.attempt(key, ttl, owner).await {
                     Ok(lock) => {
                         settled.disarm();
+                        let started = Instant::from_std(lock.started_at());
+                        metrics.waited(key, started.saturating_duration_since(called));
                         return Ok(lock);
                     }
                     Err(failed) => failed,
@@ -124,7 +129,13 @@ impl Redlock {
                     &mut rand::thread_rng(),
                 );
                 match next {
-                    AfterAttempt::GiveUp => return Err(error),
+                    AfterAttempt::GiveUp => {
+                        // The wait ran out (otherwise the error ends it).
+                        if now >= until {
+                            timed_out();
+                        }
+                        return Err(error);
+                    }
                     AfterAttempt::Retry { at } => {
                         tracing::debug!(%error, pause = ?(at - now), "attempt failed; retrying");
                         tokio::time::sleep_until(at).await;
@@ -145,7 +156,10 @@ impl Redlock {
                         );
                         match next {
                             AfterWake::Attempt => {}
-                            AfterWake::GiveUp => return Err(error),
+                            AfterWake::GiveUp => {
+                                timed_out();
+                                return Err(error);
+                            }
                             AfterWake::Retry { at } => {
                                 if let Wake::Unreachable(failed) = &wake {
                                     tracing::debug!(

@@ -172,6 +172,7 @@ async fn keep_alive(
                 // The deadline first, so that a guard never sees a validity
                 // left on a lock it reports lost.
                 lock.info().lower_deadline(Instant::now());
+                lock.info().note_lost();
                 lost.cancel();
                 done.cancelled().await;
                 Event::Done

@@ -16,12 +16,14 @@ mod errors;
 mod fenced;
 mod guard;
 mod lock;
+mod metrics;
 
 /// Builds the runtime every call runs on: two worker threads (the work per
 /// call is a few round trips), named after the package. Runs when the addon
 /// loads; if the runtime cannot be built here, napi builds its default one.
 #[napi_derive::module_init]
 fn init() {
+    metrics::install();
     if let Ok(rt) = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

@@ -8,6 +8,8 @@ export { Redlock } from "./redlock.js";
 export type { AcquireOptions, NodeView, TryAcquireOptions, UsingOptions } from "./redlock.js";
 export { HeldLock, Lock } from "./lock.js";
 export type { CommandArg, LockInfo, RedisReply, Resource } from "./lock.js";
+export { metrics } from "./metrics.js";
+export type { MetricSeries } from "./metrics.js";
 export { Cluster, Sentinel } from "./options.js";
 export type {
   ClusterMember, Member, RedlockOptions, RetryOptions, SentinelMember, SentinelOptions, TlsOptions,

@@ -12,6 +12,7 @@ mod errors;
 mod fenced;
 mod lock;
 mod log;
+mod metrics;
 mod runtime;
 
 use pyo3::prelude::*;
@@ -20,6 +21,7 @@ use pyo3::prelude::*;
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     log::install();
+    metrics::install();
     m.add_class::<client::Client>()?;
     m.add_class::<lock::NativeLock>()?;
     m.add_class::<lock::NativeGuard>()?;
@@ -27,5 +29,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<bridge::NativeFuture>()?;
     m.add_function(wrap_pyfunction!(runtime::flush_background, m)?)?;
     m.add_function(wrap_pyfunction!(log::set_log_level, m)?)?;
+    m.add_function(wrap_pyfunction!(metrics::metrics, m)?)?;
     Ok(())
 }

@@ -282,6 +282,18 @@ enum Command {
         /// passwords.
         #[arg(long, env = "REDLOCK_RESOURCE", hide_env_values = true)]
         resource: Option<String>,
+        /// Serve the client's metrics (redlock_acquisitions_total,
+        /// redlock_hold_seconds, …) as Prometheus text over HTTP at this
+        /// address (e.g. 127.0.0.1:9464), on any path, while `run` runs.
+        #[cfg(feature = "prometheus")]
+        #[arg(long, value_name = "HOST:PORT")]
+        metrics_addr: Option<std::net::SocketAddr>,
+        /// With --metrics-addr: keep serving the metrics this long after the
+        /// command ended and the lock was released, so that a scrape sees
+        /// the final counts (SIGTERM or SIGINT ends the wait early).
+        #[cfg(feature = "prometheus")]
+        #[arg(long, default_value = "0s", value_parser = parse_duration, requires = "metrics_addr")]
+        metrics_linger: Duration,
         /// The command and its arguments, after `--`.
         #[arg(last = true, required = true, value_name = "CMD")]
         command: Vec<String>,
@@ -523,6 +535,20 @@ async fn run(cli: Cli, out: Out) -> u8 {
     {
         return fenced(out, resource, guard, key, *token, command).await;
     }
+    #[cfg(feature = "prometheus")]
+    if let Command::Run {
+        metrics_addr: Some(addr),
+        ..
+    } = &cli.command
+    {
+        if let Err(e) = serve_metrics(*addr) {
+            return out.fail(
+                "invalid_argument",
+                &format!("--metrics-addr {addr}: {e}"),
+                EXIT_USAGE,
+            );
+        }
+    }
     let redlock = match connect(&cli).await {
         Ok(r) => r,
         Err(e) => return out.error(&e),
@@ -539,14 +565,47 @@ async fn run(cli: Cli, out: Out) -> u8 {
             guard,
             resource,
             command,
+            #[cfg(feature = "prometheus")]
+            metrics_linger,
+            ..
         } => {
             let fence = Fence {
                 guard: guard.as_deref(),
                 resource: resource.as_deref(),
             };
-            run_command(&redlock, out, &key, ttl, wait, kill_after, fence, &command).await
+            let code =
+                run_command(&redlock, out, &key, ttl, wait, kill_after, fence, &command).await;
+            #[cfg(feature = "prometheus")]
+            if !metrics_linger.is_zero() {
+                linger(metrics_linger).await;
+            }
+            code
         }
         Command::Fenced { .. } => EXIT_USAGE,
+    }
+}
+
+/// Installs the Prometheus exporter as the process's metrics recorder, its
+/// HTTP listener on `addr` served by this runtime (`--metrics-addr`).
+#[cfg(feature = "prometheus")]
+fn serve_metrics(addr: std::net::SocketAddr) -> Result<(), String> {
+    metrics_exporter_prometheus::PrometheusBuilder::new()
+        .with_http_listener(addr)
+        .set_buckets(&redlock_client::metrics::SECONDS_BUCKETS)
+        .and_then(|builder| builder.install())
+        .map_err(|e| e.to_string())?;
+    redlock_client::metrics::describe();
+    Ok(())
+}
+
+/// `--metrics-linger`: waits `how_long`, or until SIGTERM, SIGINT, SIGHUP
+/// or SIGQUIT.
+#[cfg(feature = "prometheus")]
+async fn linger(how_long: Duration) {
+    let mut stop = StopSignals::install();
+    tokio::select! {
+        () = tokio::time::sleep(how_long) => {}
+        _ = stop.next() => {}
     }
 }
 

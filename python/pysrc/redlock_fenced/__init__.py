@@ -14,6 +14,7 @@ from importlib.metadata import PackageNotFoundError, version
 from . import _native
 from ._client import Redlock
 from ._lock import Lock
+from ._metrics import MetricSeries, PrometheusCollector, metrics
 from ._shared import LockGuard, LostSignal, current_guard
 from ._types import Arg, Cluster, Member, NodeView, Resource, RetryPolicy, Seconds, Sentinel
 from .asyncio import AcquireContext, AsyncLock, AsyncRedlock
@@ -55,10 +56,12 @@ __all__ = [
     "LockStateError",
     "LostSignal",
     "Member",
+    "MetricSeries",
     "ModuleNotLoadedError",
     "NoQuorumError",
     "NodeView",
     "PermissionDeniedError",
+    "PrometheusCollector",
     "Redlock",
     "ResourceError",
     "Resource",
@@ -69,6 +72,7 @@ __all__ = [
     "StaleTokenError",
     "TransientError",
     "current_guard",
+    "metrics",
     "set_log_level",
 ]
 

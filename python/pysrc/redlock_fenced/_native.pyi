@@ -13,6 +13,7 @@ __all__ = [
     "NativeLock",
     "Signal",
     "flush_background",
+    "metrics",
     "set_log_level",
 ]
 
@@ -176,3 +177,6 @@ class Client:
 
 def flush_background(timeout: float) -> None: ...
 def set_log_level(level: str) -> None: ...
+def metrics() -> list[
+    tuple[str, list[tuple[str, str]], int | None, tuple[int, float, list[tuple[float, int]]] | None]
+]: ...
