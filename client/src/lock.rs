@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use tracing::Instrument;
 
 use crate::core::error::Error;
-use crate::core::lease::{lower, ExtendRule};
+use crate::core::lease::{lower, ExtendRule, Unconfirmed};
 use crate::metrics::LockMetrics;
 use crate::quorum::Unanswered;
 use crate::shared::{ttl_millis, Inner};
@@ -259,7 +259,10 @@ impl Lock {
     /// # Errors
     ///
     /// [`Error::Lost`] when a quorum answered but fewer than a quorum still
-    /// had the lock; [`Error::NoQuorum`] when too few nodes answered;
+    /// had the lock; [`Error::Lapsed`] when its validity had ended before
+    /// the extension started or was confirmed (then nothing is sent, or the
+    /// nodes' answers do not count: another owner may have held it since);
+    /// [`Error::NoQuorum`] when too few nodes answered;
     /// [`Error::ExpiredBeforeUse`] when the extension took longer than
     /// `ttl` minus the drift margin; [`Error::InvalidArgument`] for a ttl
     /// below 1 ms.
@@ -287,7 +290,9 @@ impl Lock {
         async {
             let result = self.extend_round(ttl, ttl_ms).await;
             self.info.metrics.extension(&self.info.key, result.is_ok());
-            if let Err(Error::Lost { .. } | Error::ExpiredBeforeUse { .. }) = &result {
+            if let Err(Error::Lost { .. } | Error::Lapsed { .. } | Error::ExpiredBeforeUse { .. }) =
+                &result
+            {
                 self.info.note_lost();
             }
             result
@@ -305,7 +310,10 @@ impl Lock {
         // earlier EXTEND may still land after this one: the validity
         // counts from this start with the shortest lease sent so far.
         let rules = &self.inner.rules;
-        let extending = self.extend_rule.begin(rules, ttl_ms, start);
+        let extending = self
+            .extend_rule
+            .begin(rules, ttl_ms, start, self.info.deadline())
+            .map_err(|why| self.unconfirmed(ttl, why))?;
         self.info.lower_deadline(extending.bound);
         self.inner
             .quorum
@@ -325,7 +333,18 @@ impl Lock {
                 );
                 Ok(())
             }
-            Err(elapsed) => Err(Error::ExpiredBeforeUse { ttl, elapsed }),
+            Err(why) => Err(self.unconfirmed(ttl, why)),
+        }
+    }
+
+    /// The error of an extension to `ttl` that does not make the lock valid.
+    fn unconfirmed(&self, ttl: Duration, why: Unconfirmed) -> Error {
+        match why {
+            Unconfirmed::Lapsed { late } => Error::Lapsed {
+                key: self.info.key.clone(),
+                late,
+            },
+            Unconfirmed::Elapsed(elapsed) => Error::ExpiredBeforeUse { ttl, elapsed },
         }
     }
 

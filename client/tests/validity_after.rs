@@ -363,3 +363,101 @@ async fn a_failed_extension_does_not_cap_the_next_ones_for_good() {
         lock.validity()
     );
 }
+
+/// A client whose validity is 30 % shorter than the nodes' leases (drift
+/// factor 0.3), through proxies, with a node timeout long enough to wait
+/// for held requests.
+async fn drifting_client(proxies: &[FaultProxy]) -> Redlock {
+    Redlock::builder(proxies.iter().map(FaultProxy::url))
+        .node_timeout(Duration::from_secs(3))
+        .connect_timeout(common::CONNECT_TIMEOUT)
+        .drift_factor(0.3)
+        .retry(RetryPolicy::no_retry())
+        .build()
+        .await
+        .expect("build")
+}
+
+/// An extension continues a validity that still runs, or none: confirmed
+/// after the validity ended it reports the lock lapsed, although every node
+/// still had this owner's lease and said yes. Once the validity has ended
+/// another owner may have taken the lock on a quorum and a node may have
+/// forgotten that grant in a restart while it still has this owner's older
+/// lease (the simulator's seed 786,312: a reboot that lost its last second
+/// of writes); a quorum of yes then proves nothing. Here the nodes' leases
+/// outlast the client's validity (its 30 % drift margin), so the EXTENDs,
+/// held until the validity has ended, still succeed on every node.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_extension_confirmed_after_the_validity_ended_is_lapsed() {
+    let nodes = common::five();
+    let proxies: Vec<FaultProxy> = nodes
+        .iter()
+        .map(|n| FaultProxy::start(format!("127.0.0.1:{}", n.port()).parse().expect("addr")))
+        .collect();
+    let a = drifting_client(&proxies).await;
+    let key = "validity:lapsed-confirmation";
+    let mut lock = a
+        .acquire(key, Duration::from_millis(3_000))
+        .await
+        .expect("acquire");
+    // The validity is at most 3 s × 0.7 ≈ 2.1 s; the nodes hold 3 s.
+    let validity = lock.validity();
+    assert!(validity < Duration::from_millis(2_100), "{validity:?}");
+    for p in &proxies {
+        p.hold_requests();
+    }
+    let deliver = {
+        let proxies_deliver_at = Instant::now() + validity + Duration::from_millis(200);
+        async move {
+            tokio::time::sleep_until(proxies_deliver_at.into()).await;
+        }
+    };
+    let (result, ()) = tokio::join!(lock.extend(Duration::from_millis(3_000)), async {
+        deliver.await;
+        for p in &proxies {
+            p.deliver_held();
+        }
+    });
+    let err = result.expect_err("confirmed after the validity ended");
+    assert!(matches!(err, Error::Lapsed { .. }), "{err}");
+    assert_eq!(lock.validity(), Duration::ZERO);
+    // The nodes did apply it: the EXTENDs reached live leases.
+    let renewed = nodes.iter().filter(|n| pttl(n, key) > 2_000).count();
+    assert_eq!(renewed, 5, "every node had the lease and renewed it");
+}
+
+/// An extension that starts after the validity ended sends nothing: it
+/// reports the lock lapsed, and no node's lease is renewed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_extension_started_after_the_validity_ended_sends_nothing() {
+    let nodes = common::five();
+    let proxies: Vec<FaultProxy> = nodes
+        .iter()
+        .map(|n| FaultProxy::start(format!("127.0.0.1:{}", n.port()).parse().expect("addr")))
+        .collect();
+    let a = drifting_client(&proxies).await;
+    let key = "validity:lapsed-start";
+    let mut lock = a
+        .acquire(key, Duration::from_millis(3_000))
+        .await
+        .expect("acquire");
+    tokio::time::sleep(lock.validity() + Duration::from_millis(100)).await;
+    let err = lock
+        .extend(Duration::from_millis(3_000))
+        .await
+        .expect_err("started after the validity ended");
+    let Error::Lapsed { key: lapsed_key, late } = &err else {
+        panic!("expected Lapsed, got {err:?}");
+    };
+    assert_eq!(lapsed_key, key);
+    assert!(*late >= Duration::from_millis(100), "{late:?}");
+    assert!(
+        err.to_string().contains("no longer held"),
+        "the message says what to do: {err}"
+    );
+    // Nothing was sent: the leases still end with the acquisition's 3 s.
+    for n in &nodes {
+        let left = pttl(n, key);
+        assert!(left < 1_000, "node {} renewed the lease: PTTL {left}", n.port());
+    }
+}

@@ -42,7 +42,7 @@ pub(crate) fn lock_error(e: Error, lock: Option<(&str, u64)>) -> napi::Error {
             "name": "RestartGuardError", "message": message, "nodes": nodes,
             "retryAfter": retry_after.map(millis),
         }),
-        Error::Lost { key, .. } => json!({
+        Error::Lost { key, .. } | Error::Lapsed { key, .. } => json!({
             "name": "LockLostError", "message": message, "lock": key,
             "token": lock.map(|(_, token)| token.to_string()),
         }),

@@ -41,7 +41,9 @@ pub(crate) fn lock_error(e: Error, token: Option<u64>) -> PyErr {
         Error::RestartGuard { nodes, retry_after } => {
             py::RestartGuardError::new_err((message, nodes, retry_after.map(secs)))
         }
-        Error::Lost { key, .. } => py::LockLostError::new_err((message, key, token)),
+        Error::Lost { key, .. } | Error::Lapsed { key, .. } => {
+            py::LockLostError::new_err((message, key, token))
+        }
         Error::ExpiredBeforeUse { ttl, elapsed } => {
             py::ExpiredBeforeUseError::new_err((message, secs(ttl), secs(elapsed)))
         }

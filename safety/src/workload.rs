@@ -237,7 +237,7 @@ fn classify(e: &redlock_client::Error) -> String {
         E::NoQuorum { .. } => "no_quorum".into(),
         E::RestartGuard { .. } => "grace".into(),
         E::ExpiredBeforeUse { .. } => "expired".into(),
-        E::Lost { .. } => "lost".into(),
+        E::Lost { .. } | E::Lapsed { .. } => "lost".into(),
         other => format!("other: {other}"),
     }
 }

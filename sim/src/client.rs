@@ -23,7 +23,7 @@ use rand::Rng;
 use redlock_client_rules::core::attempt::{attempt_error, Acquired, Attempt, AttemptStep, Next};
 use redlock_client_rules::core::error::{Error, NodeFailure};
 use redlock_client_rules::core::keep_alive::{Action, Event, KeepAlive};
-use redlock_client_rules::core::lease::{lower, ExtendRule};
+use redlock_client_rules::core::lease::{lower, ExtendRule, Unconfirmed};
 use redlock_client_rules::core::rules::Rules;
 use redlock_client_rules::core::tally::{
     AcquireReply, Confirmation, ConfirmationOutcome, ConfirmationTally, FenceReply,
@@ -740,7 +740,18 @@ async fn wait_for_free(io: &Io, key: u8, until: At, owner: Owner, ticket: u64) -
 /// `Lock::extend`.
 async fn extend(io: &Io, lock: &mut Held, ttl_ms: u64) -> Result<(), Error> {
     let start = io.local();
-    let extending = lock.rule.begin(&io.rules, ttl_ms, start);
+    let ttl = Duration::from_millis(ttl_ms);
+    let unconfirmed = |why| match why {
+        Unconfirmed::Lapsed { late } => Error::Lapsed {
+            key: String::new(),
+            late,
+        },
+        Unconfirmed::Elapsed(elapsed) => Error::ExpiredBeforeUse { ttl, elapsed },
+    };
+    let extending = lock
+        .rule
+        .begin(&io.rules, ttl_ms, start, lock.deadline.get())
+        .map_err(unconfirmed)?;
     lock.lower(io, extending.bound);
     let cmd = Cmd::Extend {
         key: lock.key,
@@ -754,10 +765,7 @@ async fn extend(io: &Io, lock: &mut Held, ttl_ms: u64) -> Result<(), Error> {
                     lock.set(io, deadline);
                     Ok(())
                 }
-                Err(elapsed) => Err(Error::ExpiredBeforeUse {
-                    ttl: Duration::from_millis(ttl_ms),
-                    elapsed,
-                }),
+                Err(why) => Err(unconfirmed(why)),
             }
         }
         ConfirmationOutcome::NotHeld { confirmed } => Err(Error::Lost {

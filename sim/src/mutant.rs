@@ -83,6 +83,12 @@ pub const MUTANTS: &[SimMutant] = &[
         known_seed: 5,
     },
     SimMutant {
+        name: "lapsed-extend",
+        hole: Hole::Client(|s| s.lapsed_extend = true),
+        what: "an extension started or confirmed after the validity ended counts: a node that lost a later grant in a restart revives the old lease (client, found by the swarm at seed 786,312)",
+        known_seed: 786_312,
+    },
+    SimMutant {
         name: "no-validity-check",
         hole: Hole::Client(|s| s.no_validity_check = true),
         what: "step 5 off: the full ttl from the end of the round (client)",

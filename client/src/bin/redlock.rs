@@ -385,7 +385,7 @@ impl Out {
             Error::RestartGuard { .. } => ("restart_guard", EXIT_ERROR),
             Error::PermissionDenied { .. } => ("permission_denied", EXIT_ERROR),
             Error::ExpiredBeforeUse { .. } => ("expired_before_use", EXIT_ERROR),
-            Error::Lost { .. } => ("lost", EXIT_LOST),
+            Error::Lost { .. } | Error::Lapsed { .. } => ("lost", EXIT_LOST),
             Error::Stale { .. } => ("stale", EXIT_STALE),
             Error::InvalidArgument(_) => ("invalid_argument", EXIT_USAGE),
             _ => ("error", EXIT_ERROR),

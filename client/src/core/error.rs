@@ -107,6 +107,19 @@ pub enum Error {
         quorum: usize,
     },
 
+    /// The lock's validity ended before an extension was confirmed (a pause
+    /// past the lease, or a slow round): another owner may have held it
+    /// since, even if the nodes still answer for this owner. Nothing is
+    /// sent once the validity has ended. Stop using the token.
+    #[error("the lock on {key:?} is no longer held: its validity ended {late:?} before the extension was confirmed, and another owner may have taken it since: stop using its token and acquire it again")]
+    Lapsed {
+        /// The lock's key.
+        key: String,
+        /// How long before the extension started, or was confirmed, the
+        /// validity ended.
+        late: Duration,
+    },
+
     /// A fenced command was refused by the resource's guard: it has seen a
     /// newer token of this lock, so another holder took over. Nothing ran.
     /// Stop using this lock; never retry with the same token.

@@ -58,6 +58,9 @@ pub struct Switches {
     /// success: a successful extension's late EXTEND is not covered (the
     /// rule before the shortest-lease rule).
     pub extend_cap: bool,
+    /// An extension that starts, or is confirmed, after the lock's validity
+    /// ended still makes it valid (the rule before the lapse check).
+    pub lapsed_extend: bool,
 }
 
 /// The settings of one client that its decisions read.
@@ -93,6 +96,16 @@ impl Rules {
             return false;
         }
         true
+    }
+
+    /// Whether an extension must start and be confirmed while the lock is
+    /// still valid (always, unless a test switched it off).
+    pub fn lapse_check(&self) -> bool {
+        #[cfg(feature = "danger-test-switches")]
+        if self.switches.lapsed_extend {
+            return false;
+        }
+        self.validity_check()
     }
 
     /// Whether step 4 runs (always, unless a test switched it off).
