@@ -1,12 +1,17 @@
 #!/usr/bin/env python3
 """Checks the relative links of the README and the guide (docs/): every
 linked file exists and every #anchor names a heading of its page (the ids
-GitHub and mdBook give headings). Exits 1 on a broken link, naming it."""
+GitHub and mdBook give headings). A page of the book (docs/) links only inside
+docs/: mdBook builds those pages into HTML where a link out of the book leads
+nowhere (name such files as `path` text instead), and every page of docs/ is
+in the book's SUMMARY.md (mdBook builds only those). Exits 1 on a broken link,
+naming it."""
 import re
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+DOCS = ROOT / "docs"
 LINK = re.compile(r"\[(?:[^\]]*)\]\(([^)\s]+)\)")
 
 
@@ -39,10 +44,16 @@ def main():
                     continue
                 path, _, anchor = target.partition("#")
                 dest = (f.parent / path).resolve() if path else f
-                if not dest.exists():
+                if DOCS in f.parents and DOCS not in dest.parents:
+                    broken.append(f"{f.relative_to(ROOT)}: {target} (out of the book)")
+                elif not dest.exists():
                     broken.append(f"{f.relative_to(ROOT)}: {target} (no such file)")
                 elif anchor and dest.suffix == ".md" and anchor not in anchors(dest):
                     broken.append(f"{f.relative_to(ROOT)}: {target} (no such heading)")
+    listed = {(DOCS / t).resolve() for t in LINK.findall((DOCS / "SUMMARY.md").read_text())}
+    for page in sorted(DOCS.rglob("*.md")):
+        if page.name != "SUMMARY.md" and page.resolve() not in listed:
+            broken.append(f"{page.relative_to(ROOT)}: not in docs/SUMMARY.md (not built into the book)")
     for b in broken:
         print(b)
     print(f"{len(files)} files checked, {len(broken)} broken link(s)")
