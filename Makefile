@@ -101,7 +101,7 @@ MDBOOK := $(shell command -v mdbook 2>/dev/null || echo $(CURDIR)/target/tools/b
 docs: deps
 	test -x $(MDBOOK) || $(CARGO) install mdbook --locked --version $(MDBOOK_VERSION) --root $(CURDIR)/target/tools
 	$(MDBOOK) build docs
-	python3 scripts/check-links.py
+	python3 scripts/check-links.py --html $(CURDIR)/target/book
 	$(CARGO) test -p redlock-client --doc
 	$(CARGO) build -p redlock-module --features test-hooks
 	$(CARGO) build -p redlock-client --bin redlock
