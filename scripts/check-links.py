@@ -4,7 +4,8 @@ linked file exists and every #anchor names a heading of its page (the ids
 GitHub and mdBook give headings). A page of the book (docs/) links only inside
 docs/: mdBook builds those pages into HTML where a link out of the book leads
 nowhere (name such files as `path` text instead), and every page of docs/ is
-in the book's SUMMARY.md (mdBook builds only those). Exits 1 on a broken link,
+in the book's SUMMARY.md (mdBook builds only those). The README stays a front
+page of at most 200 lines and no page of the book passes 400. Exits 1 on a broken link,
 naming it.
 
 With --html DIR (the built book, `make docs`), the links of every built page
@@ -77,11 +78,15 @@ def main():
     for page in sorted(DOCS.rglob("*.md")):
         if page.name != "SUMMARY.md" and page.resolve() not in listed:
             broken.append(f"{page.relative_to(ROOT)}: not in docs/SUMMARY.md (not built into the book)")
+    for page, limit in [(ROOT / "README.md", 200), *((p, 400) for p in sorted(DOCS.rglob("*.md")))]:
+        count = len(page.read_text().splitlines())
+        if count > limit:
+            broken.append(f"{page.relative_to(ROOT)}: {count} lines, more than {limit} (split it)")
     if len(sys.argv) == 3 and sys.argv[1] == "--html":
         broken += html_links(Path(sys.argv[2]))
     for b in broken:
         print(b)
-    print(f"{len(files)} files checked, {len(broken)} broken link(s)")
+    print(f"{len(files)} files checked, {len(broken)} problem(s) (broken links, pages out of the book, pages too long)")
     return 1 if broken else 0
 
 
