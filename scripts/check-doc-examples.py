@@ -11,9 +11,9 @@ With --cli PATH (a built `redlock`):
     flags the CLI has, and every REDLOCK_* variable it exports is one the CLI
     reads (its --help texts).
 With --module PATH (a built libredlock.so):
-  - the quick start's `redis-server --loadmodule …` line starts a server with the
+  - the quick start's `redis-server --loadmodule …` lines start a server with the
     module, and every redis-cli session (```text blocks of `127.0.0.1:6379> `
-    prompts) replays on it with the replies shown (a lease's pttl within the
+    prompts) replays on its scratch node (`--redlock.restart-grace-ms 0`) with the replies shown (a lease's pttl within the
     lease);
   - the configuration page's `loadmodule … ARGS` line loads and sets its configs.
 
@@ -152,15 +152,17 @@ class Server:
 
     def __init__(self, args, workdir):
         self.port = free_port()
+        self.log = Path(workdir) / f"server-{self.port}.log"
         self.proc = subprocess.Popen(
             [*args, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
-             "--appendonly", "no", "--dir", workdir],
+             "--appendonly", "no", "--dir", workdir, "--logfile", str(self.log)],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + 30
         while self.cli("PING") != "PONG":
             if self.proc.poll() is not None or time.monotonic() > deadline:
                 self.stop()
-                raise RuntimeError(f"{shlex.join(args)} did not start")
+                log = self.log.read_text()[-2000:] if self.log.exists() else ""
+                raise RuntimeError(f"{shlex.join(args)} did not start:\n{log}")
             time.sleep(0.05)
 
     def cli(self, *command):
@@ -209,29 +211,39 @@ def reply_matches(expected, actual):
     return True
 
 
-def quick_start_server_args(module):
-    """The quick start's `redis-server --loadmodule …` line, with this build's module."""
+def quick_start_server_lines(module):
+    """The quick start's `redis-server --loadmodule …` lines, with this build's module."""
+    found = []
     for page, text in blocks("sh"):
         if page.name != "quick-start.md":
             continue
         for words in command_lines(text):
             if words[0] == "redis-server" and "--loadmodule" in words:
                 i = words.index("--loadmodule")
-                return [*words[:i + 1], module, *words[i + 2:]]
-    return None
+                found.append([*words[:i + 1], module, *words[i + 2:]])
+    return found
 
 
 def check_module(module, errors):
     count = 0
-    args = quick_start_server_args(module)
-    if args is None:
-        errors.append("docs/guide/quick-start.md: no `redis-server --loadmodule` line")
+    lines = quick_start_server_lines(module)
+    scratch = [args for args in lines if args[-2:] == ["--redlock.restart-grace-ms", "0"]]
+    if not scratch:
+        errors.append("docs/guide/quick-start.md: no scratch node line "
+                      "(`redis-server --loadmodule … --redlock.restart-grace-ms 0`)")
         return 0
     with tempfile.TemporaryDirectory(prefix="redlock-doc-") as workdir:
-        server = Server(args, workdir)
+        for args in lines:
+            server = Server(args, workdir)
+            try:
+                count += 1
+                if "redlock" not in server.cli("MODULE", "LIST"):
+                    errors.append(f"the quick start's `{shlex.join(args)}` did not load the module")
+            finally:
+                server.stop()
+        # The sessions run on the scratch node, as the commands page says.
+        server = Server(scratch[0], workdir)
         try:
-            if "redlock" not in server.cli("MODULE", "LIST"):
-                errors.append("the quick start's redis-server line did not load the module")
             for page, steps in sessions():
                 for command, expected in steps:
                     count += 1
@@ -253,7 +265,7 @@ def check_module(module, errors):
                 try:
                     for name, value in zip(module_args[::2], module_args[1::2]):
                         got = server.cli("CONFIG", "GET", f"redlock.{name}").splitlines()
-                        if got[-1:] != [f'"{value}"']:
+                        if got[-1:] != [f'2) "{value}"']:
                             errors.append(f"{page}: `{line}` left redlock.{name} at {got}")
                 finally:
                     server.stop()
@@ -265,6 +277,8 @@ def main():
     parser.add_argument("--module", help="a built libredlock.so: replay the redis-cli sessions")
     parser.add_argument("--cli", help="a built redlock CLI: check its commands and flags")
     opts = parser.parse_args()
+    if opts.module:  # the server changes to its --dir before it loads modules
+        opts.module = str(Path(opts.module).resolve())
     errors = []
     summary = [f"{check_shell_static(errors)} sh blocks parsed"]
     if opts.cli:
