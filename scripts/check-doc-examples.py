@@ -15,7 +15,9 @@ With --module PATH (a built libredlock.so):
     module, and every redis-cli session (```text blocks of `127.0.0.1:6379> `
     prompts) replays on its scratch node (`--redlock.restart-grace-ms 0`) with the replies shown (a lease's pttl within the
     lease);
-  - the configuration page's `loadmodule … ARGS` line loads and sets its configs.
+  - every redis.conf of the guide (a text block from a `loadmodule` line) starts a
+    server that loads the module and sets the configs the lines name, but the
+    TLS setup's (its ACL line is client/tests/tls_acl.rs's).
 
 Servers listen on free loopback ports, keep nothing on disk and are stopped by
 their own pid. Exits 1 naming each example that differs."""
@@ -31,7 +33,8 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PROMPT = "127.0.0.1:6379> "
+# redis-cli's prompt, in full or shortened to "> ".
+PROMPT = re.compile(r"^(127\.0\.0\.1:6379)?> ")
 BLOCK = re.compile(r"^```([a-z,_]*)\n(.*?)^```", re.S | re.M)
 
 
@@ -183,12 +186,13 @@ class Server:
 def sessions():
     """(page, [(command words, expected reply lines)]) of every redis-cli session."""
     for page, text in blocks("text"):
-        if PROMPT not in text:
+        if not PROMPT.match(text):
             continue
         steps = []
         for line in text.splitlines():
-            if line.startswith(PROMPT):
-                steps.append((line[len(PROMPT):].split(), []))
+            prompt = PROMPT.match(line)
+            if prompt:
+                steps.append((line[prompt.end():].split(), []))
             elif steps:
                 steps[-1][1].append(line)
         yield page, steps
@@ -253,22 +257,44 @@ def check_module(module, errors):
                             f"{page}: `{' '.join(command)}` answers {actual!r}, the page shows {expected!r}")
         finally:
             server.stop()
-        # The configuration page's loadmodule line with its arguments.
+        # Every redis.conf of the guide: a text block's lines from its `loadmodule` line to
+        # the first blank one. Files of TLS setups and ACL users are left to the TLS tests.
         for page, text in blocks("text"):
-            for line in text.splitlines():
-                words = line.split()
-                if words[:1] != ["loadmodule"]:
-                    continue
-                count += 1
-                module_args = words[2:]
-                server = Server(["redis-server", "--loadmodule", module, *module_args], workdir)
-                try:
-                    for name, value in zip(module_args[::2], module_args[1::2]):
-                        got = server.cli("CONFIG", "GET", f"redlock.{name}").splitlines()
-                        if got[-1:] != [f'2) "{value}"']:
-                            errors.append(f"{page}: `{line}` left redlock.{name} at {got}")
-                finally:
-                    server.stop()
+            lines = text.splitlines()
+            at = next((i for i, l in enumerate(lines) if l.startswith("loadmodule ")), None)
+            if at is None:
+                continue
+            conf = []
+            for line in lines[at:]:
+                if not line.strip():
+                    break
+                if not line.startswith("#"):
+                    conf.append(line.split())
+            if any(w[0].startswith("tls-") or w[0] == "user" for w in conf):
+                continue
+            count += 1
+            conf[0] = ["loadmodule", module, *conf[0][2:]]
+            expected = dict(zip(conf[0][2::2], conf[0][3::2]))
+            expected.update({w[0][len("redlock."):]: w[1] for w in conf[1:]
+                             if w[0].startswith("redlock.") and len(w) == 2})
+            conf_dir = tempfile.mkdtemp(dir=workdir)
+            conf_file = Path(conf_dir) / "redis.conf"
+            conf_file.write_text("".join(" ".join(w) + "\n" for w in conf))
+            shown = " / ".join(" ".join(w) for w in conf[1:]) or "loadmodule"
+            try:
+                server = Server(["redis-server", str(conf_file)], conf_dir)
+            except RuntimeError as failed:
+                errors.append(f"{page}: a server with the redis.conf lines {shown} did not start: {failed}")
+                continue
+            try:
+                if "redlock" not in server.cli("MODULE", "LIST"):
+                    errors.append(f"{page}: the redis.conf lines {shown} did not load the module")
+                for name, value in expected.items():
+                    got = server.cli("CONFIG", "GET", f"redlock.{name}").splitlines()
+                    if got[-1:] != [f'2) "{value}"']:
+                        errors.append(f"{page}: the redis.conf lines {shown} left redlock.{name} at {got}")
+            finally:
+                server.stop()
     return count
 
 
