@@ -16,7 +16,7 @@ deps:
 build: deps
 	$(CARGO) build --release -p redlock-module -p redlock-client
 
-## test: formatting, lints, every unit and integration test on Redis 7.0 (module, client, safety mutants, benchmark smoke run), the module's integration tests again on Valkey 8.1, the safety quick run (with a promotion scenario on Valkey), the Python package, the Node.js package
+## test: formatting, lints, the guide's links and examples, every unit and integration test on Redis 7.0 (module, client, safety mutants, benchmark smoke run), the module's integration tests again on Valkey 8.1, the safety quick run (with a promotion scenario on Valkey), the Python package, the Node.js package
 test: deps lint valkey
 	$(CARGO) build --release -p redlock-module
 	$(CARGO) build -p redlock-module --features test-hooks
