@@ -117,11 +117,16 @@ async fn an_acquire_dropped_during_the_write_back_leaves_no_grant() {
         .arg("someone")
         .query(&mut c)
         .expect("RELEASE");
-    for p in &proxies {
+    // Node 0's reply (the token far ahead) comes first, at about 100 ms:
+    // had three of the others answered before it, their equal tokens would
+    // have made a quorum without the write-back (seen on a loaded machine).
+    proxies[0].set(Fault::Delay(Duration::from_millis(50)));
+    for p in &proxies[1..] {
         p.set(Fault::Delay(Duration::from_millis(150)));
     }
-    // ACQUIRE replies arrive at about 300 ms, the FENCEs reach the nodes at
-    // about 450 ms and their replies would come back at about 600 ms.
+    // The other ACQUIRE replies arrive at about 300 ms, the FENCEs reach the
+    // nodes at about 450 ms and their replies would come back at about
+    // 600 ms.
     let dropped = tokio::time::timeout(
         Duration::from_millis(500),
         a.acquire(key, Duration::from_secs(5)),
