@@ -4,6 +4,8 @@
 Always (no build needed):
   - every ```sh block parses (`bash -n`);
   - every `make TARGET` it runs is a target of the Makefile;
+  - every ```sql statement keeps the fencing rule on sqlite3 (a newer or equal
+    token writes, an older one changes nothing);
   - the package name and module version it shows (redlock_X.Y.Z_amd64.deb,
     `ver NNN (= X.Y.Z)`) are the workspace's version.
 With --cli PATH (a built `redlock`):
@@ -26,6 +28,7 @@ import re
 import shlex
 import shutil
 import socket
+import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -92,6 +95,26 @@ def check_shell_static(errors):
         for ver, dotted in re.findall(r"ver (\d+) \(= ([0-9.]+)\)", text):
             if (int(ver), dotted) != (module_ver, version):
                 errors.append(f"{page}: `ver {ver} (= {dotted})`, the module is ver {module_ver} (= {version})")
+    return count
+
+
+def check_sql(errors):
+    """Each SQL fencing statement keeps the rule: run on a row written under token 10 (sqlite3,
+    `$1` the token, `$2` the value, `$3` the row), a newer token (11) and the same one update
+    the row, an older one (9) updates nothing and leaves the newer write in place."""
+    count = 0
+    for page, text in blocks("sql"):
+        for statement in (l for l in text.splitlines() if l.strip() and not l.startswith("--")):
+            count += 1
+            db = sqlite3.connect(":memory:")
+            db.execute("CREATE TABLE accounts (id INTEGER PRIMARY KEY, balance INTEGER, fence_token INTEGER)")
+            db.execute("INSERT INTO accounts VALUES (1, 100, 10)")
+            got = tuple(db.execute(statement, {"1": token, "2": value, "3": 1}).rowcount
+                        for token, value in ((11, 200), (11, 300), (9, 999)))
+            row = db.execute("SELECT balance, fence_token FROM accounts").fetchone()
+            if got != (1, 1, 0) or row != (300, 11):
+                errors.append(f"{page}: `{statement}` updated {got} rows for tokens 11, 11, 9 "
+                              f"and left {row}, not (1, 1, 0) and (300, 11)")
     return count
 
 
@@ -306,7 +329,8 @@ def main():
     if opts.module:  # the server changes to its --dir before it loads modules
         opts.module = str(Path(opts.module).resolve())
     errors = []
-    summary = [f"{check_shell_static(errors)} sh blocks parsed"]
+    summary = [f"{check_shell_static(errors)} sh blocks parsed",
+               f"{check_sql(errors)} SQL statements run"]
     if opts.cli:
         summary.append(f"{check_cli(opts.cli, errors)} CLI lines and variables checked")
     if opts.module:
