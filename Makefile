@@ -16,12 +16,13 @@ deps:
 build: deps
 	$(CARGO) build --release -p redlock-module -p redlock-client
 
-## test: formatting, lints, every unit and integration test on Redis 7.0 (module, client, safety mutants, benchmark smoke run), the module's integration tests again on Valkey 8.1, the safety quick run (with a promotion scenario on Valkey), the Python package, the Node.js package
+## test: formatting, lints, the guide's links and examples, every unit and integration test on Redis 7.0 (module, client, safety mutants, benchmark smoke run), the module's integration tests again on Valkey 8.1, the safety quick run (with a promotion scenario on Valkey), the Python package, the Node.js package
 test: deps lint valkey
 	$(CARGO) build --release -p redlock-module
 	$(CARGO) build -p redlock-module --features test-hooks
 	REDLOCK_RELEASE_MODULE=$(RELEASE_MODULE) REDLOCK_MODULE=$(TEST_MODULE) \
 		$(CARGO) test --workspace --features $(TEST_FEATURES)
+	python3 scripts/check-doc-examples.py --module $(TEST_MODULE) --cli $(CURDIR)/target/debug/redlock
 	$(MAKE) --no-print-directory test-valkey-module
 	REDLOCK_MODULE=$(TEST_MODULE) REDLOCK_VALKEY_BIN="$$($(VALKEY_BIN))" \
 		$(CARGO) run -q -p redlock-safety --bin safety -- --quick --out target/safety-quick
@@ -89,20 +90,31 @@ test-sentinel: deps valkey
 	REDLOCK_SERVER_BIN="$$($(VALKEY_BIN))" REDLOCK_MODULE=$(TEST_MODULE) \
 		$(CARGO) test -p redlock-client --test sentinel -- --include-ignored
 
-## docs: the guide (docs/, mdBook) built into target/book, its links checked and its Rust examples
-## compiled (doctests of redlock-client); mdbook is installed from crates.io into target/tools when missing
+## docs: the guide (docs/, mdBook) built into target/book, its links checked, and every example of it
+## and of the README tested: the Rust ones compiled (doctests of redlock-client), the shell ones and the
+## redis-cli sessions checked against the built CLI and module (scripts/check-doc-examples.py), the
+## Python and Node ones run against five local nodes; mdbook is installed from crates.io into
+## target/tools when missing. `make test` runs the same examples (lint, the workspace's doctests,
+## the Python and Node suites), all but the book's build.
 MDBOOK_VERSION := 0.5.4
 MDBOOK := $(shell command -v mdbook 2>/dev/null || echo $(CURDIR)/target/tools/bin/mdbook)
-docs:
+docs: deps
 	test -x $(MDBOOK) || $(CARGO) install mdbook --locked --version $(MDBOOK_VERSION) --root $(CURDIR)/target/tools
 	$(MDBOOK) build docs
-	python3 scripts/check-links.py
+	python3 scripts/check-links.py --html $(CURDIR)/target/book
 	$(CARGO) test -p redlock-client --doc
+	$(CARGO) build -p redlock-module --features test-hooks
+	$(CARGO) build -p redlock-client --bin redlock
+	python3 scripts/check-doc-examples.py --module $(TEST_MODULE) --cli $(CURDIR)/target/debug/redlock
+	$(MAKE) --no-print-directory python-test PYTEST_ARGS="-k readme"
+	$(MAKE) --no-print-directory node-build
+	$(WITH_NODE) && cd node && REDLOCK_MODULE=$(TEST_MODULE) node --test test/readme.test.mjs
 
 lint:
 	python3 scripts/import-cycles.py --self-check
 	python3 scripts/import-cycles.py
 	python3 scripts/check-links.py
+	python3 scripts/check-doc-examples.py
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 	$(CARGO) clippy -p redlock-module --all-targets --features test-hooks -- -D warnings

@@ -1,4 +1,5 @@
-// Every JavaScript example of node/README.md runs, as an ES module in a
+// Every JavaScript example of node/README.md and of the guide's Node page
+// (docs/guide/client-node.md) runs, as an ES module in a
 // fresh process, against the test nodes (NODES and RESOURCE replaced).
 
 import assert from "node:assert/strict";
@@ -13,7 +14,10 @@ import { useNodes } from "./helpers.mjs";
 
 const HERE = path.dirname(fileURLToPath(import.meta.url));
 const README = readFileSync(path.join(HERE, "..", "README.md"), "utf8");
-const BLOCKS = [...README.matchAll(/```js\n([\s\S]*?)```/g)].map((m) => m[1]);
+const GUIDE_PAGE = readFileSync(path.join(HERE, "..", "..", "docs", "guide", "client-node.md"), "utf8");
+const jsBlocks = (text) => [...text.matchAll(/```js\n([\s\S]*?)```/g)].map((m) => m[1]);
+const BLOCKS = jsBlocks(README);
+const GUIDE_BLOCKS = jsBlocks(GUIDE_PAGE);
 const NODES = /^const NODES = \[[\s\S]*?\];$/m;
 const RESOURCE = /^const RESOURCE = "[^"]*";/m;
 // Inside the package, so that `import … from "redlock-fenced"` finds it by its own name.
@@ -56,8 +60,17 @@ test("the README has its examples", () => {
   assert.ok(README.includes("## Migrating from node-redlock"));
 });
 
-for (const [index, block] of BLOCKS.entries()) {
-  test(`README example ${index} runs`, async () => {
+test("the guide's Node page has its example", () => {
+  assert.ok(GUIDE_BLOCKS.length >= 1);
+  assert.ok(GUIDE_BLOCKS.some((b) => b.includes("redlock.using(")));
+});
+
+const EXAMPLES = [
+  ...BLOCKS.map((block) => ["README", block]),
+  ...GUIDE_BLOCKS.map((block) => ["docs/guide/client-node.md", block]),
+];
+for (const [index, [origin, block]] of EXAMPLES.entries()) {
+  test(`${origin} example ${index} runs`, async () => {
     assert.ok(NODES.test(block), "each example defines NODES once");
     let source = block.replace(NODES, `const NODES = ${JSON.stringify(env.urls)};`);
     source = source.replace(RESOURCE, `const RESOURCE = ${JSON.stringify(resource.url)};`);

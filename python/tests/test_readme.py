@@ -1,4 +1,5 @@
-"""Every Python example of python/README.md runs against the test nodes."""
+"""Every Python example of python/README.md and of the guide's Python page
+(docs/guide/client-python.md) runs against the test nodes."""
 
 from __future__ import annotations
 
@@ -8,7 +9,15 @@ from pathlib import Path
 import pytest
 
 README = Path(__file__).resolve().parents[1] / "README.md"
-BLOCKS = re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.S)
+GUIDE_PAGE = Path(__file__).resolve().parents[2] / "docs" / "guide" / "client-python.md"
+
+
+def python_blocks(path: Path) -> list[str]:
+    return re.findall(r"```python\n(.*?)```", path.read_text(), flags=re.S)
+
+
+BLOCKS = python_blocks(README)
+GUIDE_BLOCKS = python_blocks(GUIDE_PAGE)
 NODES = re.compile(r"^NODES = \[.*?\]$", flags=re.S | re.M)
 RESOURCE = re.compile(r'^RESOURCE = "[^"]*"', flags=re.M)
 
@@ -19,12 +28,21 @@ def test_the_readme_has_examples() -> None:
     assert any("StaleTokenError" in b and RESOURCE.search(b) for b in BLOCKS)
 
 
-@pytest.mark.parametrize("index", range(len(BLOCKS)))
+def test_the_guide_page_has_examples() -> None:
+    assert len(GUIDE_BLOCKS) >= 1
+    assert any("lock.token" in b for b in GUIDE_BLOCKS)
+
+
+EXAMPLES = [("README.md", b) for b in BLOCKS] + [("docs/guide/client-python.md", b) for b in GUIDE_BLOCKS]
+
+
+@pytest.mark.parametrize("index", range(len(EXAMPLES)))
 def test_readme_example_runs(urls: list[str], resource: str, index: int) -> None:
-    source, count = NODES.subn(f"NODES = {urls!r}", BLOCKS[index])
+    origin, block = EXAMPLES[index]
+    source, count = NODES.subn(f"NODES = {urls!r}", block)
     assert count == 1, "each example defines NODES once"
     # An example of fenced commands names its resource server once.
     source, count = RESOURCE.subn(f"RESOURCE = {resource!r}", source)
     assert count <= 1
     namespace: dict[str, object] = {"__name__": f"readme_example_{index}"}
-    exec(compile(source, f"README.md example {index}", "exec"), namespace)
+    exec(compile(source, f"{origin} example {index}", "exec"), namespace)
