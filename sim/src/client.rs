@@ -393,6 +393,9 @@ fn failure(reply: Reply) -> NodeFailure {
             remaining: Some(Duration::from_millis(remaining_ms)),
         },
         Reply::ReadOnly => NodeFailure::Refused("READONLY".into()),
+        Reply::NoSync => {
+            NodeFailure::SyncRefused("NOSYNC a lease longer than the replicas know".into())
+        }
         Reply::BadArg => NodeFailure::BadArgument("ERR invalid argument".into()),
         Reply::Down => NodeFailure::NotConnected("refused".into()),
         Reply::Broken => NodeFailure::Connection("reset".into()),

@@ -125,6 +125,12 @@ pub const MUTANTS: &[SimMutant] = &[
         known_seed: 15,
     },
     SimMutant {
+        name: "no-lease-ack",
+        hole: Hole::Module(Mutant::NoLeaseAck),
+        what: "a master grants a lease longer than its replicas acknowledged knowing, and a replica that learned nothing guards only for its own max-ttl-ms once promoted (module; simulator seeds 189,411, 352,891, 503,818, 892,199)",
+        known_seed: 189_411,
+    },
+    SimMutant {
         name: "no-clock-floor",
         hole: Hole::NoClockFloor,
         what: "clients send no FLOOR: a node that lost its counters hands out low tokens again (client setting)",

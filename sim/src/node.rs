@@ -10,6 +10,7 @@
 use std::collections::VecDeque;
 
 use redlock_module_rules::core::guard_rule::{Guard, Settings};
+use redlock_module_rules::core::lease_ack_rule::LeaseAck;
 use redlock_module_rules::core::lease_time::BootStamp;
 use redlock_module_rules::core::lock::{
     token_within_reach, Acquired, LockState, MonoMillis, OwnerHash, ReclaimRule,
@@ -24,6 +25,7 @@ use redlock_module_rules::core::persisted::{
 use redlock_module_rules::core::queue::{self, Place, Queue, Ready};
 use redlock_module_rules::core::run_state::RunState;
 use redlock_module_rules::core::sync_rule::Promotion;
+use std::collections::BTreeSet;
 
 use crate::rng::{between, chance, skewed};
 use crate::scenario::{FaultKind, Persistence, Scenario};
@@ -160,6 +162,15 @@ pub struct Node {
     /// Master: its replication stream is held back until then (a lagging
     /// link), and lost with the master if it dies first.
     pub repl_hold_until: Time,
+    /// Master: the longest lease its replicas acknowledged knowing
+    /// (`core/lease_ack_rule.rs`).
+    pub lease_ack: LeaseAck,
+    /// Master: the replicas of its life (`host/sync.rs`'s replica set,
+    /// kept across restarts, forgotten when it becomes a replica).
+    pub life_replicas: BTreeSet<String>,
+    /// Replica: the stream and the next offset it acknowledged (applied),
+    /// `None` until its full sync is applied.
+    pub acked: Option<(u64, u64)>,
 }
 
 impl Node {
@@ -199,6 +210,9 @@ impl Node {
             link_last: 0,
             failing_over: false,
             repl_hold_until: 0,
+            lease_ack: LeaseAck::new(),
+            life_replicas: BTreeSet::new(),
+            acked: None,
         }
     }
 
@@ -312,6 +326,11 @@ impl World {
         node.link_down = false;
         node.failing_over = false;
         node.repl_hold_until = 0;
+        node.lease_ack = LeaseAck::new();
+        node.acked = None;
+        if node.replica {
+            node.life_replicas.clear();
+        }
         if empty {
             node.disk = Disk::default();
         }
@@ -520,6 +539,7 @@ impl World {
         let s = self.settings(n);
         let mono = self.mono(n);
         let node = &mut self.nodes[n];
+        node.guard.learned();
         if let Some(ms) = node.guard.to_learn(ms, s) {
             node.disk.longest_file = node.disk.longest_file.max(ms);
             node.guard.raise_longest(ms, s, mono);
@@ -738,6 +758,9 @@ impl World {
                     };
                 }
                 self.record_lease_now(n, ttl);
+                if !self.lease_ack_check(n, ttl) {
+                    return Reply::NoSync;
+                }
                 let oh = owner_hash(owner);
                 let reservation = self.reservation(n, k, &oh, mono);
                 let node = &mut self.nodes[n];
@@ -797,6 +820,9 @@ impl World {
                     return Reply::BadArg;
                 }
                 self.record_lease_now(n, ttl);
+                if !self.lease_ack_check(n, ttl) {
+                    return Reply::NoSync;
+                }
                 let mut state = self.current(n, k);
                 if state.live_deadline(mono).is_some_and(|d| d > mono + ttl) {
                     self.stats.extends_shorter += 1;
@@ -857,7 +883,42 @@ impl World {
         self.announce_node_record(n);
     }
 
-    /// `REDLOCK.APPLY … node` to the AOF and the replicas.
+    /// The master's check of a lease of `ttl` against what its replicas
+    /// acknowledged knowing (`host/sync.rs::lease_check`): the replicas'
+    /// acknowledged offsets are read as `INFO replication` shows them (an
+    /// online replica's applied offset on this master's stream).
+    fn lease_ack_check(&mut self, n: usize, ttl: u64) -> bool {
+        let repl_id = self.nodes[n].repl_id;
+        let member = self.nodes[n].member as usize;
+        let acks: Vec<(String, bool, u64)> = self.members[member]
+            .nodes
+            .iter()
+            .map(|&r| &self.nodes[r as usize])
+            .filter(|r| r.up && r.replica && !r.link_down)
+            .filter_map(|r| match r.acked {
+                Some((id, next)) if id == repl_id => Some((r.id.to_string(), true, next)),
+                _ => None,
+            })
+            .collect();
+        let mutants = self.setup.mutants;
+        let node = &mut self.nodes[n];
+        let refused = node
+            .lease_ack
+            .check(ttl, &node.life_replicas, &acks, mutants)
+            .is_err();
+        if refused {
+            self.stats.lease_ack_refused += 1;
+            // Nothing announced to wait for: the master announces its
+            // record (`host/node.rs::announce_soon`).
+            if self.nodes[n].lease_ack.pending().is_none() {
+                self.announce_node_record(n);
+            }
+        }
+        !refused
+    }
+
+    /// `REDLOCK.APPLY … node` to the AOF and the replicas; a master waits
+    /// for its replicas to acknowledge the offset past it.
     fn announce_node_record(&mut self, n: usize) {
         let s = self.settings(n);
         let node = &self.nodes[n];
@@ -866,6 +927,11 @@ impl World {
             longest_lease_ms: node.guard.longest_lease(s),
         };
         self.write_effect(n, Effect::Node(record));
+        let node = &mut self.nodes[n];
+        if !node.replica {
+            let target = node.backlog.len() as u64;
+            node.lease_ack.announced(record.longest_lease_ms, target);
+        }
     }
 
     /// The hand-off reservation an ACQUIRE meets (`host/wait.rs::reservation`).
@@ -1286,9 +1352,10 @@ impl World {
                 for (offset, e) in tail {
                     self.stream_to(r, offset, e, hold);
                 }
-                self.replica_online(m);
+                self.replica_online(m, r);
             }
             _ => {
+                self.nodes[r].acked = None;
                 let snapshot = self.snapshot(m);
                 let offset = self.nodes[m].backlog.len() as u64;
                 self.nodes[r].following = Some((repl_id, offset));
@@ -1311,7 +1378,11 @@ impl World {
 
     /// A replica came online on master `m`: the master announces its node
     /// record (`on_replica_change`).
-    fn replica_online(&mut self, m: usize) {
+    fn replica_online(&mut self, m: usize, r: usize) {
+        if self.nodes[m].up && !self.nodes[m].replica {
+            let id = self.nodes[r].id.to_string();
+            self.nodes[m].life_replicas.insert(id);
+        }
         if self.nodes[m].up && !self.nodes[m].replica && announce_to_new_replica(self.setup.mutants)
         {
             self.announce_node_record(m);
@@ -1336,6 +1407,7 @@ impl World {
         self.load_snapshot(r, &snapshot, LoadKind::Replication);
         if let Some((id, _)) = self.nodes[r].following {
             self.nodes[r].following = Some((id, offset));
+            self.nodes[r].acked = Some((id, offset));
         }
         // A replica with an AOF rewrites it from the new data.
         if self.nodes[r].aof_on() {
@@ -1349,7 +1421,7 @@ impl World {
         }
         let member = self.nodes[r].member as usize;
         let m = self.members[member].master as usize;
-        self.replica_online(m);
+        self.replica_online(m, r);
     }
 
     /// A stream effect reaches replica `r`.
@@ -1375,6 +1447,7 @@ impl World {
         self.nodes[r].following = Some((id, next + 1));
         self.stats.repl_applied += 1;
         self.apply_effect(r, effect, false);
+        self.nodes[r].acked = Some((id, next + 1));
     }
 
     /// The sentinel looks at member `m`: a master down for long enough is
@@ -1436,6 +1509,8 @@ impl World {
         node.following = None;
         node.repl_id = repl_id;
         node.backlog.clear();
+        node.acked = None;
+        node.lease_ack = LeaseAck::new();
         if let Some(record) = node.guard.on_promotion(s, Promotion::Guard, mono) {
             node.disk.run_state = Some(record);
         }
@@ -1469,6 +1544,8 @@ impl World {
         // The old master comes back (or is already) a replica of the new.
         let old_node = &mut self.nodes[old];
         old_node.replica = true;
+        old_node.life_replicas.clear();
+        old_node.acked = None;
         if old_node.up {
             let record = old_node.guard.on_demotion();
             old_node.disk.run_state = Some(record);

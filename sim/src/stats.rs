@@ -17,6 +17,9 @@ pub struct Stats {
     pub acquisitions: u64,
     /// ACQUIREs refused by the restart or promotion guard.
     pub grace_refused: u64,
+    /// Lock writes a master refused for a lease longer than its replicas
+    /// acknowledged knowing.
+    pub lease_ack_refused: u64,
     /// Blocked waiters woken.
     pub wakeups: u64,
     /// Replicas promoted.
@@ -55,6 +58,7 @@ impl Stats {
         self.grants += other.grants;
         self.acquisitions += other.acquisitions;
         self.grace_refused += other.grace_refused;
+        self.lease_ack_refused += other.lease_ack_refused;
         self.wakeups += other.wakeups;
         self.promotions += other.promotions;
         self.reclaimed += other.reclaimed;

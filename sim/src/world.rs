@@ -121,6 +121,9 @@ pub enum Reply {
         /// Ms left in the window.
         remaining_ms: u64,
     },
+    /// `NOSYNC …`: a lease longer than the master's replicas acknowledged
+    /// knowing (`core/lease_ack_rule.rs`).
+    NoSync,
     /// `READONLY`: the node is a replica.
     ReadOnly,
     /// `ERR invalid …` (a ttl above the node's `max-ttl-ms`, a FLOOR out of
@@ -142,6 +145,7 @@ impl Reply {
             Reply::BadArg => 5,
             Reply::Down => 6,
             Reply::Broken => 7,
+            Reply::NoSync => 8,
         }
     }
 }

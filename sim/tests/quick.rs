@@ -124,7 +124,7 @@ fn the_seeds_of_the_demoted_master_queue_leak_pass() {
 /// not know the master's longest lease, guards for its own shorter one and
 /// grants the lock again while a lease of its old master runs (two
 /// holders).
-/// - Seed 189,411: the operator raises `max-ttl-ms` at run time on the
+/// - Seeds 189,411 and 892,199: the operator raises `max-ttl-ms` at run time on the
 ///   masters only (the README asks for the replicas first), a client takes
 ///   a lease of the new length at once, and the replica lags behind both
 ///   the master's announcement and that grant when the master dies.
@@ -133,15 +133,15 @@ fn the_seeds_of_the_demoted_master_queue_leak_pass() {
 ///   recorded, and is promoted before its full sync taught it the master's
 ///   record.
 ///
-/// The module's fix is for a master to hold back a lease longer than every
-/// replica of its life has acknowledged knowing (as it holds back unchecked
-/// writes after `sync-replicas` is lowered to 0), and for a replica that
-/// has not synced since it started to guard as long as the longest lease
-/// any master may grant; until then these seeds fail.
+/// The module's fix (`core/lease_ack_rule.rs`, `Guard::on_promotion`): a
+/// master holds back a lease longer than every replica of its life has
+/// acknowledged knowing (as it holds back unchecked writes after
+/// `sync-replicas` is lowered to 0), and a replica that learned nothing
+/// from a master nor its disk guards, once promoted, as long as the longest
+/// lease any node grants. The mutant `no-lease-ack` puts the hole back.
 #[test]
-#[ignore = "open finding: a replica with a shorter max-ttl-ms than its master, promoted before it learned the master's longest lease"]
 fn a_replica_promoted_before_it_learned_its_masters_longest_lease_keeps_one_holder() {
-    for seed in [189_411, 352_891, 503_818] {
+    for seed in [189_411, 352_891, 503_818, 892_199] {
         let r = redlock_sim::run(seed, &Overrides::default(), &Setup::default());
         assert!(
             r.violations.is_empty(),

@@ -119,6 +119,17 @@ pub enum CommandError {
     /// master's life has not yet acknowledged the announcement saying so.
     #[error("NOSYNC redlock.sync-replicas was lowered to 0: lock writes without the check wait until every replica of this master has applied the change (waiting for {0}); a replica that is gone for good: REDLOCK.REPLICAS FORGET")]
     SyncLowering(String),
+    /// A lease longer than every replica of this master's life has
+    /// acknowledged knowing (`core/lease_ack_rule.rs`): transient.
+    #[error("NOSYNC a lease of {ttl} ms is longer than the {acked} ms every replica of this master has acknowledged knowing: leases that long wait until every replica has applied the master's longest lease (waiting for {waiting}; replicas acknowledge once a second); a replica that is gone for good: REDLOCK.REPLICAS FORGET")]
+    LeaseUnacked {
+        /// The ttl asked for.
+        ttl: u64,
+        /// The longest lease every replica acknowledged knowing.
+        acked: u64,
+        /// Who is waited for.
+        waiting: String,
+    },
     /// The master's replica set could not be written to its file: a restart
     /// would forget replicas, so lock writes are refused.
     #[error("ERR cannot record this master's replicas for the replica-sync check: {0}")]

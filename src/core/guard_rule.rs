@@ -102,6 +102,10 @@ pub struct Guard {
     /// master announced to its replicas about its window is then out of
     /// date (`host/sync.rs`).
     epoch: u64,
+    /// The node knows a lease length from outside this run's configuration:
+    /// its record file held one at load, or it learned one from a master
+    /// ([`Guard::learned`]).
+    taught: bool,
 }
 
 impl Default for Guard {
@@ -123,12 +127,14 @@ impl Guard {
             window_marked_open: false,
             window_cap: u64::MAX,
             epoch: 0,
+            taught: false,
         }
     }
 
     /// At load, the longest lease the node's record file holds (0 when
     /// there is none).
     pub fn load_recorded(&mut self, recorded_ms: u64) {
+        self.taught |= recorded_ms > 0;
         self.longest_lease = self.longest_lease.max(recorded_ms.min(LEASE_LIMIT_MS));
     }
 
@@ -202,6 +208,15 @@ impl Guard {
                 self.window_cap = ms;
             }
             Promotion::Guard => self.open_window(Reason::Promotion, s, now),
+        }
+        // A replica that learned nothing from a master nor from its disk (a
+        // new disk, promoted before its first full sync) knows nothing of
+        // the leases its master granted: its own `max-ttl-ms` may be shorter
+        // than its master's. It guards for the longest lease any node
+        // grants (simulator seeds 352,891 and 503,818). An operator who
+        // knows better ends it with `restart-grace-ms`.
+        if !self.taught && !s.mutants.on(Mutant::NoLeaseAck) {
+            self.window_default_len = LEASE_LIMIT_MS;
         }
         (self.window_len(s) > 0).then(|| {
             self.window_marked_open = true;
@@ -346,6 +361,17 @@ impl Guard {
         }
     }
 
+    /// The node received its master's node record or a lease length from
+    /// it (a full sync, the stream, a file written by a master).
+    pub fn learned(&mut self) {
+        self.taught = true;
+    }
+
+    /// Whether the node knows a lease length from a master or its disk.
+    pub fn taught(&self) -> bool {
+        self.taught
+    }
+
     /// A lease length received from the master (or a file from one): the
     /// length to record and raise to ([`Guard::raise_longest`]), when it is
     /// longer than the longest known.
@@ -434,5 +460,25 @@ mod tests {
         g.raise_longest(9_000, s, 3_001);
         assert_eq!(g.check(s, 3_002, false, false).0, Ok(()));
         assert_eq!(g.to_learn(9_000, s), None);
+    }
+
+    #[test]
+    fn a_replica_that_learned_nothing_guards_for_the_longest_lease_any_node_grants() {
+        let s = settings(1_000);
+        // A new disk, promoted before its first sync.
+        let mut g = Guard::new();
+        g.load_recorded(0);
+        g.open_after_load(s, None, false, true, 1);
+        g.on_promotion(s, Promotion::Guard, 10);
+        assert!(
+            matches!(g.check(s, 10, false, false).0, Err(r) if r.remaining_ms == LEASE_LIMIT_MS)
+        );
+        // Taught by its master: its longest lease.
+        let mut g = Guard::new();
+        g.load_recorded(0);
+        g.open_after_load(s, None, false, true, 1);
+        g.learned();
+        g.on_promotion(s, Promotion::Guard, 10);
+        assert!(matches!(g.check(s, 10, false, false).0, Err(r) if r.remaining_ms == 1_000));
     }
 }

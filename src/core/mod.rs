@@ -22,6 +22,7 @@ pub mod clock;
 pub mod error;
 pub mod fence_rule;
 pub mod guard_rule;
+pub mod lease_ack_rule;
 pub mod lease_time;
 pub mod lock;
 pub mod mutant;

@@ -52,12 +52,17 @@ pub enum Mutant {
     /// sent to replicas (the in-memory state still changes; the simulator
     /// only).
     SkipReplication = 2048,
+    /// A master grants a lease longer than its replicas acknowledged
+    /// knowing (`core/lease_ack_rule.rs`), and a replica that learned
+    /// nothing from a master or its disk guards, once promoted, only for
+    /// the longest lease it knows (simulator seeds 189,411 and 352,891).
+    NoLeaseAck = 4096,
 }
 
 impl Mutant {
     /// Every mutant with its name (as in `REDLOCK.TESTHOOK MUTANT name 0|1`,
     /// the `REDLOCK_TEST_MUTANTS` variable and the simulator's `--mutant`).
-    pub const ALL: [(&'static str, Mutant); 12] = [
+    pub const ALL: [(&'static str, Mutant); 13] = [
         ("config-exemption", Mutant::ConfigExemption),
         ("disk-lease-from-wall", Mutant::DiskLeaseFromWall),
         ("no-reclaimed-floor", Mutant::NoReclaimedFloor),
@@ -70,6 +75,7 @@ impl Mutant {
         ("no-promotion-guard", Mutant::NoPromotionGuard),
         ("no-restart-guard", Mutant::NoRestartGuard),
         ("skip-replication", Mutant::SkipReplication),
+        ("no-lease-ack", Mutant::NoLeaseAck),
     ];
 
     /// The mutant of that name (ASCII case-insensitive).
