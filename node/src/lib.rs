@@ -16,6 +16,7 @@ mod errors;
 mod fenced;
 mod guard;
 mod lock;
+mod settle;
 
 /// Builds the runtime every call runs on: two worker threads (the work per
 /// call is a few round trips), named after the package. Runs when the addon
