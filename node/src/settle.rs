@@ -11,6 +11,12 @@
 //! threadsafe function, whose callback ([`drain`]) settles every queued
 //! promise in the same turn.
 //!
+//! The other way, the calls JavaScript makes in one turn of the event loop
+//! start together as one runtime task, from a `setImmediate` callback
+//! ([`start`]): their commands reach each node's connection before it
+//! writes, so they leave in one write per node (as the Rust client's own
+//! tasks do), and the runtime is woken once per batch, not once per call.
+//!
 //! The threadsafe function keeps the event loop alive only while calls are
 //! pending (it is referenced on the first and unreferenced after the last),
 //! so that a process with nothing pending can exit, as with one handle per
@@ -20,9 +26,14 @@ use std::cell::{Cell, RefCell};
 use std::ffi::c_void;
 use std::future::Future;
 use std::marker::PhantomData;
+use std::panic::AssertUnwindSafe;
+use std::pin::Pin;
 use std::ptr;
 use std::rc::Rc;
 use std::sync::{Arc, Mutex, MutexGuard};
+
+use futures_util::stream::{FuturesUnordered, StreamExt};
+use futures_util::FutureExt;
 
 use napi::bindgen_prelude::{Env, PromiseRaw, ToNapiValue};
 use napi::{check_status, sys};
@@ -95,6 +106,9 @@ impl Bridge {
     }
 }
 
+/// A call's work, settling its own promise.
+type Job = Pin<Box<dyn Future<Output = ()> + Send>>;
+
 /// The event loop thread's side of its environment's bridge.
 struct Local {
     env: sys::napi_env,
@@ -103,6 +117,12 @@ struct Local {
     /// Promises made and not yet settled; the function is referenced while
     /// this is above zero.
     pending: Cell<usize>,
+    /// Calls made since the last start, started together by the next.
+    queued: RefCell<Vec<Job>>,
+    /// The global `setImmediate`, and the native function it is given
+    /// ([`start_queued`]).
+    set_immediate: sys::napi_ref,
+    start_queued: sys::napi_ref,
 }
 
 impl Local {
@@ -163,7 +183,9 @@ fn open(env: sys::napi_env) -> napi::Result<Local> {
     )?;
     // The function's context and finalize data: one reference to the
     // bridge, given back in `finalize`.
-    let data = Arc::into_raw(Arc::clone(&bridge)).cast_mut().cast::<c_void>();
+    let data = Arc::into_raw(Arc::clone(&bridge))
+        .cast_mut()
+        .cast::<c_void>();
     let mut tsfn = ptr::null_mut();
     let created = check_status!(
         unsafe {
@@ -191,7 +213,9 @@ fn open(env: sys::napi_env) -> napi::Result<Local> {
     unsafe { sys::napi_unref_threadsafe_function(env, tsfn) };
     // Registered after the function, so it runs before Node's own teardown
     // of the function (cleanup hooks run last registered first).
-    let hook = Arc::into_raw(Arc::clone(&bridge)).cast_mut().cast::<c_void>();
+    let hook = Arc::into_raw(Arc::clone(&bridge))
+        .cast_mut()
+        .cast::<c_void>();
     let hooked = check_status!(
         unsafe { sys::napi_add_env_cleanup_hook(env, Some(teardown), hook) },
         "cannot register the teardown of the threadsafe function"
@@ -201,12 +225,129 @@ fn open(env: sys::napi_env) -> napi::Result<Local> {
         close(&bridge);
         return Err(e);
     }
+    let (set_immediate, start_queued) = match scheduler(env) {
+        Ok(refs) => refs,
+        Err(e) => {
+            close(&bridge);
+            return Err(e);
+        }
+    };
     Ok(Local {
         env,
         bridge,
         tsfn,
         pending: Cell::new(0),
+        queued: RefCell::new(Vec::new()),
+        set_immediate,
+        start_queued,
     })
+}
+
+/// References to the global `setImmediate` and to a native function that
+/// starts the queued calls (they live as long as the environment).
+fn scheduler(env: sys::napi_env) -> napi::Result<(sys::napi_ref, sys::napi_ref)> {
+    let mut global = ptr::null_mut();
+    check_status!(unsafe { sys::napi_get_global(env, &mut global) })?;
+    let mut set_immediate = ptr::null_mut();
+    check_status!(
+        unsafe {
+            sys::napi_get_named_property(env, global, c"setImmediate".as_ptr(), &mut set_immediate)
+        },
+        "cannot find setImmediate"
+    )?;
+    let mut start = ptr::null_mut();
+    check_status!(
+        unsafe {
+            sys::napi_create_function(
+                env,
+                NAME.as_ptr().cast(),
+                NAME.len() as isize,
+                Some(start_queued),
+                ptr::null_mut(),
+                &mut start,
+            )
+        },
+        "cannot create the start function"
+    )?;
+    let (mut set_immediate_ref, mut start_ref) = (ptr::null_mut(), ptr::null_mut());
+    check_status!(unsafe {
+        sys::napi_create_reference(env, set_immediate, 1, &mut set_immediate_ref)
+    })?;
+    check_status!(unsafe { sys::napi_create_reference(env, start, 1, &mut start_ref) })?;
+    Ok((set_immediate_ref, start_ref))
+}
+
+impl Local {
+    /// Queues a call's work; the first of a turn schedules [`start_queued`]
+    /// with `setImmediate`, which runs once the current callback and its
+    /// promise reactions are done. If that cannot be scheduled, the work
+    /// starts at once.
+    fn submit(&self, job: Job) {
+        let first = {
+            let mut queued = self.queued.borrow_mut();
+            queued.push(job);
+            queued.len() == 1
+        };
+        if first && self.schedule().is_err() {
+            start(std::mem::take(&mut *self.queued.borrow_mut()));
+        }
+    }
+
+    fn schedule(&self) -> napi::Result<()> {
+        let (mut set_immediate, mut start, mut global, mut result) = (
+            ptr::null_mut(),
+            ptr::null_mut(),
+            ptr::null_mut(),
+            ptr::null_mut(),
+        );
+        check_status!(unsafe {
+            sys::napi_get_reference_value(self.env, self.set_immediate, &mut set_immediate)
+        })?;
+        check_status!(unsafe {
+            sys::napi_get_reference_value(self.env, self.start_queued, &mut start)
+        })?;
+        check_status!(unsafe { sys::napi_get_global(self.env, &mut global) })?;
+        check_status!(unsafe {
+            sys::napi_call_function(self.env, global, set_immediate, 1, &start, &mut result)
+        })
+    }
+}
+
+/// `setImmediate`'s callback: starts the calls queued during the turn.
+unsafe extern "C" fn start_queued(
+    _env: sys::napi_env,
+    _info: sys::napi_callback_info,
+) -> sys::napi_value {
+    if let Some(local) = LOCAL.with_borrow(|l| l.clone()) {
+        let jobs = std::mem::take(&mut *local.queued.borrow_mut());
+        start(jobs);
+    }
+    ptr::null_mut()
+}
+
+/// Starts `jobs` on napi's runtime as one task. A job that panics ends
+/// alone (its promise rejects, see [`Settler`]); the others go on. Without
+/// a runtime (the environment is exiting) the jobs are dropped, which
+/// rejects their promises.
+fn start(mut jobs: Vec<Job>) {
+    let spawn = |job: Job| {
+        // napi's spawn panics once its runtime is shut down; a panic must
+        // not cross into Node from `start_queued`.
+        let _ = std::panic::catch_unwind(AssertUnwindSafe(|| {
+            napi::bindgen_prelude::spawn(job);
+        }));
+    };
+    if jobs.len() > 1 {
+        let mut batch: FuturesUnordered<_> = jobs
+            .into_iter()
+            .map(|job| AssertUnwindSafe(job).catch_unwind())
+            .collect();
+        spawn(Box::pin(
+            async move { while batch.next().await.is_some() {} },
+        ));
+    } else if let Some(job) = jobs.pop() {
+        spawn(job);
+    }
 }
 
 /// Stops `bridge`'s function: later results are dropped.
@@ -223,8 +364,10 @@ fn close(bridge: &Bridge) {
 /// result may reach the function from now on.
 unsafe extern "C" fn teardown(hook: *mut c_void) {
     let bridge = unsafe { Arc::from_raw(hook.cast::<Bridge>()) };
-    LOCAL.set(None);
     close(&bridge);
+    // Drops the calls not yet started: their promises go with the
+    // environment.
+    LOCAL.set(None);
 }
 
 /// The function's finalizer: gives back the bridge reference it held.
@@ -337,9 +480,9 @@ where
         _value: PhantomData,
     };
     local.adjust(1, 0);
-    napi::bindgen_prelude::spawn(async move {
+    local.submit(Box::pin(async move {
         let result = fut.await;
         settler.settle(result);
-    });
+    }));
     Ok(PromiseRaw::new(raw_env, promise))
 }
