@@ -304,14 +304,17 @@ impl NativeRedlock {
         let ttl = ttl(ttl_ms)?;
         let wait = wait(wait_ms)?;
         let cancel = cancel.map(|c| c.token.clone());
-        crate::settle::promise(env, cancellable(cancel, async move {
-            let lock = match wait {
-                None => redlock.acquire(&key, ttl).await,
-                Some(w) => redlock.acquire_wait(&key, ttl, w).await,
-            };
-            lock.map(|l| NativeLock::new(l, resources))
-                .map_err(|e| errors::lock_error(e, None))
-        }))
+        crate::settle::promise(
+            env,
+            cancellable(cancel, async move {
+                let lock = match wait {
+                    None => redlock.acquire(&key, ttl).await,
+                    Some(w) => redlock.acquire_wait(&key, ttl, w).await,
+                };
+                lock.map(|l| NativeLock::new(l, resources))
+                    .map_err(|e| errors::lock_error(e, None))
+            }),
+        )
     }
 
     /// One attempt: `null` when another owner holds the lock.
@@ -327,11 +330,14 @@ impl NativeRedlock {
         let resources = Arc::clone(&self.resources);
         let ttl = ttl(ttl_ms)?;
         let cancel = cancel.map(|c| c.token.clone());
-        crate::settle::promise(env, cancellable(cancel, async move {
-            let lock = redlock.try_acquire(&key, ttl).await;
-            lock.map(|l| Nullable(l.map(|l| NativeLock::new(l, resources))))
-                .map_err(|e| errors::lock_error(e, None))
-        }))
+        crate::settle::promise(
+            env,
+            cancellable(cancel, async move {
+                let lock = redlock.try_acquire(&key, ttl).await;
+                lock.map(|l| Nullable(l.map(|l| NativeLock::new(l, resources))))
+                    .map_err(|e| errors::lock_error(e, None))
+            }),
+        )
     }
 
     /// Takes the lock and keeps it extended in the background until the
@@ -350,10 +356,13 @@ impl NativeRedlock {
         let wait = wait(wait_ms)?;
         let cancel = cancel.map(|c| c.token.clone());
         let resources = Arc::clone(&self.resources);
-        crate::settle::promise(env, cancellable(
-            cancel,
-            NativeGuard::start(redlock, resources, key, ttl, wait),
-        ))
+        crate::settle::promise(
+            env,
+            cancellable(
+                cancel,
+                NativeGuard::start(redlock, resources, key, ttl, wait),
+            ),
+        )
     }
 
     /// Releases `key` for an owner id (from `Lock.detach()`).
