@@ -123,8 +123,10 @@ fn announce_node_record(call: &Call) {
         return;
     };
     if crate::host::replication::needed(&call.ctx) {
+        let record = node_record();
+        crate::host::lease_ack::announcing(record.longest_lease_ms);
         // SAFETY: ctx and key belong to the command invocation in progress.
-        unsafe { persist::replicate_node(call.raw(), key, &node_record()) };
+        unsafe { persist::replicate_node(call.raw(), key, &record) };
     }
 }
 
@@ -162,6 +164,7 @@ pub fn acquire(call: &Call) -> Result<Reply, CommandError> {
     if guard::record_lease(a.ttl)? {
         announce_node_record(call);
     }
+    crate::host::lease_ack::check(&call.ctx, a.ttl)?;
     let owner = hash_owner(a.owner);
     // A free lock reserved for the first queued waiter is busy for others:
     // the reservation is an input of the decision. It ends only when its
@@ -228,6 +231,7 @@ pub fn extend(call: &Call) -> Result<Reply, CommandError> {
     if guard::record_lease(a.ttl)? {
         announce_node_record(call);
     }
+    crate::host::lease_ack::check(&call.ctx, a.ttl)?;
     let owner = hash_owner(a.owner);
     let extended = update(call, mono_now(), c"redlock.extend", |state, now| {
         let extended = state.extend(&owner, a.ttl, now);

@@ -64,6 +64,15 @@ pub const RUN_STATE_FILE: &str = "redlock-run-state";
 /// so they are written in the order of its decisions.
 static GUARD: Mutex<Guard> = Mutex::new(Guard::new());
 static RECORD_PATH: OnceLock<PathBuf> = OnceLock::new();
+/// Lease lengths learned that were longer than this node's own
+/// `max-ttl-ms` (`INFO redlock`): the group's settings differ.
+static LEARNED_ABOVE_OWN: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// How many lease lengths learned were longer than this node's own
+/// `max-ttl-ms`.
+pub fn learned_above_own() -> u64 {
+    LEARNED_ABOVE_OWN.load(std::sync::atomic::Ordering::Relaxed)
+}
 static RUN_STATE_PATH: OnceLock<PathBuf> = OnceLock::new();
 
 fn guard() -> MutexGuard<'static, Guard> {
@@ -296,6 +305,14 @@ pub fn record_lease(ttl_ms: u64) -> Result<bool, CommandError> {
 /// as it can (a replica must not stop applying its stream because a file
 /// cannot be written; the failure is logged).
 pub fn learn_lease(ctx: &Context, ms: u64) {
+    guard().learned();
+    let own = config::max_ttl().max(0) as u64;
+    if ms > own && ms > guard().recorded_longest() {
+        ctx.log_warning(&format!(
+            "this node learned a lease of {ms} ms (from its master or its data), longer than its own redlock.max-ttl-ms ({own}): set the same redlock.max-ttl-ms on every node of the group (replicas first when raising it)"
+        ));
+        LEARNED_ABOVE_OWN.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
     let Some(ms) = guard().to_learn(ms, settings()) else {
         return;
     };

@@ -106,6 +106,16 @@ fn write_info(ctx: *mut raw::RedisModuleInfoCtx) {
         add_u64(ctx, c"longest_lease_ms".as_ptr(), guard::longest_lease());
         add_u64(
             ctx,
+            c"longest_lease_acked_ms".as_ptr(),
+            crate::host::lease_ack::acked_ms(),
+        );
+        add_u64(
+            ctx,
+            c"learned_lease_above_max_ttl".as_ptr(),
+            guard::learned_above_own(),
+        );
+        add_u64(
+            ctx,
             c"restart_exempt".as_ptr(),
             u64::from(guard::restart_exempt()),
         );

@@ -26,6 +26,7 @@ pub mod fenced;
 pub mod ffi;
 pub mod guard;
 pub mod info;
+pub mod lease_ack;
 pub mod mutant;
 pub mod node;
 pub mod persist;

@@ -82,6 +82,7 @@ pub fn announce_soon(ctx: &redis_module::Context) {
 unsafe extern "C" fn announce(ctx: *mut raw::RedisModuleCtx, _data: *mut c_void) {
     let _ = catch_unwind(AssertUnwindSafe(|| {
         let context = redis_module::Context::new(ctx);
+        crate::host::lease_ack::announce_ran();
         // Inside a client pause nothing may be propagated (Redis asserts
         // it; `CONFIG SET` raising max-ttl-ms is not a write, so it runs
         // inside a `CLIENT PAUSE … WRITE`): look again after it.
@@ -108,7 +109,9 @@ unsafe extern "C" fn announce(ctx: *mut raw::RedisModuleCtx, _data: *mut c_void)
             if key.is_null() {
                 return;
             }
-            crate::host::persist::replicate_node(ctx, key, &node_record());
+            let record = node_record();
+            crate::host::lease_ack::announcing(record.longest_lease_ms);
+            crate::host::persist::replicate_node(ctx, key, &record);
             free(ctx, key);
         }
     }));

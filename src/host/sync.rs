@@ -446,7 +446,7 @@ fn lowering_waiting() -> Option<String> {
 /// Every online replica of `INFO replication`: its identity (named like
 /// the replica set, which `scan` takes from the online ones), `true`, and
 /// the offset it acknowledged.
-fn replica_acks() -> Vec<(String, bool, u64)> {
+pub(crate) fn replica_acks() -> Vec<(String, bool, u64)> {
     let mut all: Vec<_> = replica_lines()
         .into_iter()
         .filter(|(_, online, _)| *online)
@@ -544,7 +544,7 @@ unsafe fn announce(ctx: *mut raw::RedisModuleCtx, key: *mut raw::RedisModuleStri
 }
 
 /// This node's replication offset now.
-fn master_offset() -> Option<u64> {
+pub(crate) fn master_offset() -> Option<u64> {
     // SAFETY: plain module API calls; the info data is freed below.
     unsafe {
         let (Some(get), Some(unsigned), Some(free)) = (
@@ -648,6 +648,11 @@ pub fn apply(ctx: &Context, offset: u64, r: u64, hold: u64) {
     stats::FRESH.fetch_add(1, Relaxed);
 }
 
+/// The replica set of this master's life (`ip:port`).
+pub(crate) fn life_replicas() -> std::collections::BTreeSet<String> {
+    state().replicas.clone()
+}
+
 /// The node became a replica (of a new master): not current until a fresh
 /// announcement of that master; no replica set of its own.
 pub fn on_demotion(ctx: &Context) {
@@ -656,6 +661,9 @@ pub fn on_demotion(ctx: &Context) {
     // follow another master now, and a fresh announcement of that one is
     // what they go by.
     ZERO_PENDING.store(false, Relaxed);
+    // What replicas acknowledged knowing of the longest lease belongs to
+    // this life as master too.
+    crate::host::lease_ack::reset();
     KNOWN.store(0, Relaxed);
     ONLINE.store(0, Relaxed);
     let mut st = state();

@@ -1,0 +1,108 @@
+//! The master's side of [`crate::core::lease_ack_rule`]: a lease longer
+//! than every replica of this master's life acknowledged knowing waits
+//! (`NOSYNC`, transient) until they acknowledged an offset past an
+//! announcement of the node record that covers it.
+//!
+//! The announcement is the node record (`REDLOCK.APPLY … node`), sent when
+//! a grant lengthens the record (`commands.rs`), when `max-ttl-ms` is raised
+//! or a replica comes online (`node.rs::announce_soon`), and when this check
+//! finds none to wait for. Its offset is read like the lowering of
+//! `sync-replicas` to 0 reads its own (`host/sync.rs`): the master offset
+//! before the announcement is kept, and the target is the master offset read
+//! in a later command, once it moved past it.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::Mutex;
+
+use redis_module::Context;
+
+use crate::core::error::CommandError;
+use crate::core::lease_ack_rule::LeaseAck;
+use crate::host::{mutant, node, sync};
+
+static ACK: Mutex<LeaseAck> = Mutex::new(LeaseAck::new());
+/// The longest lease the last announcement said (0: none since the reset).
+static ANNOUNCED_MS: AtomicU64 = AtomicU64::new(0);
+/// The master offset before that announcement (`u64::MAX`: none).
+static ANNOUNCED_AT: AtomicU64 = AtomicU64::new(u64::MAX);
+/// An announcement was asked for by this check and not sent yet.
+static ASKED: AtomicBool = AtomicBool::new(false);
+
+fn ack() -> std::sync::MutexGuard<'static, LeaseAck> {
+    ACK.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The node record saying `longest_ms` is about to be replicated (called
+/// right before it, in the same command or timer).
+pub fn announcing(longest_ms: u64) {
+    ASKED.store(false, Relaxed);
+    if let Some(at) = sync::master_offset() {
+        ANNOUNCED_MS.store(longest_ms, Relaxed);
+        ANNOUNCED_AT.store(at, Relaxed);
+    }
+}
+
+/// The announcement timer ran (whether or not it sent anything): a later
+/// check may ask again.
+pub fn announce_ran() {
+    ASKED.store(false, Relaxed);
+}
+
+/// A new life as master (a promotion) or as a replica: nothing is
+/// acknowledged.
+pub fn reset() {
+    *ack() = LeaseAck::new();
+    ANNOUNCED_MS.store(0, Relaxed);
+    ANNOUNCED_AT.store(u64::MAX, Relaxed);
+    ASKED.store(false, Relaxed);
+}
+
+/// The longest lease every replica of this master's life acknowledged
+/// knowing (`INFO redlock`).
+pub fn acked_ms() -> u64 {
+    ack().acked_ms()
+}
+
+/// The check of a lease of `ttl_ms` on a master, before it is granted.
+pub fn check(ctx: &Context, ttl_ms: u64) -> Result<(), CommandError> {
+    if ttl_ms <= ack().acked_ms() {
+        return Ok(());
+    }
+    let known = sync::life_replicas();
+    if known.is_empty() {
+        return Ok(());
+    }
+    // The target of the last announcement, read once the master offset
+    // moved past the offset before it (a later command than the one that
+    // announced).
+    let announced_ms = ANNOUNCED_MS.load(Relaxed);
+    let at = ANNOUNCED_AT.load(Relaxed);
+    if announced_ms >= ttl_ms && at != u64::MAX {
+        if let Some(now) = sync::master_offset().filter(|&now| now > at) {
+            ack().announced(announced_ms, now);
+            ANNOUNCED_AT.store(u64::MAX, Relaxed);
+        }
+    }
+    let acks = sync::replica_acks();
+    let refused = ack().check(ttl_ms, &known, &acks, mutant::current());
+    refused.map_err(|r| {
+        // Nothing waited for covers this ttl (no announcement since this
+        // life began, or only a shorter one): announce the record.
+        let pending = ack().pending().is_some_and(|p| p.ms >= ttl_ms);
+        let covered =
+            ANNOUNCED_AT.load(Relaxed) != u64::MAX && ANNOUNCED_MS.load(Relaxed) >= ttl_ms;
+        if !pending && !covered && !ASKED.swap(true, Relaxed) {
+            node::announce_soon(ctx);
+        }
+        let waiting = if r.waiting.is_empty() {
+            "the announcement of the master's longest lease, not propagated yet".to_string()
+        } else {
+            r.waiting.join(", ")
+        };
+        CommandError::LeaseUnacked {
+            ttl: r.ttl_ms,
+            acked: r.acked_ms,
+            waiting,
+        }
+    })
+}
