@@ -73,6 +73,10 @@ pub struct Disk {
     pub rdb: Option<Snapshot>,
     /// `redlock-longest-lease-ms`.
     pub longest_file: u64,
+    /// `redlock-lease-learned`: the node learned a master's longest lease.
+    pub learned_file: bool,
+    /// `redlock-untaught-window`: the window open is an untaught promotion's.
+    pub untaught_file: bool,
     /// `redlock-run-state` (in the AOF directory).
     pub run_state: Option<RunState>,
     /// `redlock-reclaimed-counter`.
@@ -339,6 +343,8 @@ impl World {
         let mono = self.mono(n);
         let node = &mut self.nodes[n];
         node.guard.load_recorded(node.disk.longest_file);
+        node.guard.load_learned(node.disk.learned_file);
+        node.guard.load_untaught_window(node.disk.untaught_file);
         let startup = node.max_ttl;
         if node.guard.needs_record(startup) {
             node.disk.longest_file = node.disk.longest_file.max(startup);
@@ -370,6 +376,10 @@ impl World {
         for key in std::mem::take(&mut self.nodes[n].restamp) {
             self.persist_effect(n, key as usize);
         }
+        // A life as master starts from the longest lease it knows now
+        // (`host/guard.rs::on_load` → `host/lease_ack.rs::start`).
+        let longest = self.nodes[n].guard.longest_lease(self.settings(n));
+        self.nodes[n].lease_ack = LeaseAck::starting(longest);
         let boot = self.nodes[n].boot;
         if self.sc.reclaim_after_ms > 0 {
             self.after(
@@ -539,7 +549,9 @@ impl World {
         let s = self.settings(n);
         let mono = self.mono(n);
         let node = &mut self.nodes[n];
-        node.guard.learned();
+        if node.guard.learned() {
+            node.disk.learned_file = true;
+        }
         if let Some(ms) = node.guard.to_learn(ms, s) {
             node.disk.longest_file = node.disk.longest_file.max(ms);
             node.guard.raise_longest(ms, s, mono);
@@ -750,6 +762,7 @@ impl World {
                 let (checked, record) = self.nodes[n].guard.check(s, mono, false, durable);
                 if let Some(record) = record {
                     self.nodes[n].disk.run_state = Some(record);
+                    self.nodes[n].disk.untaught_file = self.nodes[n].guard.untaught_window();
                 }
                 if let Err(refusal) = checked {
                     self.stats.grace_refused += 1;
@@ -1510,8 +1523,9 @@ impl World {
         node.repl_id = repl_id;
         node.backlog.clear();
         node.acked = None;
-        node.lease_ack = LeaseAck::new();
+        node.lease_ack = LeaseAck::starting(node.guard.longest_lease(s));
         if let Some(record) = node.guard.on_promotion(s, Promotion::Guard, mono) {
+            node.disk.untaught_file = node.guard.untaught_window();
             node.disk.run_state = Some(record);
         }
         if node.guard.longest_lease(s) < self.ttl_ceiling_ms {

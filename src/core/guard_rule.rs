@@ -102,10 +102,15 @@ pub struct Guard {
     /// master announced to its replicas about its window is then out of
     /// date (`host/sync.rs`).
     epoch: u64,
-    /// The node knows a lease length from outside this run's configuration:
-    /// its record file held one at load, or it learned one from a master
-    /// ([`Guard::learned`]).
+    /// The node learned its master's longest lease: in this run
+    /// ([`Guard::learned`]), or in an earlier one, as its disk says
+    /// ([`Guard::load_learned`]). Its own record file alone says nothing:
+    /// it holds this node's own `max-ttl-ms` too.
     taught: bool,
+    /// The window open now (or at the previous run's end, as its disk
+    /// says) is the promotion window of a node that had learned nothing: it
+    /// lasts [`LEASE_LIMIT_MS`], also across a restart.
+    untaught_window: bool,
 }
 
 impl Default for Guard {
@@ -128,13 +133,13 @@ impl Guard {
             window_cap: u64::MAX,
             epoch: 0,
             taught: false,
+            untaught_window: false,
         }
     }
 
     /// At load, the longest lease the node's record file holds (0 when
     /// there is none).
     pub fn load_recorded(&mut self, recorded_ms: u64) {
-        self.taught |= recorded_ms > 0;
         self.longest_lease = self.longest_lease.max(recorded_ms.min(LEASE_LIMIT_MS));
     }
 
@@ -159,6 +164,10 @@ impl Guard {
         self.durable_run = durable;
         self.exempt_restart = exempt;
         self.open_window(Reason::Restart, s, now);
+        if self.untaught_window {
+            // Restarted inside an untaught promotion's window.
+            self.window_default_len = LEASE_LIMIT_MS;
+        }
         let window_open = replica || (!exempt && self.window_len(s) > 0);
         self.window_marked_open = window_open;
         RunState {
@@ -217,6 +226,7 @@ impl Guard {
         // knows better ends it with `restart-grace-ms`.
         if !self.taught && !s.mutants.on(Mutant::NoLeaseAck) {
             self.window_default_len = LEASE_LIMIT_MS;
+            self.untaught_window = true;
         }
         (self.window_len(s) > 0).then(|| {
             self.window_marked_open = true;
@@ -311,6 +321,7 @@ impl Guard {
             let ended = self.window_marked_open && !replica;
             if ended {
                 self.window_marked_open = false;
+                self.untaught_window = false;
             }
             return (Ok(()), ended.then(|| self.record()));
         };
@@ -361,10 +372,30 @@ impl Guard {
         }
     }
 
+    /// At load: the node's disk says the previous run stopped inside the
+    /// promotion window of a node that had learned nothing (the host's
+    /// marker file): the restart window lasts as long.
+    pub fn load_untaught_window(&mut self, marked: bool) {
+        self.untaught_window = marked;
+    }
+
+    /// Whether the disk must say that the window open is an untaught
+    /// promotion's (the host writes or removes its marker file to match).
+    pub fn untaught_window(&self) -> bool {
+        self.untaught_window
+    }
+
+    /// At load: the node's disk says it learned a master's longest lease
+    /// in an earlier run (the host's marker file).
+    pub fn load_learned(&mut self, learned: bool) {
+        self.taught |= learned;
+    }
+
     /// The node received its master's node record or a lease length from
-    /// it (a full sync, the stream, a file written by a master).
-    pub fn learned(&mut self) {
-        self.taught = true;
+    /// it (a full sync, the stream, a file written by a master). `true` the
+    /// first time: the host then writes its marker file.
+    pub fn learned(&mut self) -> bool {
+        !std::mem::replace(&mut self.taught, true)
     }
 
     /// Whether the node knows a lease length from a master or its disk.
@@ -465,9 +496,10 @@ mod tests {
     #[test]
     fn a_replica_that_learned_nothing_guards_for_the_longest_lease_any_node_grants() {
         let s = settings(1_000);
-        // A new disk, promoted before its first sync.
+        // A new disk (or one that only recorded its own max-ttl-ms),
+        // promoted before its first sync.
         let mut g = Guard::new();
-        g.load_recorded(0);
+        g.load_recorded(1_000);
         g.open_after_load(s, None, false, true, 1);
         g.on_promotion(s, Promotion::Guard, 10);
         assert!(
@@ -475,9 +507,24 @@ mod tests {
         );
         // Taught by its master: its longest lease.
         let mut g = Guard::new();
-        g.load_recorded(0);
+        g.load_recorded(1_000);
         g.open_after_load(s, None, false, true, 1);
-        g.learned();
+        assert!(g.learned());
+        assert!(!g.learned());
+        g.on_promotion(s, Promotion::Guard, 10);
+        assert!(matches!(g.check(s, 10, false, false).0, Err(r) if r.remaining_ms == 1_000));
+        // Restarted inside that window: it goes on as long.
+        let mut restarted = Guard::new();
+        restarted.load_untaught_window(g.untaught_window());
+        restarted.open_after_load(s, Some(g.on_demotion()), false, false, 1);
+        assert!(
+            matches!(restarted.check(s, 5_000, false, false).0, Err(r) if r.remaining_ms > 80_000_000)
+        );
+        // Learned in an earlier run, as its disk says.
+        let mut g = Guard::new();
+        g.load_recorded(1_000);
+        g.load_learned(true);
+        g.open_after_load(s, None, false, true, 1);
         g.on_promotion(s, Promotion::Guard, 10);
         assert!(matches!(g.check(s, 10, false, false).0, Err(r) if r.remaining_ms == 1_000));
     }

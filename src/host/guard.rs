@@ -56,6 +56,36 @@ pub mod stats {
     pub static GRACE_REFUSED: AtomicU64 = AtomicU64::new(0);
 }
 
+/// File name of the marker that this node learned a master's longest lease
+/// (a replica's full sync or stream), in the server's directory: a replica
+/// without it guards, once promoted, for the longest lease any node grants
+/// ([`crate::core::guard_rule::Guard::on_promotion`]).
+pub const LEARNED_FILE: &str = "redlock-lease-learned";
+static LEARNED_PATH: OnceLock<PathBuf> = OnceLock::new();
+/// File name of the marker that the window open is the promotion window of
+/// a node that had learned nothing (it lasts the longest lease any node
+/// grants, also across a restart), in the server's directory.
+pub const UNTAUGHT_FILE: &str = "redlock-untaught-window";
+static UNTAUGHT_PATH: OnceLock<PathBuf> = OnceLock::new();
+
+/// Makes the untaught-window marker say what the guard says.
+fn save_untaught_window(ctx: &Context, marked: bool) {
+    let Some(path) = UNTAUGHT_PATH.get() else {
+        return;
+    };
+    let result = if marked {
+        write_file(path, "1\n")
+    } else {
+        match std::fs::remove_file(path) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
+            _ => Ok(()),
+        }
+    };
+    if let Err(e) = result {
+        ctx.log_warning(&format!("cannot update {}: {e}", path.display()));
+    }
+}
+
 /// File name of the run record ([`crate::core::run_state`]), in the server's
 /// directory.
 pub const RUN_STATE_FILE: &str = "redlock-run-state";
@@ -109,6 +139,12 @@ pub fn on_load(ctx: &Context, now: MonoMillis) {
         Err(_) => 0,
     };
     let _ = RECORD_PATH.set(path);
+    let learned_path = dir.join(LEARNED_FILE);
+    guard().load_learned(learned_path.exists());
+    let _ = LEARNED_PATH.set(learned_path);
+    let untaught_path = dir.join(UNTAUGHT_FILE);
+    guard().load_untaught_window(untaught_path.exists());
+    let _ = UNTAUGHT_PATH.set(untaught_path);
     // The startup max-ttl-ms is recorded too: a restart that brings a
     // smaller one back from redis.conf must still cover this run's leases.
     // When the record cannot be written, the longest lease stays at what
@@ -137,6 +173,9 @@ pub fn on_load(ctx: &Context, now: MonoMillis) {
     let record = g.open_after_load(settings(), previous, durable, replica, now);
     save_run_state(ctx, record);
     drop(g);
+    // This life as master starts from the longest lease known now: its
+    // replicas learn it with their sync (`core/lease_ack_rule.rs`).
+    crate::host::lease_ack::start(longest_lease());
     if previous.is_some_and(|p| p.window_open) && durable {
         ctx.log_notice(
             "the previous run stopped inside a guard window: this restart waits for a full window",
@@ -185,6 +224,9 @@ pub fn durable_run() -> bool {
 pub fn on_promotion(ctx: &Context, now: MonoMillis, promotion: Promotion) {
     let mut g = guard();
     if let Some(record) = g.on_promotion(settings(), promotion, now) {
+        // The marker first: a restart that reads the record's open window
+        // must know how long it is.
+        save_untaught_window(ctx, g.untaught_window());
         save_run_state(ctx, record);
     }
 }
@@ -251,6 +293,7 @@ pub fn check(ctx: &Context, now: MonoMillis) -> Result<(), CommandError> {
     let (checked, record) = g.check(s, now, replica, durable_now);
     if let Some(record) = record {
         save_run_state(ctx, record);
+        save_untaught_window(ctx, g.untaught_window());
     }
     drop(g);
     checked.map_err(|refusal| {
@@ -305,7 +348,15 @@ pub fn record_lease(ttl_ms: u64) -> Result<bool, CommandError> {
 /// as it can (a replica must not stop applying its stream because a file
 /// cannot be written; the failure is logged).
 pub fn learn_lease(ctx: &Context, ms: u64) {
-    guard().learned();
+    if guard().learned() {
+        if let Some(path) = LEARNED_PATH.get() {
+            if let Err(e) = write_file(path, "1\n") {
+                // Without it, a restart promoted before its sync guards
+                // longer than needed: safe.
+                ctx.log_warning(&format!("cannot write {}: {e}", path.display()));
+            }
+        }
+    }
     let own = config::max_ttl().max(0) as u64;
     if ms > own && ms > guard().recorded_longest() {
         ctx.log_warning(&format!(

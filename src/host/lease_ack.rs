@@ -48,10 +48,15 @@ pub fn announce_ran() {
     ASKED.store(false, Relaxed);
 }
 
-/// A new life as master (a promotion) or as a replica: nothing is
-/// acknowledged.
+/// A new life as replica: nothing is acknowledged.
 pub fn reset() {
-    *ack() = LeaseAck::new();
+    start(0);
+}
+
+/// A life as master starts (the module loads, a promotion) with
+/// `longest_ms` the longest lease the node knows ([`LeaseAck::starting`]).
+pub fn start(longest_ms: u64) {
+    *ack() = LeaseAck::starting(longest_ms);
     ANNOUNCED_MS.store(0, Relaxed);
     ANNOUNCED_AT.store(u64::MAX, Relaxed);
     ASKED.store(false, Relaxed);

@@ -735,6 +735,7 @@ pub fn on_promotion(ctx: &Context, now: MonoMillis) -> Promotion {
     // what came before is covered by the decision's window.
     UNCHECKED_UNTIL.store(0, Relaxed);
     on_demotion(ctx);
+    crate::host::lease_ack::start(guard::longest_lease());
     bump();
     scan(ctx);
     decision
