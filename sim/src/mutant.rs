@@ -56,7 +56,7 @@ pub const MUTANTS: &[SimMutant] = &[
         name: "renewal-shortens",
         hole: Hole::Module(Mutant::RenewalShortens),
         what: "a late copy of the holder's ACQUIRE ends a lease extended since (module, before 74f467a)",
-        known_seed: 2738,
+        known_seed: 9670,
     },
     SimMutant {
         name: "no-promotion-guard",
