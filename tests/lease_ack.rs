@@ -82,6 +82,15 @@ fn a_replica_promoted_while_it_lagged_behind_a_raised_max_ttl_keeps_one_holder()
     let (mut master, replica) = group();
     let mut m = master.connection();
     replica.pause();
+    // The link is cut too: what the master writes from now on (its
+    // announcement, the grant) must not wait in the frozen replica's socket
+    // buffer, to be applied when it thaws before it sees the master gone.
+    let _: i64 = redis::cmd("CLIENT")
+        .arg("KILL")
+        .arg("TYPE")
+        .arg("replica")
+        .query(&mut m)
+        .unwrap();
     config_set(&mut m, "redlock.max-ttl-ms", "5000");
     let a = acquire_result(&mut m, "L", "owner-a", 5_000);
     let granted = Instant::now();

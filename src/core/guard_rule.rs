@@ -505,6 +505,13 @@ mod tests {
         assert!(
             matches!(g.check(s, 10, false, false).0, Err(r) if r.remaining_ms == LEASE_LIMIT_MS)
         );
+        // Restarted inside that window: it goes on as long.
+        let mut restarted = Guard::new();
+        restarted.load_untaught_window(g.untaught_window());
+        restarted.open_after_load(s, Some(g.on_demotion()), false, false, 1);
+        assert!(
+            matches!(restarted.check(s, 5_000, false, false).0, Err(r) if r.remaining_ms > 80_000_000)
+        );
         // Taught by its master: its longest lease.
         let mut g = Guard::new();
         g.load_recorded(1_000);
@@ -513,13 +520,6 @@ mod tests {
         assert!(!g.learned());
         g.on_promotion(s, Promotion::Guard, 10);
         assert!(matches!(g.check(s, 10, false, false).0, Err(r) if r.remaining_ms == 1_000));
-        // Restarted inside that window: it goes on as long.
-        let mut restarted = Guard::new();
-        restarted.load_untaught_window(g.untaught_window());
-        restarted.open_after_load(s, Some(g.on_demotion()), false, false, 1);
-        assert!(
-            matches!(restarted.check(s, 5_000, false, false).0, Err(r) if r.remaining_ms > 80_000_000)
-        );
         // Learned in an earlier run, as its disk says.
         let mut g = Guard::new();
         g.load_recorded(1_000);
