@@ -142,6 +142,9 @@ fn a_max_ttl_raised_on_the_master_reaches_the_replica_before_a_grant_it_misses()
     wait_until(Duration::from_secs(5), "the announcement", || {
         redlock_info(&mut r, "longest_lease_ms") == 4_000
     });
+    // The master grants 4 s leases once the replica acknowledged the
+    // announcement (`core/lease_ack_rule.rs`).
+    assert!(acquire_acknowledged(&mut m, "warm", "owner-x", 4_000).is_some());
     replica.pause();
     let _: i64 = redis::cmd("CLIENT")
         .arg("KILL")

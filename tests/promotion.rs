@@ -272,7 +272,10 @@ fn a_promoted_replica_guards_for_its_masters_longest_lease() {
             .arg("300000")
             .query(&mut m)
             .unwrap();
-        assert_eq!(acquire(&mut m, "long", "alice", 300_000), Some(1));
+        assert_eq!(
+            acquire_acknowledged(&mut m, "long", "alice", 300_000),
+            Some(1)
+        );
         wait_replicated(&mut m);
         let mut r = replica.connection();
         let learned: u64 = info_field(&mut r, "redlock", "redlock_longest_lease_ms")

@@ -15,6 +15,28 @@ pub fn acquire(con: &mut redis::Connection, key: &str, owner: &str, ttl: u64) ->
         .unwrap_or_else(|e| panic!("ACQUIRE {key} {owner} {ttl}: {e}"))
 }
 
+/// `REDLOCK.ACQUIRE key owner ttl` on a master whose `max-ttl-ms` was just
+/// raised: a lease longer than its replicas acknowledged knowing is refused
+/// with `NOSYNC` until they acknowledged (`core/lease_ack_rule.rs`), so it
+/// is asked again, for at most 30 s. → token or nil.
+pub fn acquire_acknowledged(
+    con: &mut redis::Connection,
+    key: &str,
+    owner: &str,
+    ttl: u64,
+) -> Option<i64> {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        match acquire_result(con, key, owner, ttl) {
+            Ok(reply) => return reply,
+            Err(e) if e.code() == Some("NOSYNC") && Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(50))
+            }
+            Err(e) => panic!("ACQUIRE {key} {owner} {ttl}: {e}"),
+        }
+    }
+}
+
 /// `REDLOCK.ACQUIRE key owner ttl` → token, nil, or the error reply.
 pub fn acquire_result(
     con: &mut redis::Connection,
