@@ -192,6 +192,7 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
     host::mutant::load_from_env();
     guard::on_load(ctx, clock::mono_now());
     sync::on_load(ctx, clock::mono_now());
+    host::lease_ack::on_load(ctx);
     redis_module::raw::register_info_function(ctx.ctx, Some(info::info));
     events::subscribe(ctx);
     replication::check_server(ctx);

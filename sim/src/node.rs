@@ -77,6 +77,9 @@ pub struct Disk {
     pub learned_file: bool,
     /// `redlock-untaught-window`: the window open is an untaught promotion's.
     pub untaught_file: bool,
+    /// `redlock-lease-acked`: the longest lease the master's replicas
+    /// acknowledged knowing.
+    pub lease_acked: Option<u64>,
     /// `redlock-run-state` (in the AOF directory).
     pub run_state: Option<RunState>,
     /// `redlock-reclaimed-counter`.
@@ -376,10 +379,16 @@ impl World {
         for key in std::mem::take(&mut self.nodes[n].restamp) {
             self.persist_effect(n, key as usize);
         }
-        // A life as master starts from the longest lease it knows now
-        // (`host/guard.rs::on_load` → `host/lease_ack.rs::start`).
+        // A life as master starts from what its replicas acknowledged in
+        // the run before (`host/lease_ack.rs::on_load`).
         let longest = self.nodes[n].guard.longest_lease(self.settings(n));
-        self.nodes[n].lease_ack = LeaseAck::starting(longest);
+        let node = &mut self.nodes[n];
+        node.lease_ack = LeaseAck::at_load(
+            node.disk.lease_acked,
+            !node.life_replicas.is_empty(),
+            longest,
+        );
+        node.disk.lease_acked = Some(node.lease_ack.acked_ms());
         let boot = self.nodes[n].boot;
         if self.sc.reclaim_after_ms > 0 {
             self.after(
@@ -915,10 +924,14 @@ impl World {
             .collect();
         let mutants = self.setup.mutants;
         let node = &mut self.nodes[n];
+        let before = node.lease_ack.acked_ms();
         let refused = node
             .lease_ack
             .check(ttl, &node.life_replicas, &acks, mutants)
             .is_err();
+        if node.lease_ack.acked_ms() > before {
+            node.disk.lease_acked = Some(node.lease_ack.acked_ms());
+        }
         if refused {
             self.stats.lease_ack_refused += 1;
             // Nothing announced to wait for: the master announces its
@@ -1524,6 +1537,7 @@ impl World {
         node.backlog.clear();
         node.acked = None;
         node.lease_ack = LeaseAck::starting(node.guard.longest_lease(s));
+        node.disk.lease_acked = Some(node.lease_ack.acked_ms());
         if let Some(record) = node.guard.on_promotion(s, Promotion::Guard, mono) {
             node.disk.untaught_file = node.guard.untaught_window();
             node.disk.run_state = Some(record);

@@ -95,6 +95,32 @@ impl LeaseAck {
         }
     }
 
+    /// A life as master that begins at a load (a restart): `kept_ms` is
+    /// the acknowledged length its disk kept from the run before (`None`:
+    /// no file), `had_replicas` whether its replica set (kept on disk)
+    /// names any, `longest_ms` the longest lease it knows now.
+    ///
+    /// A master with replicas starts from what they acknowledged before,
+    /// never from its longest lease: a `max-ttl-ms` raised in its
+    /// configuration across the restart is new to a replica that lags (it
+    /// may not even be connected yet), exactly like one raised with
+    /// `CONFIG SET` (`tests/lease_ack_restart.rs`). Without the file (an
+    /// upgrade, a lost disk) it starts from 0: the first longer lease waits
+    /// for one acknowledgement round. A master that never had a replica
+    /// starts from its longest lease (a replica that joins later learns it
+    /// with its full sync).
+    pub fn at_load(kept_ms: Option<u64>, had_replicas: bool, longest_ms: u64) -> Self {
+        let acked_ms = if had_replicas {
+            kept_ms.unwrap_or(0).min(longest_ms)
+        } else {
+            longest_ms
+        };
+        LeaseAck {
+            acked_ms,
+            pending: None,
+        }
+    }
+
     /// The longest lease every replica of this master's life acknowledged
     /// knowing.
     pub fn acked_ms(&self) -> u64 {
@@ -157,6 +183,26 @@ mod tests {
 
     fn set(ids: &[&str]) -> BTreeSet<String> {
         ids.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn a_restart_starts_from_what_the_replicas_acknowledged_before() {
+        // A replica set: what the disk kept, not the (raised) longest lease.
+        assert_eq!(
+            LeaseAck::at_load(Some(1_000), true, 5_000).acked_ms(),
+            1_000
+        );
+        assert_eq!(
+            LeaseAck::at_load(Some(5_000), true, 1_000).acked_ms(),
+            1_000
+        );
+        assert_eq!(LeaseAck::at_load(None, true, 5_000).acked_ms(), 0);
+        // Never a replica: the longest lease.
+        assert_eq!(LeaseAck::at_load(None, false, 5_000).acked_ms(), 5_000);
+        let known = set(&["r1:1"]);
+        let mut a = LeaseAck::at_load(Some(1_000), true, 5_000);
+        assert_eq!(a.check(1_000, &known, &[], Mutants::NONE), Ok(()));
+        assert!(a.check(5_000, &known, &[], Mutants::NONE).is_err());
     }
 
     #[test]

@@ -173,9 +173,6 @@ pub fn on_load(ctx: &Context, now: MonoMillis) {
     let record = g.open_after_load(settings(), previous, durable, replica, now);
     save_run_state(ctx, record);
     drop(g);
-    // This life as master starts from the longest lease known now: its
-    // replicas learn it with their sync (`core/lease_ack_rule.rs`).
-    crate::host::lease_ack::start(longest_lease());
     if previous.is_some_and(|p| p.window_open) && durable {
         ctx.log_notice(
             "the previous run stopped inside a guard window: this restart waits for a full window",

@@ -11,14 +11,15 @@
 //! before the announcement is kept, and the target is the master offset read
 //! in a later command, once it moved past it.
 
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
-use std::sync::Mutex;
+use std::sync::{Mutex, OnceLock};
 
 use redis_module::Context;
 
 use crate::core::error::CommandError;
 use crate::core::lease_ack_rule::LeaseAck;
-use crate::host::{mutant, node, sync};
+use crate::host::{guard, mutant, node, sync};
 
 static ACK: Mutex<LeaseAck> = Mutex::new(LeaseAck::new());
 /// The longest lease the last announcement said (0: none since the reset).
@@ -27,6 +28,11 @@ static ANNOUNCED_MS: AtomicU64 = AtomicU64::new(0);
 static ANNOUNCED_AT: AtomicU64 = AtomicU64::new(u64::MAX);
 /// An announcement was asked for by this check and not sent yet.
 static ASKED: AtomicBool = AtomicBool::new(false);
+
+/// The file that keeps the acknowledged length across restarts (in the
+/// server's directory, next to the replica set's).
+pub const ACKED_FILE: &str = "redlock-lease-acked";
+static ACKED_PATH: OnceLock<PathBuf> = OnceLock::new();
 
 fn ack() -> std::sync::MutexGuard<'static, LeaseAck> {
     ACK.lock().unwrap_or_else(|p| p.into_inner())
@@ -53,13 +59,48 @@ pub fn reset() {
     start(0);
 }
 
-/// A life as master starts (the module loads, a promotion) with
-/// `longest_ms` the longest lease the node knows ([`LeaseAck::starting`]).
-pub fn start(longest_ms: u64) {
-    *ack() = LeaseAck::starting(longest_ms);
+/// The module loads (after the replica set, `sync::on_load`): this life as
+/// master starts from what its replicas acknowledged in the run before
+/// ([`LeaseAck::at_load`]).
+pub fn on_load(ctx: &Context) {
+    let path = std::env::current_dir().unwrap_or_default().join(ACKED_FILE);
+    let kept = std::fs::read_to_string(&path)
+        .ok()
+        .and_then(|text| text.trim().parse::<u64>().ok());
+    let _ = ACKED_PATH.set(path);
+    let had_replicas = !sync::life_replicas().is_empty();
+    begin(LeaseAck::at_load(
+        kept,
+        had_replicas,
+        guard::longest_lease(),
+    ));
+    if had_replicas && kept.is_none() {
+        ctx.log_notice("no record of what this master's replicas acknowledged knowing of its longest lease: a lease longer than 0 ms waits for one acknowledgement round");
+    }
+}
+
+/// Keeps the acknowledged length on disk. A write that fails leaves the
+/// shorter length of before, which holds the next run back more, never
+/// less.
+fn keep(acked_ms: u64) {
+    if let Some(path) = ACKED_PATH.get() {
+        let _ = guard::write_file(path, &acked_ms.to_string());
+    }
+}
+
+fn begin(start: LeaseAck) {
+    let acked = start.acked_ms();
+    *ack() = start;
     ANNOUNCED_MS.store(0, Relaxed);
     ANNOUNCED_AT.store(u64::MAX, Relaxed);
     ASKED.store(false, Relaxed);
+    keep(acked);
+}
+
+/// A life as master starts (a promotion) with
+/// `longest_ms` the longest lease the node knows ([`LeaseAck::starting`]).
+pub fn start(longest_ms: u64) {
+    begin(LeaseAck::starting(longest_ms));
 }
 
 /// The longest lease every replica of this master's life acknowledged
@@ -89,7 +130,12 @@ pub fn check(ctx: &Context, ttl_ms: u64) -> Result<(), CommandError> {
         }
     }
     let acks = sync::replica_acks();
+    let before = ack().acked_ms();
     let refused = ack().check(ttl_ms, &known, &acks, mutant::current());
+    let after = ack().acked_ms();
+    if after > before {
+        keep(after);
+    }
     refused.map_err(|r| {
         // Nothing waited for covers this ttl (no announcement since this
         // life began, or only a shorter one): announce the record.
