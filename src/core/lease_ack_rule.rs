@@ -29,18 +29,16 @@
 //! nothing, `Guard::on_promotion`).
 //!
 //! A master that never had a replica is not held back: a replica that joins
-//! later gets the record with its first full sync. The acknowledged length
-//! starts, at each start of a life as master (a load, a promotion), at the
-//! longest lease the master knows then ([`LeaseAck::starting`]): what it
-//! recorded in earlier runs and its configuration at start. Its replicas
-//! learned that length with their full sync (the node record travels with
-//! the data), or, resuming by a partial resync, from the announcement a
-//! master sends to a replica that comes online; a replica that knows
-//! nothing at all guards, promoted, for the longest lease any node grants.
-//! What this check holds back is what a life as master adds at run time: a
-//! `max-ttl-ms` raised with `CONFIG SET`, the case of the simulator's
-//! seeds. The first grant of a longer lease waits for one acknowledgement
-//! round (replicas acknowledge once a second).
+//! later gets the record with its first full sync. At a promotion the
+//! acknowledged length starts at the longest lease the new master knows
+//! ([`LeaseAck::starting`]): it learned it as a replica of the same master
+//! as its fellow replicas. At a load (a restart) a master with replicas
+//! starts from what they acknowledged in the run before, kept on its disk
+//! ([`LeaseAck::at_load`]), so a `max-ttl-ms` raised in its configuration
+//! across the restart waits like one raised with `CONFIG SET`; a replica
+//! that knows nothing at all guards, promoted, for the longest lease any
+//! node grants. The first grant of a longer lease waits for one
+//! acknowledgement round (replicas acknowledge once a second).
 
 use std::collections::BTreeSet;
 
