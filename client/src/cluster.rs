@@ -767,6 +767,12 @@ fn route(cmd: &Cmd) -> (RoutingInfo, Option<Box<[u8]>>) {
         _ => None,
     });
     let name = args.next().unwrap_or_default();
+    if name.eq_ignore_ascii_case(b"EVAL") {
+        // `EVAL script numkeys key …` (a lock set, `lock_set.rs`): routed
+        // by its first key; the set's names share that key's slot.
+        args.next();
+        args.next();
+    }
     let Some(key) = args.next() else {
         return (RoutingInfo::SingleNode(SingleNodeRoutingInfo::Random), None);
     };

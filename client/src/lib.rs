@@ -30,6 +30,7 @@ mod fenced;
 mod identity;
 mod inspect;
 mod lock;
+mod lock_set;
 mod member;
 pub mod metrics;
 mod node;
@@ -53,6 +54,7 @@ pub use defaults::{
 };
 pub use inspect::{NodeState, NodeView, Shard};
 pub use lock::{Lock, LockInfo};
+pub use lock_set::LockSet;
 pub use member::Member;
 pub use redlock::Redlock;
 /// Re-exported so that users of [`LockGuard::lost_token`] need no direct
