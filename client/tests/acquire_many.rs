@@ -1,0 +1,319 @@
+//! Locks over several names at once (`Redlock::acquire_many`,
+//! `client/src/lock_set.rs`) on real nodes: a token per name from each
+//! name's own counter, all or none on every node, release / extend / the
+//! lost signal over the whole set, no deadlock between overlapping sets
+//! taken in opposite orders, and names of different slots on a cluster
+//! member refused.
+
+mod common;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use common::{client, five, held_after_release, held_on, CONNECT_TIMEOUT, NODE_TIMEOUT};
+use redlock_client::{Error, Member, NodeState, Redlock, RetryPolicy};
+use redlock_testkit::{Cluster, Node};
+
+const TTL: Duration = Duration::from_secs(10);
+
+/// Node `node`'s view of `key`: (held, token).
+async fn on_node(redlock: &Redlock, key: &str, node: usize) -> (bool, u64) {
+    let views = redlock.inspect(key).await;
+    match &views[node].state {
+        NodeState::Present { held, token, .. } => (*held, *token),
+        NodeState::Missing => (false, 0),
+        NodeState::Error(e) => panic!("INSPECT {key} on node {node}: {e}"),
+    }
+}
+
+/// `REDLOCK.ACQUIRE key owner ttl` straight on one node: another owner's
+/// grant there only.
+fn hold_directly(node: &Node, key: &str, owner: &str) -> u64 {
+    redis::cmd("REDLOCK.ACQUIRE")
+        .arg(key)
+        .arg(owner)
+        .arg(10_000)
+        .query(&mut node.connection())
+        .expect("ACQUIRE on one node")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_name_gets_a_token_of_its_own_counter_that_increases() {
+    let nodes = five();
+    // Without the clock floor (a token of the microsecond clock for every
+    // name taken at the same moment), so that the counters show.
+    let redlock = Redlock::builder(common::urls(&nodes))
+        .node_timeout(NODE_TIMEOUT)
+        .connect_timeout(CONNECT_TIMEOUT)
+        .retry(RetryPolicy::no_retry())
+        .clock_floor(false)
+        .build()
+        .await
+        .expect("build client");
+    // Raise "accounts:b"'s counter alone: the names' tokens then differ.
+    for _ in 0..3 {
+        let lock = redlock.acquire("accounts:b", TTL).await.unwrap();
+        lock.release().await.unwrap();
+    }
+    let first = redlock
+        .acquire_many(&["accounts:b", "accounts:a"], TTL)
+        .await
+        .unwrap();
+    assert_eq!(first.names(), ["accounts:a", "accounts:b"]);
+    let (a1, b1) = (
+        first.token("accounts:a").unwrap(),
+        first.token("accounts:b").unwrap(),
+    );
+    assert!(b1 > a1, "b's own counter is ahead: a {a1}, b {b1}");
+    assert_eq!(first.token("accounts:c"), None);
+    assert_eq!(
+        first.tokens().collect::<Vec<_>>(),
+        [("accounts:a", a1), ("accounts:b", b1)]
+    );
+    for (key, token) in [("accounts:a", a1), ("accounts:b", b1)] {
+        assert_eq!(held_on(&redlock, key).await, 5, "{key}");
+        // Each name's token is that name's counter on the nodes.
+        assert_eq!(on_node(&redlock, key, 0).await, (true, token), "{key}");
+    }
+    assert!(first.validity() > Duration::from_secs(9));
+    assert!(first.release().await.unwrap());
+    let second = redlock
+        .acquire_many(&["accounts:a", "accounts:b"], TTL)
+        .await
+        .unwrap();
+    assert!(second.token("accounts:a").unwrap() > a1);
+    assert!(second.token("accounts:b").unwrap() > b1);
+    // A single lock on one of the names comes after the set's token.
+    let b2 = second.token("accounts:b").unwrap();
+    let second_a = second.token("accounts:a").unwrap();
+    second.release().await.unwrap();
+    let single = redlock.acquire("accounts:b", TTL).await.unwrap();
+    assert!(single.token() > b2);
+    let single_b = single.token();
+    single.release().await.unwrap();
+
+    // With the clock floor (the default) too, each name's token grows.
+    let floored = client(&nodes).await;
+    let set = floored
+        .acquire_many(&["accounts:a", "accounts:b"], TTL)
+        .await
+        .unwrap();
+    assert!(set.token("accounts:a").unwrap() > second_a);
+    assert!(set.token("accounts:b").unwrap() > single_b);
+    set.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn empty_sets_and_duplicate_names_are_refused_by_name() {
+    let nodes = five();
+    let redlock = client(&nodes).await;
+    let none: [&str; 0] = [];
+    match redlock.acquire_many(&none, TTL).await {
+        Err(Error::InvalidArgument(m)) => assert!(m.contains("at least one name"), "{m}"),
+        other => panic!("{other:?}"),
+    }
+    match redlock.try_acquire_many(&["a", "b", "a"], TTL).await {
+        Err(Error::InvalidArgument(m)) => {
+            assert!(m.contains("\"a\" is given more than once"), "{m}")
+        }
+        other => panic!("{other:?}"),
+    }
+    // Nothing was sent: no node knows either name.
+    for key in ["a", "b"] {
+        assert_eq!(on_node(&redlock, key, 0).await, (false, 0));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_set_partly_held_on_a_node_leaves_nothing_behind_there() {
+    let nodes = five();
+    let redlock = client(&nodes).await;
+    // Another owner holds "pair:b" on node 0 only.
+    hold_directly(&nodes[0], "pair:b", "someone-else");
+    let set = redlock
+        .try_acquire_many(&["pair:a", "pair:b"], TTL)
+        .await
+        .unwrap()
+        .expect("four nodes of five grant the set");
+    // Node 0 took none of it: "pair:a" is not held there (its counter was
+    // raised by the step that released it: tokens only grow).
+    assert!(!on_node(&redlock, "pair:a", 0).await.0);
+    for node in 1..5 {
+        assert!(on_node(&redlock, "pair:a", node).await.0, "node {node}");
+        assert!(on_node(&redlock, "pair:b", node).await.0, "node {node}");
+    }
+    set.release().await.unwrap();
+
+    // Held by another owner on three nodes: busy, and nothing of the set
+    // is left on any node.
+    for node in &nodes[1..3] {
+        hold_directly(node, "pair:b", "someone-else");
+    }
+    assert!(redlock
+        .try_acquire_many(&["pair:a", "pair:b"], TTL)
+        .await
+        .unwrap()
+        .is_none());
+    assert_eq!(held_after_release(&redlock, "pair:a").await, 0);
+    assert_eq!(held_on(&redlock, "pair:b").await, 3, "only the other owner's");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn release_and_extend_cover_the_set() {
+    let nodes = five();
+    let redlock = client(&nodes).await;
+    let names = ["job:x", "job:y", "job:z"];
+    let mut set = redlock
+        .acquire_many(&names, Duration::from_secs(2))
+        .await
+        .unwrap();
+    set.extend(Duration::from_secs(30)).await.unwrap();
+    assert!(set.validity() > Duration::from_secs(25));
+    for key in names {
+        let views = redlock.inspect(key).await;
+        for view in &views {
+            match &view.state {
+                NodeState::Present {
+                    held: true,
+                    pttl: Some(pttl),
+                    ..
+                } => assert!(*pttl > Duration::from_secs(25), "{key}: {view:?}"),
+                other => panic!("{key}: {other:?}"),
+            }
+        }
+    }
+    // Held: a single lock on any of the names is busy.
+    assert!(redlock.try_acquire("job:y", TTL).await.unwrap().is_none());
+    assert!(set.release().await.unwrap());
+    for key in names {
+        assert_eq!(held_after_release(&redlock, key).await, 0, "{key}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_set_signals() {
+    let nodes = five();
+    let redlock = client(&nodes).await;
+    let mut set = redlock.acquire_many(&["m:1", "m:2"], TTL).await.unwrap();
+    let lost = set.lost_token();
+    assert!(!set.is_lost());
+    // One name of the set is freed behind its back.
+    assert!(redlock.release_owner("m:2", set.owner()).await.unwrap());
+    match set.extend(TTL).await {
+        Err(Error::Lost { key, .. }) => assert_eq!(key, "m:2"),
+        other => panic!("{other:?}"),
+    }
+    assert!(set.is_lost());
+    assert!(lost.is_cancelled());
+    assert_eq!(set.validity(), Duration::ZERO);
+    // A later extension is refused without reviving the other name.
+    assert!(set.extend(TTL).await.is_err());
+}
+
+/// Two callers whose sets overlap, listing the names in opposite orders,
+/// each taking its set again and again with retries: both finish (no
+/// deadlock) and never hold a shared name at the same time (an in-process
+/// record of the holder, and the shared names' tokens only increase from
+/// one holder to the next).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn overlapping_sets_in_opposite_orders_never_deadlock_nor_share_a_name() {
+    let nodes = five();
+    let urls = common::urls(&nodes);
+    let build = || async {
+        Redlock::builder(urls.clone())
+            .node_timeout(NODE_TIMEOUT)
+            .connect_timeout(CONNECT_TIMEOUT)
+            .retry(RetryPolicy {
+                attempts: 1_000,
+                base_delay: Duration::from_millis(2),
+                jitter: Duration::from_millis(5),
+            })
+            .build()
+            .await
+            .expect("build client")
+    };
+    const ROUNDS: usize = 30;
+    // name -> (holder, last token)
+    let record: Arc<Mutex<HashMap<String, (Option<usize>, u64)>>> = Arc::default();
+    let callers = [
+        (0usize, vec!["o:a", "o:b", "o:c"]),
+        (1usize, vec!["o:d", "o:c", "o:b"]),
+    ];
+    let mut tasks = Vec::new();
+    for (who, names) in callers {
+        let redlock = build().await;
+        let record = Arc::clone(&record);
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..ROUNDS {
+                let set = redlock.acquire_many(&names, TTL).await.unwrap();
+                {
+                    let mut record = record.lock().unwrap();
+                    for (name, token) in set.tokens() {
+                        let entry = record.entry(name.to_string()).or_insert((None, 0));
+                        assert_eq!(entry.0, None, "{name} held by {:?} and {who}", entry.0);
+                        assert!(token > entry.1, "{name}: {token} after {}", entry.1);
+                        *entry = (Some(who), token);
+                    }
+                }
+                tokio::task::yield_now().await;
+                {
+                    let mut record = record.lock().unwrap();
+                    for name in set.names() {
+                        record.get_mut(name.as_str()).unwrap().0 = None;
+                    }
+                }
+                set.release().await.unwrap();
+            }
+        }));
+    }
+    let started = Instant::now();
+    let all = futures_util::future::join_all(tasks);
+    let results = tokio::time::timeout(Duration::from_secs(120), all)
+        .await
+        .expect("both callers finish: no deadlock");
+    for result in results {
+        result.expect("a caller failed");
+    }
+    let record = record.lock().unwrap();
+    // Every round of both callers took the shared names.
+    assert!(record["o:b"].1 >= (2 * ROUNDS) as u64, "{record:?}");
+    eprintln!("{} rounds each in {:?}", ROUNDS, started.elapsed());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_member_takes_a_set_of_one_slot_and_refuses_names_of_other_slots() {
+    let cluster = Cluster::builder().shards(2).start();
+    let singles = redlock_testkit::start_nodes(2, &Node::builder());
+    let mut members = vec![Member::cluster(cluster.seed_urls())];
+    members.extend(singles.iter().map(|n| Member::node(n.url())));
+    let redlock = Redlock::builder(members)
+        .node_timeout(NODE_TIMEOUT)
+        .connect_timeout(CONNECT_TIMEOUT)
+        .retry(RetryPolicy::no_retry())
+        .build()
+        .await
+        .expect("build client");
+    // "a" and "b" are in different slots.
+    match redlock.acquire_many(&["a", "b", "{a}x"], TTL).await {
+        Err(Error::InvalidArgument(m)) => {
+            assert!(m.contains("share a hash slot"), "{m}");
+            assert!(m.contains("\"b\" (slot 3300)"), "{m}");
+            assert!(!m.contains("\"{a}x\" (slot"), "{m}");
+        }
+        other => panic!("{other:?}"),
+    }
+    // One slot (a hash tag): the cluster member takes the set too.
+    let set = redlock
+        .acquire_many(&["{orders}1", "{orders}2"], TTL)
+        .await
+        .unwrap();
+    let views = redlock.inspect("{orders}2").await;
+    assert!(
+        views
+            .iter()
+            .all(|v| matches!(v.state, NodeState::Present { held: true, .. })),
+        "{views:?}"
+    );
+    set.release().await.unwrap();
+}
