@@ -189,7 +189,11 @@ impl Quorum {
                     AttemptStep::WriteBack { token, targets } => {
                         self.metrics.write_back(name);
                         let mut fence = Cmd::new();
-                        fence.arg("REDLOCK.FENCE").arg(name.as_str()).arg(owner).arg(token);
+                        fence
+                            .arg("REDLOCK.FENCE")
+                            .arg(name.as_str())
+                            .arg(owner)
+                            .arg(token);
                         let mut votes = OneVotePerServer::new(self.nodes.len());
                         let (end, _) = fan_out(
                             &self.nodes,
@@ -260,7 +264,12 @@ impl Quorum {
         if targets.is_empty() {
             return;
         }
-        join_all(names.iter().map(|name| self.release_on(name, owner, targets))).await;
+        join_all(
+            names
+                .iter()
+                .map(|name| self.release_on(name, owner, targets)),
+        )
+        .await;
     }
 }
 
@@ -416,24 +425,12 @@ impl LockSet {
         )
         .await;
         // Lost first: it says the set is gone whatever else failed.
-        if let Some(lost) = results
+        let mut results = results;
+        if let Some(i) = results
             .iter()
-            .find(|r| matches!(r, Err(Error::Lost { .. })))
+            .position(|r| matches!(r, Err(Error::Lost { .. })))
         {
-            if let Err(Error::Lost {
-                key,
-                confirmed,
-                nodes,
-                quorum,
-            }) = lost
-            {
-                return Err(Error::Lost {
-                    key: key.clone(),
-                    confirmed: *confirmed,
-                    nodes: *nodes,
-                    quorum: *quorum,
-                });
-            }
+            return results.swap_remove(i);
         }
         for result in results {
             result?;
@@ -546,11 +543,10 @@ impl Redlock {
                 }
                 Err((error, leftover)) => {
                     let pause = retry.after_failure(&error, &mut rand::thread_rng());
-                    let release = self.inner.quorum.release_set_on(
-                        &names,
-                        owner.as_str(),
-                        &leftover.nodes,
-                    );
+                    let release =
+                        self.inner
+                            .quorum
+                            .release_set_on(&names, owner.as_str(), &leftover.nodes);
                     let Some(delay) = pause else {
                         release.await;
                         settled.disarm();

@@ -156,7 +156,11 @@ async fn a_set_partly_held_on_a_node_leaves_nothing_behind_there() {
         .unwrap()
         .is_none());
     assert_eq!(held_after_release(&redlock, "pair:a").await, 0);
-    assert_eq!(held_on(&redlock, "pair:b").await, 3, "only the other owner's");
+    assert_eq!(
+        held_on(&redlock, "pair:b").await,
+        3,
+        "only the other owner's"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -211,6 +215,9 @@ async fn a_lost_set_signals() {
     assert!(set.extend(TTL).await.is_err());
 }
 
+/// Per name: the caller holding it now, and the last token it was taken with.
+type Holders = HashMap<String, (Option<usize>, u64)>;
+
 /// Two callers whose sets overlap, listing the names in opposite orders,
 /// each taking its set again and again with retries: both finish (no
 /// deadlock) and never hold a shared name at the same time (an in-process
@@ -235,7 +242,7 @@ async fn overlapping_sets_in_opposite_orders_never_deadlock_nor_share_a_name() {
     };
     const ROUNDS: usize = 30;
     // name -> (holder, last token)
-    let record: Arc<Mutex<HashMap<String, (Option<usize>, u64)>>> = Arc::default();
+    let record: Arc<Mutex<Holders>> = Arc::default();
     let callers = [
         (0usize, vec!["o:a", "o:b", "o:c"]),
         (1usize, vec!["o:d", "o:c", "o:b"]),

@@ -446,7 +446,11 @@ async fn an_extension_started_after_the_validity_ended_sends_nothing() {
         .extend(Duration::from_millis(3_000))
         .await
         .expect_err("started after the validity ended");
-    let Error::Lapsed { key: lapsed_key, late } = &err else {
+    let Error::Lapsed {
+        key: lapsed_key,
+        late,
+    } = &err
+    else {
         panic!("expected Lapsed, got {err:?}");
     };
     assert_eq!(lapsed_key, key);
@@ -458,6 +462,10 @@ async fn an_extension_started_after_the_validity_ended_sends_nothing() {
     // Nothing was sent: the leases still end with the acquisition's 3 s.
     for n in &nodes {
         let left = pttl(n, key);
-        assert!(left < 1_000, "node {} renewed the lease: PTTL {left}", n.port());
+        assert!(
+            left < 1_000,
+            "node {} renewed the lease: PTTL {left}",
+            n.port()
+        );
     }
 }

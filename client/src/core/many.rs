@@ -129,8 +129,14 @@ mod tests {
         use std::time::Instant;
         let t = Instant::now();
         let later = t + std::time::Duration::from_millis(5);
-        assert_eq!(combine_next::<Instant>([Next::Done, Next::Done]), Next::Done);
-        assert_eq!(combine_next([Next::Done, Next::Wait]), Next::Wait);
+        assert_eq!(
+            combine_next::<Instant>([Next::Done, Next::Done]),
+            Next::Done
+        );
+        assert_eq!(
+            combine_next::<Instant>([Next::Done, Next::Wait]),
+            Next::Wait
+        );
         assert_eq!(
             combine_next([Next::Linger(later), Next::Done, Next::Linger(t)]),
             Next::Linger(later)
