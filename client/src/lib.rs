@@ -6,6 +6,12 @@
 #[doc = include_str!("../../docs/guide/client-rust.md")]
 pub struct GuideClient;
 
+/// The guide's lock-set examples (`docs/guide/many-names.md`), compiled as
+/// doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../../docs/guide/many-names.md")]
+pub struct GuideManyNames;
+
 /// The guide's Sentinel example, compiled as a doctest.
 #[cfg(doctest)]
 #[doc = include_str!("../../docs/guide/sentinel.md")]
