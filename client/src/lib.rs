@@ -51,6 +51,7 @@ mod sync_check;
 mod tls;
 mod waiting;
 mod with_lock;
+mod with_lock_set;
 
 pub use crate::core::error::Error;
 pub use builder::RedlockBuilder;
@@ -67,3 +68,4 @@ pub use redlock::Redlock;
 /// `tokio-util` dependency.
 pub use tokio_util::sync::CancellationToken;
 pub use with_lock::LockGuard;
+pub use with_lock_set::LockSetGuard;

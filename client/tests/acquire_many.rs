@@ -324,3 +324,38 @@ async fn a_cluster_member_takes_a_set_of_one_slot_and_refuses_names_of_other_slo
     );
     set.release().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_lock_set_keeps_the_set_alive_signals_its_loss_and_releases_it() {
+    let nodes = five();
+    let redlock = client(&nodes).await;
+    let ttl = Duration::from_millis(900);
+    // Kept alive past two leases, then released.
+    let tokens = redlock
+        .with_lock_set(&["k:2", "k:1"], ttl, |guard| async move {
+            tokio::time::sleep(ttl * 2).await;
+            assert!(!guard.is_lost());
+            guard.tokens().to_vec()
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        tokens.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>(),
+        ["k:1", "k:2"]
+    );
+    for key in ["k:1", "k:2"] {
+        assert_eq!(held_after_release(&redlock, key).await, 0, "{key}");
+    }
+    // One name freed behind its back: the next extension finds it, and
+    // the guard's lost signal fires within the lease.
+    let other = redlock.clone();
+    let fired = redlock
+        .with_lock_set(&["k:1", "k:2"], ttl, |guard| async move {
+            assert!(other.release_owner("k:1", guard.owner()).await.unwrap());
+            tokio::time::timeout(ttl * 3, guard.lost()).await.is_ok()
+        })
+        .await
+        .unwrap();
+    assert!(fired, "the lost signal fired");
+    assert_eq!(held_after_release(&redlock, "k:2").await, 0);
+}
