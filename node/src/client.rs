@@ -224,7 +224,7 @@ pub fn connect<'env>(
     if let Some((cert, key)) = &tls.client {
         builder = builder.tls_client_cert(cert, key);
     }
-    env.spawn_future(async move {
+    crate::settle::promise(env, async move {
         let redlock = builder
             .build()
             .await
@@ -304,14 +304,17 @@ impl NativeRedlock {
         let ttl = ttl(ttl_ms)?;
         let wait = wait(wait_ms)?;
         let cancel = cancel.map(|c| c.token.clone());
-        env.spawn_future(cancellable(cancel, async move {
-            let lock = match wait {
-                None => redlock.acquire(&key, ttl).await,
-                Some(w) => redlock.acquire_wait(&key, ttl, w).await,
-            };
-            lock.map(|l| NativeLock::new(l, resources))
-                .map_err(|e| errors::lock_error(e, None))
-        }))
+        crate::settle::promise(
+            env,
+            cancellable(cancel, async move {
+                let lock = match wait {
+                    None => redlock.acquire(&key, ttl).await,
+                    Some(w) => redlock.acquire_wait(&key, ttl, w).await,
+                };
+                lock.map(|l| NativeLock::new(l, resources))
+                    .map_err(|e| errors::lock_error(e, None))
+            }),
+        )
     }
 
     /// One attempt: `null` when another owner holds the lock.
@@ -327,11 +330,14 @@ impl NativeRedlock {
         let resources = Arc::clone(&self.resources);
         let ttl = ttl(ttl_ms)?;
         let cancel = cancel.map(|c| c.token.clone());
-        env.spawn_future(cancellable(cancel, async move {
-            let lock = redlock.try_acquire(&key, ttl).await;
-            lock.map(|l| Nullable(l.map(|l| NativeLock::new(l, resources))))
-                .map_err(|e| errors::lock_error(e, None))
-        }))
+        crate::settle::promise(
+            env,
+            cancellable(cancel, async move {
+                let lock = redlock.try_acquire(&key, ttl).await;
+                lock.map(|l| Nullable(l.map(|l| NativeLock::new(l, resources))))
+                    .map_err(|e| errors::lock_error(e, None))
+            }),
+        )
     }
 
     /// Takes the lock and keeps it extended in the background until the
@@ -350,10 +356,13 @@ impl NativeRedlock {
         let wait = wait(wait_ms)?;
         let cancel = cancel.map(|c| c.token.clone());
         let resources = Arc::clone(&self.resources);
-        env.spawn_future(cancellable(
-            cancel,
-            NativeGuard::start(redlock, resources, key, ttl, wait),
-        ))
+        crate::settle::promise(
+            env,
+            cancellable(
+                cancel,
+                NativeGuard::start(redlock, resources, key, ttl, wait),
+            ),
+        )
     }
 
     /// Releases `key` for an owner id (from `Lock.detach()`).
@@ -365,7 +374,7 @@ impl NativeRedlock {
         owner: String,
     ) -> napi::Result<PromiseRaw<'env, bool>> {
         let redlock = self.get()?;
-        env.spawn_future(async move {
+        crate::settle::promise(env, async move {
             redlock
                 .release_owner(&key, &owner)
                 .await
@@ -381,7 +390,7 @@ impl NativeRedlock {
         key: String,
     ) -> napi::Result<PromiseRaw<'env, Vec<NativeNodeView>>> {
         let redlock = self.get()?;
-        env.spawn_future(async move {
+        crate::settle::promise(env, async move {
             let views = redlock.inspect(&key).await;
             Ok(views
                 .into_iter()

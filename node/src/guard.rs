@@ -143,7 +143,7 @@ impl NativeGuard {
     pub fn lost<'env>(&self, env: &'env Env) -> napi::Result<PromiseRaw<'env, bool>> {
         let lost = self.guard.lost_token();
         let ended = self.ended.clone();
-        env.spawn_future(async move {
+        crate::settle::promise(env, async move {
             tokio::select! {
                 biased;
                 () = lost.cancelled() => Ok(true),
@@ -161,7 +161,7 @@ impl NativeGuard {
         }
         let task = self.task.lock().unwrap_or_else(|p| p.into_inner()).take();
         let ended = self.ended.clone();
-        env.spawn_future(async move {
+        crate::settle::promise(env, async move {
             if let Some(task) = task {
                 // The keeper's release is bounded by the node timeout.
                 let _ = task.await;

@@ -17,6 +17,7 @@ mod fenced;
 mod guard;
 mod lock;
 mod metrics;
+mod settle;
 
 /// Builds the runtime every call runs on: two worker threads (the work per
 /// call is a few round trips), named after the package. Runs when the addon

@@ -163,7 +163,7 @@ impl NativeLock {
         let ttl = errors::duration("ttl", ttl_ms, 1.0, DAY_MS)?;
         let mut taken = self.shared.take("extend")?;
         let (key, token) = (self.key.clone(), self.token);
-        env.spawn_future(async move {
+        crate::settle::promise(env, async move {
             let Some(lock) = taken.lock.as_mut() else {
                 return Err(errors::internal("extend without a lock"));
             };
@@ -180,7 +180,7 @@ impl NativeLock {
     pub fn release<'env>(&self, env: &'env Env) -> napi::Result<PromiseRaw<'env, bool>> {
         let mut taken = self.shared.take("release")?;
         let (key, token) = (self.key.clone(), self.token);
-        env.spawn_future(async move {
+        crate::settle::promise(env, async move {
             let Some(lock) = taken.lock.take() else {
                 return Err(errors::internal("release without a lock"));
             };
@@ -304,7 +304,7 @@ pub(crate) fn fenced<'env, I: Deref<Target = LockInfo> + Send + 'static>(
     let target = Target::from_js(target);
     let args = byte_args(args);
     let resources = Arc::clone(resources);
-    env.spawn_future(async move {
+    crate::settle::promise(env, async move {
         resources
             .fenced(&info, &target, &guard, &args)
             .await
@@ -324,7 +324,7 @@ pub(crate) fn fenced_transaction<'env, I: Deref<Target = LockInfo> + Send + 'sta
     let target = Target::from_js(target);
     let commands: Vec<Vec<Vec<u8>>> = commands.into_iter().map(byte_args).collect();
     let resources = Arc::clone(resources);
-    env.spawn_future(async move {
+    crate::settle::promise(env, async move {
         resources
             .fenced_transaction(&info, &target, &guard, &commands)
             .await
@@ -342,7 +342,7 @@ pub(crate) fn announce<'env, I: Deref<Target = LockInfo> + Send + 'static>(
 ) -> napi::Result<PromiseRaw<'env, u64>> {
     let target = Target::from_js(target);
     let resources = Arc::clone(resources);
-    env.spawn_future(async move {
+    crate::settle::promise(env, async move {
         resources
             .announce(&info, &target, &guard)
             .await

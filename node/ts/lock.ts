@@ -187,7 +187,9 @@ export class Lock extends Fenced implements AsyncDisposable {
   }
 
   /** Releases the lock on every node: true when it was still held, false when its lease had run out. */
-  async release(): Promise<boolean> {
+  release(): Promise<boolean> {
+    // Not `async`: the promise of `call` is handed on as it is (an `async`
+    // return of it would add two turns of the microtask queue per call).
     return call(() => this.#native.release());
   }
 

@@ -70,12 +70,20 @@ export interface NodeView {
  * after the abort is given to `discard` (a lock is released) and the call
  * rejects all the same.
  */
-async function abortable<T>(signal: AbortSignal | undefined,
+function abortable<T>(signal: AbortSignal | undefined,
   run: (cancel: Native.CancelHandle | undefined) => Promise<T>,
   discard: (value: T) => Promise<unknown>): Promise<T> {
-  if (signal === undefined) {
-    return call(() => run(undefined));
-  }
+  return signal === undefined ? call(() => run(undefined)) : withSignal(signal, run, discard);
+}
+
+/**
+ * `abortable` with a signal. Without one, `abortable` hands on the promise
+ * of `call` as it is (an `async` return of it would add two turns of the
+ * microtask queue to every call).
+ */
+async function withSignal<T>(signal: AbortSignal,
+  run: (cancel: Native.CancelHandle | undefined) => Promise<T>,
+  discard: (value: T) => Promise<unknown>): Promise<T> {
   signal.throwIfAborted();
   const handle = new native.CancelHandle();
   const onAbort = () => handle.cancel();

@@ -5,6 +5,9 @@
 //!   validity that has not run out (a client's validity is its deadline on
 //!   its own clock, read in true time; a release, a report of loss or a
 //!   crash ends it);
+//! - **revived**: a validity that has run out never comes back (an
+//!   extension confirmed after it would make the lock valid again after a
+//!   gap in which another owner may have held it);
 //! - **token order**: an acquisition whose attempt started after another
 //!   acquisition of the same lock completed gets a higher token, and no
 //!   token is issued to two acquisitions;
@@ -137,8 +140,8 @@ impl Checker {
             );
         }
         self.completed[k].push((now, token, high_so_far));
-        // Claims that ended long ago go; a recent one may still be raised
-        // by an extension that confirms after its validity ran out.
+        // Claims that ended long ago go; a recent one is kept to tell a
+        // late extension that would revive it ("revived").
         self.claims[k].retain(|c| c.until + 10 * SEC > now);
         self.claims[k].push(Claim {
             owner,
@@ -159,7 +162,21 @@ impl Checker {
             return;
         };
         let raised = until > claim.until;
+        let ended = claim.until;
         claim.until = until;
+        if raised && until > now && ended <= now {
+            // A validity that ended may not come back: in the gap another
+            // owner may have held the lock, on nodes that have forgotten
+            // it since (client/src/core/lease.rs, the lapse rule).
+            let token = claim.token;
+            self.push(
+                now,
+                "revived",
+                format!(
+                    "key {k}: owner {owner:#x} (token {token}) had no validity left from {ended} µs, and an extension confirmed at {now} µs gave it validity until {until} µs"
+                ),
+            );
+        }
         if raised && until > now {
             self.check_overlap(k, owner, now);
         }

@@ -119,6 +119,33 @@ fn the_seeds_of_the_demoted_master_queue_leak_pass() {
     }
 }
 
+/// Seed 786,312 of the long swarm: two holders, fixed in the client (the
+/// lapse rule of `client/src/core/lease.rs`). A holder paused past its
+/// validity extended its lock; another client had been granted it on three
+/// members since, and one of them rebooted with its last writes lost: it
+/// forgot the new grant and kept the old lease (timed by its remaining
+/// time, a reboot leaves no clock to age it). With two members that still
+/// had the old lease, the late extension got a quorum. The seed passes, and
+/// with the rule off (mutant `lapsed-extend`) it fails with the overlap, not
+/// only with the "revived" checker that catches the mutant at once.
+#[test]
+fn the_seed_of_the_revived_lease_passes_and_fails_without_the_lapse_rule() {
+    let seed = 786_312;
+    let clean = redlock_sim::run(seed, &Overrides::default(), &Setup::default());
+    assert!(
+        clean.violations.is_empty(),
+        "seed {seed}: {:?} (replay: cargo run -p redlock-sim --release -- --seed {seed})",
+        clean.violations.first()
+    );
+    let mutant = redlock_sim::mutant::named("lapsed-extend").expect("the mutant");
+    let mutated = redlock_sim::run(seed, &Overrides::default(), &mutant.setup());
+    assert!(
+        mutated.violations.iter().any(|v| v.kind == "overlap"),
+        "seed {seed} with lapsed-extend: {:?}",
+        mutated.violations
+    );
+}
+
 /// Open findings of the long swarm, one class: a replica configured with a
 /// shorter `redlock.max-ttl-ms` than its master is promoted while it does
 /// not know the master's longest lease, guards for its own shorter one and
