@@ -359,3 +359,108 @@ async fn with_lock_set_keeps_the_set_alive_signals_its_loss_and_releases_it() {
     assert!(fired, "the lost signal fired");
     assert_eq!(held_after_release(&redlock, "k:2").await, 0);
 }
+
+/// `redlock run --lock a --lock b -- cmd`, bounded to 20 s.
+fn redlock_cli(nodes: &[Node], args: &[&str]) -> std::process::Output {
+    use std::process::{Command, Stdio};
+    let mut child = Command::new(env!("CARGO_BIN_EXE_redlock"))
+        .env("REDLOCK_NODES", common::urls(nodes).join(","))
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start redlock");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while child.try_wait().expect("wait").is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("redlock did not exit within 20 s");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    child.wait_with_output().expect("output")
+}
+
+#[test]
+fn redlock_run_takes_a_set_and_passes_a_token_per_name() {
+    let nodes = five();
+    let script = "echo \"$REDLOCK_LOCKS $REDLOCK_KEY_1=$REDLOCK_TOKEN_1 $REDLOCK_KEY_2=$REDLOCK_TOKEN_2\"; exit 5";
+    let out = redlock_cli(
+        &nodes,
+        &[
+            "run",
+            "--lock",
+            "cli:b",
+            "--lock",
+            "cli:a",
+            "--ttl",
+            "1s",
+            "--",
+            "sh",
+            "-c",
+            &format!("sleep 1.5; {script}"),
+        ],
+    );
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(5), "{text}{err}");
+    let fields: Vec<&str> = text.split_whitespace().collect();
+    assert_eq!(fields.len(), 3, "{text}");
+    assert_eq!(fields[0], "2");
+    let token = |field: &str, name: &str| -> u64 {
+        field
+            .strip_prefix(&format!("{name}="))
+            .and_then(|t| t.parse().ok())
+            .unwrap_or_else(|| panic!("{name} in {text:?}"))
+    };
+    let (a, b) = (token(fields[1], "cli:a"), token(fields[2], "cli:b"));
+    assert!(a > 0 && b > 0);
+
+    // Released at the end (the command outlived its 1 s ttl): a second
+    // run gets the set again, with higher tokens.
+    let out = redlock_cli(
+        &nodes,
+        &["run", "cli:a", "--lock", "cli:b", "--", "sh", "-c", script],
+    );
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert_eq!(out.status.code(), Some(5), "{text}");
+    let fields: Vec<&str> = text.split_whitespace().collect();
+    assert!(
+        token(fields[1], "cli:a") > a && token(fields[2], "cli:b") > b,
+        "{text}"
+    );
+
+    // One name of the set held by someone else: busy (exit 3), no run.
+    let held = redlock_cli(&nodes, &["acquire", "cli:b", "--ttl", "20s"]);
+    assert_eq!(held.status.code(), Some(0));
+    let out = redlock_cli(
+        &nodes,
+        &[
+            "run", "--lock", "cli:a", "--lock", "cli:b", "--", "sh", "-c", "echo ran",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(3));
+    assert!(!String::from_utf8_lossy(&out.stdout).contains("ran"));
+
+    // A set takes no --guard / --wait; a name twice is refused.
+    let out = redlock_cli(
+        &nodes,
+        &[
+            "run", "--lock", "x", "--lock", "y", "--wait", "1s", "--", "true",
+        ],
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = redlock_cli(&nodes, &["run", "--lock", "x", "--lock", "x", "--", "true"]);
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("more than once"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_ne!(out.status.code(), Some(0));
+}
