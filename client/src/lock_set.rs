@@ -36,7 +36,7 @@ use crate::cluster::key_slot;
 use crate::core::attempt::{attempt_error, Acquired, Attempt, AttemptStep, FailReason};
 use crate::core::error::{Error, NodeFailure};
 use crate::core::lease::{lower, ExtendRule, Unconfirmed};
-use crate::core::many::{combine_next, sorted_names, SetReply};
+use crate::core::many::{combine_next, sorted_names, SetReply, ACQUIRE_SET};
 use crate::core::rules::Rules;
 use crate::core::waiting::Retry;
 use crate::identity::OneVotePerServer;
@@ -45,34 +45,6 @@ use crate::member::Voter;
 use crate::quorum::{fan_out, fence_reply, Leftovers, Quorum, Unanswered};
 use crate::redlock::Redlock;
 use crate::shared::{now_micros, ttl_millis, Inner};
-
-/// The per-node step of a set: `KEYS` are the names in byte order,
-/// `ARGV` = owner, ttl in ms and, optionally, the clock floor. Answers the
-/// tokens (one per name, in `KEYS` order) or nil when a name was held by
-/// another owner; on nil or an error, nothing of the set is left on the
-/// node (`pcall`: an error reply does not stop the script half-way).
-pub(crate) const ACQUIRE_SET: &str = r#"
-local taken = {}
-for i, name in ipairs(KEYS) do
-  local reply
-  if ARGV[3] then
-    reply = redis.pcall('REDLOCK.ACQUIRE', name, ARGV[1], ARGV[2], 'FLOOR', ARGV[3])
-  else
-    reply = redis.pcall('REDLOCK.ACQUIRE', name, ARGV[1], ARGV[2])
-  end
-  if type(reply) ~= 'number' then
-    for j = 1, #taken do
-      redis.pcall('REDLOCK.RELEASE', KEYS[j], ARGV[1])
-    end
-    if type(reply) == 'table' and reply.err then
-      return reply
-    end
-    return false
-  end
-  taken[i] = reply
-end
-return taken
-"#;
 
 /// A node's reply to [`ACQUIRE_SET`] as the names' tallies see it.
 fn set_reply(reply: Result<Value, NodeFailure>) -> SetReply {
@@ -152,7 +124,7 @@ impl Quorum {
         }
         cmd.arg(owner).arg(ttl_ms);
         if let Some(floor) = floor {
-            cmd.arg(floor);
+            cmd.arg("FLOOR").arg(floor);
         }
         let mut attempts: Vec<Attempt<Instant>> = (0..count)
             .map(|_| Attempt::new(*rules, ttl_ms, start))

@@ -467,3 +467,56 @@ fn redlock_run_takes_a_set_and_passes_a_token_per_name() {
     );
     assert_ne!(out.status.code(), Some(0));
 }
+
+/// A lock set on masters with the replica-sync check on
+/// (`redlock.sync-replicas`, DESIGN §13): the set's step states the
+/// node's R and is followed by `WAIT`, so the set counts only once the
+/// replicas have it, and a frozen replica makes the set fail and leave
+/// nothing on the master.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_set_waits_for_the_replicas_of_a_master_with_the_sync_check() {
+    let cluster = Cluster::builder()
+        .shards(2)
+        .replicas(1)
+        .config("redlock.sync-replicas", "1")
+        .start();
+    let redlock = Redlock::builder([Member::cluster(cluster.seed_urls())])
+        .node_timeout(Duration::from_millis(500))
+        .sync_timeout(Duration::from_millis(500))
+        .retry(RetryPolicy::no_retry())
+        .build()
+        .await
+        .expect("build client");
+    let names = ["{sync}a", "{sync}b"];
+    let shard = cluster.shard_of_slot(cluster.slot_of(names[0].as_bytes()));
+    let held = |node: &Node, key: &str| -> bool {
+        let mut con = node.connection();
+        let _: () = redis::cmd("READONLY").query(&mut con).unwrap();
+        let reply: Option<Vec<redis::Value>> = redis::cmd("REDLOCK.INSPECT")
+            .arg(key)
+            .query(&mut con)
+            .unwrap();
+        reply.is_some_and(|f| f[1] == redis::Value::Int(1))
+    };
+    let set = redlock.acquire_many(&names, TTL).await.unwrap();
+    for key in names {
+        for replica in cluster.replicas(shard) {
+            assert!(held(replica, key), "the replica lacks {key}");
+        }
+    }
+    set.release().await.unwrap();
+
+    // The shard's replica frozen: the set does not count and is released.
+    let replica = cluster.replicas(shard)[0];
+    replica.pause();
+    let frozen = redlock.acquire_many(&names, TTL).await;
+    replica.resume();
+    let text = frozen.unwrap_err().to_string();
+    assert!(text.contains("replica-sync check failed"), "{text}");
+    for key in names {
+        assert!(
+            !held(cluster.master(shard), key),
+            "{key} left on the master"
+        );
+    }
+}

@@ -12,6 +12,34 @@ use super::error::NodeFailure;
 use super::rules::Moment;
 use super::tally::AcquireReply;
 
+/// The per-node step of a set (sent with `EVAL`, `lock_set.rs`): `KEYS`
+/// are the names in byte order, `ARGV` = owner, ttl in ms, then ACQUIRE's
+/// options as they are to be given to every name (`FLOOR n` for the clock
+/// floor, `SYNC r` when the replica-sync check states the node's R,
+/// `sync_check.rs`). Answers the tokens (one per name, in `KEYS` order) or
+/// nil when a name was held by another owner; on nil or an error, nothing
+/// of the set is left on the node (`pcall`: an error reply does not stop
+/// the script half-way). A node whose R differs from the stated one refuses
+/// the first ACQUIRE, so the script answers that refusal and changed
+/// nothing.
+pub const ACQUIRE_SET: &str = r#"
+local taken = {}
+for i, name in ipairs(KEYS) do
+  local reply = redis.pcall('REDLOCK.ACQUIRE', name, ARGV[1], ARGV[2], unpack(ARGV, 3))
+  if type(reply) ~= 'number' then
+    for j = 1, #taken do
+      redis.pcall('REDLOCK.RELEASE', KEYS[j], ARGV[1])
+    end
+    if type(reply) == 'table' and reply.err then
+      return reply
+    end
+    return false
+  end
+  taken[i] = reply
+end
+return taken
+"#;
+
 /// Why a set of names was refused before anything was sent.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum NamesError {
