@@ -24,9 +24,10 @@ pub(crate) struct NativeLockSet {
     set: Arc<Mutex<SetSlot>>,
 }
 
-/// Where the set is: here, inside a running extend, or gone.
+/// Where the set is: here, inside a running extend, or gone (boxed: a
+/// `LockSet` is large next to the other two).
 enum SetSlot {
-    Held(LockSet),
+    Held(Box<LockSet>),
     Busy,
     Released,
 }
@@ -36,7 +37,7 @@ impl NativeLockSet {
         NativeLockSet {
             tokens: set.tokens().map(|(n, t)| (n.to_string(), t)).collect(),
             owner: set.owner().to_string(),
-            set: Arc::new(Mutex::new(SetSlot::Held(set))),
+            set: Arc::new(Mutex::new(SetSlot::Held(Box::new(set)))),
         }
     }
 
@@ -46,7 +47,7 @@ impl NativeLockSet {
 
     /// The set, taken out for `what`; an error when another call has it or
     /// it was released.
-    fn take(&self, what: &str) -> PyResult<LockSet> {
+    fn take(&self, what: &str) -> PyResult<Box<LockSet>> {
         let mut slot = self.slot();
         match std::mem::replace(&mut *slot, SetSlot::Busy) {
             SetSlot::Held(set) => Ok(set),
