@@ -520,3 +520,35 @@ async fn a_set_waits_for_the_replicas_of_a_master_with_the_sync_check() {
         );
     }
 }
+
+/// The same through a Sentinel member (a master and two replicas,
+/// `redlock.sync-replicas 2`): the set reaches both replicas before it
+/// counts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_set_through_a_sentinel_member_waits_for_both_replicas() {
+    let group = redlock_testkit::SentinelGroup::builder()
+        .node(Node::builder().config("redlock.sync-replicas", "2"))
+        .start();
+    let redlock = Redlock::builder([Member::sentinel(group.name(), group.sentinel_urls())])
+        .node_timeout(Duration::from_millis(500))
+        .sync_timeout(Duration::from_millis(500))
+        .retry(RetryPolicy::no_retry())
+        .build()
+        .await
+        .expect("build client");
+    let names = ["s:a", "s:b"];
+    let set = redlock.acquire_many(&names, TTL).await.unwrap();
+    for i in 0..group.nodes().len() {
+        for key in names {
+            let reply: Option<Vec<redis::Value>> = redis::cmd("REDLOCK.INSPECT")
+                .arg(key)
+                .query(&mut group.connection(i))
+                .unwrap();
+            assert!(
+                reply.is_some_and(|f| f[1] == redis::Value::Int(1)),
+                "{key} on data node {i}"
+            );
+        }
+    }
+    assert!(set.release().await.unwrap());
+}
