@@ -767,9 +767,24 @@ fn route(cmd: &Cmd) -> (RoutingInfo, Option<Box<[u8]>>) {
         _ => None,
     });
     let name = args.next().unwrap_or_default();
+    let mut later_keys = 0;
+    if name.eq_ignore_ascii_case(b"EVAL") {
+        // `EVAL script numkeys key … owner …` (a lock set, `lock_set.rs`):
+        // routed by its first key (the set's names share that key's slot),
+        // and sequenced with that key's commands of the same owner.
+        args.next();
+        later_keys = args
+            .next()
+            .and_then(|n| std::str::from_utf8(n).ok()?.parse::<usize>().ok())
+            .unwrap_or(1)
+            .saturating_sub(1);
+    }
     let Some(key) = args.next() else {
         return (RoutingInfo::SingleNode(SingleNodeRoutingInfo::Random), None);
     };
+    for _ in 0..later_keys {
+        args.next();
+    }
     let routing = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(Route::with_key(
         key,
         SlotAddr::Master,
@@ -781,7 +796,8 @@ fn route(cmd: &Cmd) -> (RoutingInfo, Option<Box<[u8]>>) {
         b"REDLOCK.FENCE",
     ]
     .iter()
-    .any(|c| c.eq_ignore_ascii_case(name));
+    .any(|c| c.eq_ignore_ascii_case(name))
+        || sync_check::lock_write(cmd) == Some(sync_check::LockWrite::AcquireSet);
     let sequence = match (sequenced, args.next()) {
         (true, Some(owner)) => {
             // Length-prefixed, so that no two (key, owner) pairs collide.

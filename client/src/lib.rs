@@ -6,6 +6,12 @@
 #[doc = include_str!("../../docs/guide/client-rust.md")]
 pub struct GuideClient;
 
+/// The guide's lock-set examples (`docs/guide/many-names.md`), compiled as
+/// doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../../docs/guide/many-names.md")]
+pub struct GuideManyNames;
+
 /// The guide's Sentinel example, compiled as a doctest.
 #[cfg(doctest)]
 #[doc = include_str!("../../docs/guide/sentinel.md")]
@@ -30,6 +36,7 @@ mod fenced;
 mod identity;
 mod inspect;
 mod lock;
+mod lock_set;
 mod member;
 pub mod metrics;
 mod node;
@@ -44,6 +51,7 @@ mod sync_check;
 mod tls;
 mod waiting;
 mod with_lock;
+mod with_lock_set;
 
 pub use crate::core::error::Error;
 pub use builder::RedlockBuilder;
@@ -53,9 +61,11 @@ pub use defaults::{
 };
 pub use inspect::{NodeState, NodeView, Shard};
 pub use lock::{Lock, LockInfo};
+pub use lock_set::LockSet;
 pub use member::Member;
 pub use redlock::Redlock;
 /// Re-exported so that users of [`LockGuard::lost_token`] need no direct
 /// `tokio-util` dependency.
 pub use tokio_util::sync::CancellationToken;
 pub use with_lock::LockGuard;
+pub use with_lock_set::LockSetGuard;

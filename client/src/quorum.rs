@@ -412,7 +412,7 @@ pub(crate) enum RoundEnd {
 
 impl RoundEnd {
     /// The failure of a target that did not answer before the timer.
-    fn failure(self) -> NodeFailure {
+    pub(crate) fn failure(self) -> NodeFailure {
         match self {
             RoundEnd::TimedOut(d) => NodeFailure::Timeout(d),
             RoundEnd::Replied => NodeFailure::Timeout(Duration::ZERO),
@@ -431,7 +431,7 @@ fn acquire_reply(reply: Result<Value, NodeFailure>) -> AcquireReply {
 }
 
 /// A FENCE reply as the tally sees it.
-fn fence_reply(reply: Result<Value, NodeFailure>) -> FenceReply {
+pub(crate) fn fence_reply(reply: Result<Value, NodeFailure>) -> FenceReply {
     match reply {
         Ok(Value::Int(n)) if n >= 0 => FenceReply::Counter(n as u64),
         Ok(Value::Nil) => FenceReply::NotHeld,
@@ -458,7 +458,7 @@ impl Quorum {
     /// One server, one vote: a reply from the same server as a member that
     /// already counted in this round becomes a [`NodeFailure::SameServer`]
     /// (and an error event naming both members). Failures claim no vote.
-    fn one_vote(
+    pub(crate) fn one_vote(
         &self,
         votes: &mut OneVotePerServer,
         node: usize,

@@ -18,6 +18,7 @@ use std::time::Duration;
 use redis::{Cmd, Pipeline, Value};
 
 use crate::core::error::NodeFailure;
+use crate::core::many::ACQUIRE_SET;
 
 /// How often a member sends a lock write again after learning another R
 /// from the node (the operator may change R between two tries).
@@ -74,6 +75,9 @@ pub(crate) enum LockWrite {
     Extend,
     /// `REDLOCK.FENCE`: a counter counts only when synced.
     Fence,
+    /// `EVAL` of a lock set's step ([`ACQUIRE_SET`]): the set's grant (its
+    /// tokens) counts only when synced.
+    AcquireSet,
 }
 
 /// The largest R a node accepts (`redlock.sync-replicas`).
@@ -105,11 +109,23 @@ pub(crate) fn probed(reply: &Result<Value, NodeFailure>) -> Option<u64> {
     }
 }
 
-/// Which lock write `cmd` is, from its name; `None` for any other command.
+/// Which lock write `cmd` is, from its name (and, for `EVAL`, its script);
+/// `None` for any other command.
 pub(crate) fn lock_write(cmd: &Cmd) -> Option<LockWrite> {
-    let Some(redis::Arg::Simple(name)) = cmd.args_iter().next() else {
+    let mut args = cmd.args_iter();
+    let Some(redis::Arg::Simple(name)) = args.next() else {
         return None;
     };
+    if name.eq_ignore_ascii_case(b"EVAL") {
+        // `SYNC r` goes after the script's last argument, where the script
+        // passes it on to every name's ACQUIRE.
+        return match args.next() {
+            Some(redis::Arg::Simple(script)) if script == ACQUIRE_SET.as_bytes() => {
+                Some(LockWrite::AcquireSet)
+            }
+            _ => None,
+        };
+    }
     if name.eq_ignore_ascii_case(b"REDLOCK.ACQUIRE") {
         Some(LockWrite::Acquire)
     } else if name.eq_ignore_ascii_case(b"REDLOCK.EXTEND") {
@@ -194,6 +210,7 @@ pub(crate) fn judge(
         (LockWrite::Acquire, Value::Int(n)) => *n > 0,
         (LockWrite::Extend, Value::Int(n)) => *n == 1,
         (LockWrite::Fence, Value::Int(_)) => true,
+        (LockWrite::AcquireSet, Value::Array(tokens)) => !tokens.is_empty(),
         _ => false,
     };
     if !applied {
@@ -240,6 +257,33 @@ mod tests {
             .map(|i| shard_of(format!("k{i}").as_bytes()))
             .collect();
         assert_eq!(spread.len(), SHARDS);
+    }
+
+    #[test]
+    fn a_lock_sets_step_is_a_lock_write_judged_by_its_tokens() {
+        let mut set = redis::cmd("EVAL");
+        set.arg(ACQUIRE_SET)
+            .arg(2)
+            .arg("a")
+            .arg("b")
+            .arg("me")
+            .arg(100);
+        assert_eq!(lock_write(&set), Some(LockWrite::AcquireSet));
+        let mut other = redis::cmd("EVAL");
+        other.arg("return 1").arg(0);
+        assert_eq!(lock_write(&other), None);
+        let tokens = Value::Array(vec![Value::Int(3), Value::Int(9)]);
+        let kind = LockWrite::AcquireSet;
+        assert_eq!(
+            judge(kind, tokens.clone(), Value::Int(1), 1, T),
+            Ok(tokens.clone())
+        );
+        assert!(matches!(
+            judge(kind, tokens, Value::Int(0), 1, T),
+            Err(NodeFailure::NotSynced { acks: 0, .. })
+        ));
+        // Refused (a name held): nothing to wait for.
+        assert_eq!(judge(kind, Value::Nil, Value::Int(0), 1, T), Ok(Value::Nil));
     }
 
     #[test]

@@ -159,6 +159,12 @@ fn wait(seconds: Option<f64>) -> PyResult<Option<Duration>> {
 }
 
 impl Client {
+    /// The connected client, for the functions of other files
+    /// (`lock_set.rs`); an error once closed.
+    pub(crate) fn redlock(&self) -> PyResult<Redlock> {
+        self.get()
+    }
+
     fn get(&self) -> PyResult<Redlock> {
         self.redlock
             .read()

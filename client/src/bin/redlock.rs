@@ -1,6 +1,8 @@
 //! `redlock`: take, release, inspect and run under fenced Redlock locks from
 //! the shell. See `redlock --help`.
 
+#[path = "redlock/held.rs"]
+mod held;
 #[path = "redlock/job.rs"]
 mod job;
 
@@ -254,9 +256,20 @@ enum Command {
     /// extended while stopped; a stop longer than the lease loses the lock);
     /// `fg` resumes both. Run in the background or without a terminal, the
     /// terminal is left alone.
+    ///
+    /// Several names at once (`--lock a --lock b`, with or without a
+    /// positional name): taken as one set, all or none on every node (no
+    /// deadlock with overlapping sets), extended and lost together. The
+    /// command then gets REDLOCK_LOCKS (how many names) and, for i from 1
+    /// on in byte order of the names, REDLOCK_KEY_i and REDLOCK_TOKEN_i.
+    /// A set takes no --wait or --guard.
     Run {
         /// The lock's name.
-        key: String,
+        #[arg(required_unless_present = "lock")]
+        key: Option<String>,
+        /// A name of a set of locks taken together (repeat for each name).
+        #[arg(long = "lock", value_name = "NAME")]
+        lock: Vec<String>,
         /// Lease length; the lock is extended about every ttl/3.
         #[arg(long, default_value = "30s", value_parser = parse_duration)]
         ttl: Duration,
@@ -559,6 +572,7 @@ async fn run(cli: Cli, out: Out) -> u8 {
         Command::Inspect { key } => inspect(&redlock, out, &key).await,
         Command::Run {
             key,
+            lock,
             ttl,
             wait,
             kill_after,
@@ -569,12 +583,22 @@ async fn run(cli: Cli, out: Out) -> u8 {
             metrics_linger,
             ..
         } => {
+            let names: Vec<String> = key.into_iter().chain(lock).collect();
+            if names.len() > 1 && (guard.is_some() || !wait.is_zero()) {
+                return out.fail(
+                    "invalid_argument",
+                    "a set of locks (--lock a --lock b) takes no --wait or --guard",
+                    EXIT_USAGE,
+                );
+            }
             let fence = Fence {
                 guard: guard.as_deref(),
                 resource: resource.as_deref(),
             };
-            let code =
-                run_command(&redlock, out, &key, ttl, wait, kill_after, fence, &command).await;
+            let code = run_command(
+                &redlock, out, &names, ttl, wait, kill_after, fence, &command,
+            )
+            .await;
             #[cfg(feature = "prometheus")]
             if !metrics_linger.is_zero() {
                 linger(metrics_linger).await;
@@ -936,7 +960,7 @@ async fn child_changed(sigchld: &mut Option<tokio::signal::unix::Signal>) {
 async fn run_command(
     redlock: &Redlock,
     out: Out,
-    key: &str,
+    names: &[String],
     ttl: Duration,
     wait: Duration,
     kill_after: Duration,
@@ -946,12 +970,14 @@ async fn run_command(
     let Some((program, args)) = argv.split_first() else {
         return out.fail("invalid_argument", "no command given after --", EXIT_USAGE);
     };
-    let work = |guard: redlock_client::LockGuard| async move {
+    let work = |guard: held::Held| async move {
         // The token is shown to the resource's guard before the command
         // starts: from then on, older holders are refused there.
-        if let (Some(guard_key), Some(url)) = (fence.guard, fence.resource) {
+        if let (Some(guard_key), Some(url), Some(lock)) =
+            (fence.guard, fence.resource, guard.single())
+        {
             let announced = match resource_connection(url).await {
-                Ok(mut con) => guard.announce(&mut con, guard_key).await,
+                Ok(mut con) => lock.announce(&mut con, guard_key).await,
                 Err(e) => Err(e),
             };
             if let Err(e) = announced {
@@ -966,11 +992,7 @@ async fn run_command(
         job::adopt_orphans();
         let terminal = job::Terminal::foreground();
         let mut command = tokio::process::Command::new(program);
-        command
-            .args(args)
-            .env("REDLOCK_TOKEN", guard.token().to_string())
-            .env("REDLOCK_KEY", guard.key())
-            .kill_on_drop(true);
+        command.args(args).envs(guard.env()).kill_on_drop(true);
         if let Some(guard_key) = fence.guard {
             command.env("REDLOCK_GUARD", guard_key);
         }
@@ -1035,10 +1057,23 @@ async fn run_command(
             (None, false) => RunEnd::WaitFailed(std::io::Error::other("no exit status")),
         }
     };
-    let result = if wait.is_zero() {
-        redlock.with_lock(key, ttl, work).await
-    } else {
-        redlock.with_lock_wait(key, ttl, wait, work).await
+    let key = &names.join(", ");
+    let result = match names {
+        [one] if wait.is_zero() => {
+            redlock
+                .with_lock(one, ttl, |g| work(held::Held::One(g)))
+                .await
+        }
+        [one] => {
+            redlock
+                .with_lock_wait(one, ttl, wait, |g| work(held::Held::One(g)))
+                .await
+        }
+        _ => {
+            redlock
+                .with_lock_set(names, ttl, |g| work(held::Held::Set(g)))
+                .await
+        }
     };
     match result {
         Err(Error::Busy { .. }) => out.fail(

@@ -15,6 +15,7 @@ pub mod attempt;
 pub mod error;
 pub mod keep_alive;
 pub mod lease;
+pub mod many;
 pub mod rules;
 pub mod tally;
 pub mod waiting;

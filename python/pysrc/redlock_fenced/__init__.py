@@ -14,6 +14,7 @@ from importlib.metadata import PackageNotFoundError, version
 from . import _native
 from ._client import Redlock
 from ._lock import Lock
+from ._lock_set import AsyncLockSet, LockSet
 from ._metrics import MetricSeries, PrometheusCollector, metrics
 from ._shared import LockGuard, LostSignal, current_guard
 from ._types import Arg, Cluster, Member, NodeView, Resource, RetryPolicy, Seconds, Sentinel
@@ -44,6 +45,7 @@ __all__ = [
     "AcquireContext",
     "Arg",
     "AsyncLock",
+    "AsyncLockSet",
     "AsyncRedlock",
     "Cluster",
     "ExpiredBeforeUseError",
@@ -53,6 +55,7 @@ __all__ = [
     "LockError",
     "LockGuard",
     "LockLostError",
+    "LockSet",
     "LockStateError",
     "LostSignal",
     "Member",

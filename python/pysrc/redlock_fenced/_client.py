@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 from . import _native
 from ._lock import AcquireContext, AsyncLock, Lock
+from ._lock_set import AsyncLockSet, LockSet, check_names
 from ._shared import LockGuard, StrPath, connect_args, current, lost_error, views
 from ._types import (
     Member,
@@ -96,6 +97,20 @@ class Redlock:
         """One attempt: the lock, or None when another owner holds it."""
         native = self._client.try_acquire(check_key(key), ttl_seconds(ttl))
         return None if native is None else Lock(native)
+
+    def acquire_many(self, names: Sequence[str], ttl: Seconds) -> LockSet:
+        """Takes every name of `names` at once for `ttl` seconds (all or none
+        on each node, in byte order: overlapping sets never deadlock),
+        retrying per the `RetryPolicy`; `LockBusyError` when it stays busy,
+        `InvalidArgumentError` for an empty set or a name given twice."""
+        native = _native.acquire_many(self._client, check_names(names), ttl_seconds(ttl))
+        assert native is not None
+        return LockSet(native)
+
+    def try_acquire_many(self, names: Sequence[str], ttl: Seconds) -> LockSet | None:
+        """One attempt at the set: None when another owner holds any name."""
+        native = _native.try_acquire_many(self._client, check_names(names), ttl_seconds(ttl))
+        return None if native is None else LockSet(native)
 
     def hold(
         self,
@@ -237,6 +252,23 @@ class AsyncRedlock:
         k, t = check_key(key), ttl_seconds(ttl)
         native: _native.NativeLock | None = await self._client.try_acquire_async(k, t)
         return None if native is None else AsyncLock(native)
+
+    async def acquire_many(self, names: Sequence[str], ttl: Seconds) -> AsyncLockSet:
+        """As `Redlock.acquire_many`, as a coroutine."""
+        n, t = check_names(names), ttl_seconds(ttl)
+        native: _native.NativeLockSet | None = await _native.acquire_many_async(
+            self._client, n, t
+        )
+        assert native is not None
+        return AsyncLockSet(native)
+
+    async def try_acquire_many(self, names: Sequence[str], ttl: Seconds) -> AsyncLockSet | None:
+        """As `Redlock.try_acquire_many`, as a coroutine."""
+        n, t = check_names(names), ttl_seconds(ttl)
+        native: _native.NativeLockSet | None = await _native.try_acquire_many_async(
+            self._client, n, t
+        )
+        return None if native is None else AsyncLockSet(native)
 
     def hold(
         self,

@@ -11,10 +11,15 @@ __all__ = [
     "NativeGuard",
     "NativeFuture",
     "NativeLock",
+    "NativeLockSet",
+    "acquire_many",
+    "acquire_many_async",
     "Signal",
     "flush_background",
     "metrics",
     "set_log_level",
+    "try_acquire_many",
+    "try_acquire_many_async",
 ]
 
 _View = tuple[
@@ -30,6 +35,29 @@ _Path = str | PathLike[str]
 _Resource = str | list[str]
 _Member = str | list[str] | tuple[str, str, list[str], str | None, str | None, bool]
 _T = TypeVar("_T")
+
+@final
+class NativeLockSet:
+    @property
+    def tokens(self) -> list[tuple[str, int]]: ...
+    @property
+    def owner(self) -> str: ...
+    def validity(self) -> float: ...
+    def is_lost(self) -> bool: ...
+    def state(self) -> Literal["held", "busy", "released"]: ...
+    def extend(self, ttl: float) -> None: ...
+    def extend_async(self, ttl: float) -> NativeFuture[None]: ...
+    def release(self) -> bool: ...
+    def release_async(self) -> NativeFuture[bool]: ...
+
+def acquire_many(client: Client, names: list[str], ttl: float) -> NativeLockSet | None: ...
+def acquire_many_async(
+    client: Client, names: list[str], ttl: float
+) -> NativeFuture[NativeLockSet | None]: ...
+def try_acquire_many(client: Client, names: list[str], ttl: float) -> NativeLockSet | None: ...
+def try_acquire_many_async(
+    client: Client, names: list[str], ttl: float
+) -> NativeFuture[NativeLockSet | None]: ...
 
 @final
 class NativeFuture(Generic[_T]):
