@@ -26,6 +26,7 @@ mod classify;
 mod cluster;
 mod core;
 mod defaults;
+mod election;
 mod fenced;
 mod identity;
 mod inspect;
@@ -51,6 +52,7 @@ pub use defaults::{
     RetryPolicy, DEFAULT_CONNECT_TIMEOUT, DEFAULT_DRIFT_FACTOR, DEFAULT_NODE_TIMEOUT,
     DEFAULT_SYNC_TIMEOUT,
 };
+pub use election::{Election, Leader, Leadership, Observer};
 pub use inspect::{NodeState, NodeView, Shard};
 pub use lock::{Lock, LockInfo};
 pub use member::Member;
