@@ -6,6 +6,11 @@
 #[doc = include_str!("../../docs/guide/client-rust.md")]
 pub struct GuideClient;
 
+/// The guide's leader-election examples, compiled as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../../docs/guide/election.md")]
+pub struct GuideElection;
+
 /// The guide's Sentinel example, compiled as a doctest.
 #[cfg(doctest)]
 #[doc = include_str!("../../docs/guide/sentinel.md")]

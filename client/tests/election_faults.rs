@@ -195,7 +195,10 @@ async fn a_deposed_leaders_proclaim_is_refused_by_the_nodes() {
     );
     let leader = election.leader().await.unwrap().unwrap();
     assert_eq!(leader.epoch, successor.epoch());
-    assert_eq!(leader.value, None, "the old leader's value is not the new one's");
+    assert_eq!(
+        leader.value, None,
+        "the old leader's value is not the new one's"
+    );
     successor.proclaim("10.0.0.2").await.unwrap();
     let leader = election.leader().await.unwrap().unwrap();
     assert_eq!(leader.value.as_deref(), Some("10.0.0.2"));
@@ -263,7 +266,11 @@ async fn observe_sees_every_change_in_order_and_wakes_soon_after_a_resign() {
         let (seen, at) = next_change(&mut rx).await;
         latencies.push(at - resigned);
         current = waiting.await.unwrap();
-        assert_eq!(seen.epoch, current.epoch(), "the next leader, nothing between");
+        assert_eq!(
+            seen.epoch,
+            current.epoch(),
+            "the next leader, nothing between"
+        );
         assert_eq!(seen.revision, 0);
         epochs.push(current.epoch());
     }
