@@ -104,8 +104,8 @@ fn acquisitions_waits_holds_extensions_and_losses_are_counted() {
             .await
             .unwrap();
         tokio::time::sleep(Duration::from_millis(250)).await;
-        assert!(matches!(short.extend(ttl).await, Err(Error::Lost { .. })));
-        assert!(matches!(short.extend(ttl).await, Err(Error::Lost { .. })));
+        assert!(matches!(short.extend(ttl).await, Err(Error::Lapsed { .. })));
+        assert!(matches!(short.extend(ttl).await, Err(Error::Lapsed { .. })));
         assert!(!short.release().await.unwrap());
 
         // A wait that runs out (one busy attempt, then the wait), and one

@@ -121,17 +121,29 @@ async fn minority_down_works_majority_down_is_no_quorum() {
         let lock = redlock.acquire("k", ttl).await.unwrap();
         assert!(lock.release().await.unwrap());
     }
-    // A lease that ran out is "not held" (a quorum answered), not "no quorum".
-    let mut lock = redlock
-        .acquire("short", Duration::from_millis(100))
-        .await
-        .unwrap();
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // A lock the nodes no longer have is "not held" (a quorum answered),
+    // not "no quorum": its records are deleted on the three live nodes
+    // while the client's validity still runs.
+    let mut lock = redlock.acquire("short", ttl).await.unwrap();
+    for n in [&nodes[1], &nodes[2], &nodes[4]] {
+        let deleted: i64 = redis::cmd("DEL")
+            .arg("short")
+            .query(&mut n.connection())
+            .unwrap();
+        assert_eq!(deleted, 1);
+    }
     assert!(matches!(
         lock.extend(ttl).await,
         Err(Error::Lost { confirmed: 0, .. })
     ));
     assert!(!lock.release().await.unwrap());
+    // One whose validity ran out is lapsed: nothing is sent.
+    let mut lock = redlock
+        .acquire("short", Duration::from_millis(100))
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(matches!(lock.extend(ttl).await, Err(Error::Lapsed { .. })));
 
     nodes[4].kill();
     let started = Instant::now();
