@@ -241,3 +241,78 @@ fn elect_again_campaigns_after_each_term() {
         "epochs did not grow: {epochs:?}"
     );
 }
+
+/// `leader --watch --json` prints each leader as it comes, in order, until
+/// a stop signal.
+#[test]
+fn leader_watch_prints_each_change() {
+    let nodes = five();
+    let list = urls(&nodes).join(",");
+    let watch = start(&list, &["leader", "jobs", "--watch", "--json"]);
+    let mut epochs = Vec::new();
+    for value in ["first", "second"] {
+        let out = redlock(
+            &list,
+            &[
+                "elect",
+                "jobs",
+                "--ttl",
+                "2s",
+                "--value",
+                value,
+                "--",
+                "sh",
+                "-c",
+                "echo $REDLOCK_EPOCH; sleep 1",
+            ],
+        );
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        epochs.push(
+            String::from_utf8_lossy(&out.stdout)
+                .trim()
+                .parse::<u64>()
+                .unwrap(),
+        );
+    }
+    let killed = Command::new("kill")
+        .arg("-TERM")
+        .arg(watch.id().to_string())
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let out = wait_bounded(watch, Duration::from_secs(20));
+    assert_eq!(out.status.code(), Some(0));
+    let lines: Vec<Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    // Each term shows up with its value, in order (a term may also show up
+    // once before its value was proclaimed).
+    let with_values: Vec<(u64, String)> = lines
+        .iter()
+        .filter_map(|l| {
+            let leader = &l["leader"];
+            Some((
+                leader["epoch"].as_u64()?,
+                leader["value"].as_str()?.to_string(),
+            ))
+        })
+        .collect();
+    assert_eq!(
+        with_values,
+        vec![
+            (epochs[0], "first".to_string()),
+            (epochs[1], "second".to_string())
+        ],
+        "{lines:?}"
+    );
+    let all: Vec<u64> = lines
+        .iter()
+        .filter_map(|l| l["leader"]["epoch"].as_u64())
+        .collect();
+    assert!(all.windows(2).all(|w| w[0] <= w[1]), "{all:?}");
+}
