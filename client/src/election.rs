@@ -246,7 +246,8 @@ impl Election {
     /// # Ok(()) }
     /// ```
     pub async fn leader(&self) -> Result<Option<Leader>, Error> {
-        Ok(self.read().await?.0)
+        let span = tracing::debug_span!("redlock.leader", name = %self.name);
+        Ok(self.read().instrument(span).await?.0)
     }
 
     /// The leader, and each node's last stream id (for `XREAD`).
@@ -615,6 +616,7 @@ impl Observer {
 
     /// Blocks until a node's log gets an entry after `last_ids` (or the
     /// block times out on every node).
+    #[tracing::instrument(level = "debug", name = "redlock.observe.block", skip_all, fields(name = %self.election.name))]
     async fn block(&self, last_ids: &[Option<String>]) {
         let nodes = &self.election.redlock.inner.quorum.nodes;
         let key = self.election.log_key();
