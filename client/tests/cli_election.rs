@@ -316,3 +316,28 @@ fn leader_watch_prints_each_change() {
         .collect();
     assert!(all.windows(2).all(|w| w[0] <= w[1]), "{all:?}");
 }
+
+/// A command that cannot start: exit 127 with a message, and the
+/// leadership is given up at once (nobody leads afterwards).
+#[test]
+fn elect_with_a_missing_command_exits_127_and_resigns() {
+    let nodes = five();
+    let list = urls(&nodes).join(",");
+    let out = redlock(
+        &list,
+        &[
+            "elect",
+            "jobs",
+            "--ttl",
+            "30s",
+            "--",
+            "/nonexistent/command",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(127));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("cannot run \"/nonexistent/command\""), "{err}");
+    assert_eq!(err.matches("cannot run").count(), 1, "{err}");
+    let leader = redlock(&list, &["leader", "jobs"]);
+    assert_eq!(leader.status.code(), Some(5));
+}

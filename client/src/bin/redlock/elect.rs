@@ -16,8 +16,8 @@ enum TermEnd {
     Lost,
     /// A stop signal arrived; it was passed on and the group is gone.
     Stopped(std::process::ExitStatus),
-    /// The command could not be started (exit code to use).
-    NotStarted(u8),
+    /// The command could not be started.
+    NotStarted(std::io::Error),
     /// Waiting for the command failed.
     WaitFailed(std::io::Error),
 }
@@ -85,12 +85,13 @@ pub(crate) async fn elect(
         let code = match end {
             TermEnd::Exited(status) => status_code(status),
             TermEnd::Stopped(status) => return status_code(status),
-            TermEnd::NotStarted(code) => {
-                return out.fail(
-                    "not_started",
-                    &format!("cannot run {program:?}"),
-                    code,
-                )
+            TermEnd::NotStarted(e) => {
+                let code = if e.kind() == std::io::ErrorKind::NotFound {
+                    127
+                } else {
+                    126
+                };
+                return out.fail("not_started", &format!("cannot run {program:?}: {e}"), code);
             }
             TermEnd::WaitFailed(e) => {
                 return out.fail(
@@ -133,15 +134,7 @@ async fn lead(
         .kill_on_drop(true);
     let (mut child, group) = match job::spawn(&mut command, None) {
         Ok(started) => started,
-        Err(e) => {
-            eprintln!("redlock: cannot run {program:?}: {e}");
-            let code = if e.kind() == std::io::ErrorKind::NotFound {
-                127
-            } else {
-                126
-            };
-            return TermEnd::NotStarted(code);
-        }
+        Err(e) => return TermEnd::NotStarted(e),
     };
     let mut status: Option<std::io::Result<std::process::ExitStatus>> = None;
     let (mut lost, mut stopped) = (false, false);
