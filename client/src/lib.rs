@@ -12,6 +12,11 @@ pub struct GuideClient;
 #[doc = include_str!("../../docs/guide/many-names.md")]
 pub struct GuideManyNames;
 
+/// The guide's leader-election examples, compiled as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../../docs/guide/election.md")]
+pub struct GuideElection;
+
 /// The guide's Sentinel example, compiled as a doctest.
 #[cfg(doctest)]
 #[doc = include_str!("../../docs/guide/sentinel.md")]
@@ -32,6 +37,7 @@ mod classify;
 mod cluster;
 mod core;
 mod defaults;
+mod election;
 mod fenced;
 mod identity;
 mod inspect;
@@ -59,6 +65,7 @@ pub use defaults::{
     RetryPolicy, DEFAULT_CONNECT_TIMEOUT, DEFAULT_DRIFT_FACTOR, DEFAULT_NODE_TIMEOUT,
     DEFAULT_SYNC_TIMEOUT,
 };
+pub use election::{Election, Leader, Leadership, Observer};
 pub use inspect::{NodeState, NodeView, Shard};
 pub use lock::{Lock, LockInfo};
 pub use lock_set::LockSet;

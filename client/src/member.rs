@@ -341,6 +341,19 @@ impl Voter {
         }
     }
 
+    /// A blocking command on a connection of its own (see
+    /// [`Node::call_blocking`]); not offered on a cluster member.
+    pub(crate) async fn call_blocking(&self, cmd: &Cmd) -> Result<Value, NodeFailure> {
+        match self {
+            Voter::Node(n) => n.call_blocking(cmd).await,
+            Voter::Sentinel(s) => s.call_blocking(cmd).await,
+            Voter::Cluster(_) => Err(NodeFailure::Unexpected(
+                "blocking reads other than REDLOCK.WAIT are not supported on a cluster member"
+                    .into(),
+            )),
+        }
+    }
+
     /// A `REDLOCK.WAIT` for `key` on a connection of its own (see
     /// [`Node::wait_free`]; a cluster member sends it to the shard that owns
     /// the key's slot).

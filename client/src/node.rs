@@ -429,6 +429,17 @@ impl Node {
     /// wait); dropping the future closes the connection, which ends the
     /// wait on the node.
     pub(crate) async fn wait_free(&self, cmd: &Cmd) -> Result<bool, NodeFailure> {
+        match self.call_blocking(cmd).await? {
+            Value::Int(n) => Ok(n == 1),
+            other => Err(NodeFailure::Unexpected(format!("{other:?}"))),
+        }
+    }
+
+    /// A blocking command (`REDLOCK.WAIT`, `XREAD BLOCK`) on a pooled
+    /// connection of its own, so that it never stalls the shared one. Not
+    /// bounded by the per-node timeout; dropping the future closes the
+    /// connection, which ends the block on the node.
+    pub(crate) async fn call_blocking(&self, cmd: &Cmd) -> Result<Value, NodeFailure> {
         let idle = self
             .blocking
             .lock()
@@ -467,11 +478,10 @@ impl Node {
         };
         let reply = conn.send_packed_command(cmd).await;
         match reply.and_then(Value::extract_error) {
-            Ok(Value::Int(n)) => {
+            Ok(value) => {
                 loan.answered = true;
-                Ok(n == 1)
+                Ok(value)
             }
-            Ok(other) => Err(NodeFailure::Unexpected(format!("{other:?}"))),
             Err(e) => {
                 let (failure, broken) = crate::classify::node_failure(&e);
                 loan.answered = !broken;

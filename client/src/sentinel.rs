@@ -358,8 +358,16 @@ impl SentinelMember {
 
     /// `REDLOCK.WAIT` on the master (see [`Node::wait_free`]).
     pub(crate) async fn wait_free(self: &Arc<Self>, cmd: &Cmd) -> Result<bool, NodeFailure> {
+        match self.call_blocking(cmd).await? {
+            Value::Int(n) => Ok(n == 1),
+            other => Err(NodeFailure::Unexpected(format!("{other:?}"))),
+        }
+    }
+
+    /// A blocking command on the master (see [`Node::call_blocking`]).
+    pub(crate) async fn call_blocking(self: &Arc<Self>, cmd: &Cmd) -> Result<Value, NodeFailure> {
         let node = self.master().await?;
-        let reply = node.wait_free(cmd).await;
+        let reply = node.call_blocking(cmd).await;
         if let Err(e) = &reply {
             if needs_new_master(&Err(e.clone())) {
                 self.invalidate(&node);

@@ -128,7 +128,7 @@ where
 /// (sooner again after an extension no quorum answered), fires `lost` when
 /// an extension finds the lock no longer held or when the validity runs
 /// out, and releases the lock when `done` fires.
-async fn keep_alive(
+pub(crate) async fn keep_alive(
     mut lock: Lock,
     ttl: Duration,
     lost: CancellationToken,

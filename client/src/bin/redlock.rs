@@ -3,6 +3,8 @@
 
 #[path = "redlock/held.rs"]
 mod held;
+#[path = "redlock/elect.rs"]
+mod elect;
 #[path = "redlock/job.rs"]
 mod job;
 
@@ -36,8 +38,9 @@ Exit codes:
   1    error: no quorum, restart guard, module not loaded, … (the message says what to do)
   2    bad usage or argument
   3    busy: the lock is held by another owner
-  4    run: the lock was lost while the command ran; the command was terminated
-  5    release: that owner did not hold the lock (lease over or already released)
+  4    run, elect: the lock (leadership) was lost while the command ran; the command was terminated
+  5    release: that owner did not hold the lock (lease over or already released);
+       leader: nobody leads
   6    fenced, run --guard: STALE, the resource's guard has seen a newer token; nothing ran
   N    run: the command's own exit status (128+SIG when killed by a signal;
        126/127 when it could not be started)
@@ -310,6 +313,45 @@ enum Command {
         /// The command and its arguments, after `--`.
         #[arg(last = true, required = true, value_name = "CMD")]
         command: Vec<String>,
+    },
+    /// Run a command while this host leads the election NAME.
+    ///
+    /// Campaigns (waiting, first come first served, woken by the nodes),
+    /// then runs the command with the epoch (the term's fencing token) in
+    /// REDLOCK_EPOCH and REDLOCK_TOKEN, the name in REDLOCK_ELECTION and
+    /// REDLOCK_KEY, in a process group of its own. Leadership is renewed
+    /// while it runs; when it is lost the group gets SIGTERM, then SIGKILL
+    /// after --kill-after (exit code 4). When the command ends, redlock
+    /// resigns (the next candidate leads at once) and exits with its
+    /// status, or with --again campaigns again.
+    Elect {
+        /// The election's name.
+        name: String,
+        /// Lease length; renewed about every ttl/3.
+        #[arg(long, default_value = "10s", value_parser = parse_duration)]
+        ttl: Duration,
+        /// Campaign again after each term (the command ended or leadership
+        /// was lost), until a stop signal.
+        #[arg(long)]
+        again: bool,
+        /// Proclaim this value (e.g. this host's address) while leading.
+        #[arg(long)]
+        value: Option<String>,
+        /// Time between SIGTERM and SIGKILL to the command's process group.
+        #[arg(long, default_value = "10s", value_parser = parse_duration)]
+        kill_after: Duration,
+        /// The command and its arguments, after `--`.
+        #[arg(last = true, required = true, value_name = "CMD")]
+        command: Vec<String>,
+    },
+    /// Show who leads the election NAME: epoch, time left, proclaimed value
+    /// (never the owner). Exit code 5 when nobody leads.
+    Leader {
+        /// The election's name.
+        name: String,
+        /// Print every change as it happens, until a stop signal.
+        #[arg(long)]
+        watch: bool,
     },
     /// Run one Redis command on the resource, fenced by the token of the
     /// lock `redlock run` holds: `REDLOCK.FENCED $REDLOCK_GUARD $REDLOCK_KEY
@@ -605,6 +647,27 @@ async fn run(cli: Cli, out: Out) -> u8 {
             }
             code
         }
+        Command::Elect {
+            name,
+            ttl,
+            again,
+            value,
+            kill_after,
+            command,
+        } => {
+            elect::elect(
+                &redlock,
+                out,
+                &name,
+                ttl,
+                again,
+                value.as_deref(),
+                kill_after,
+                &command,
+            )
+            .await
+        }
+        Command::Leader { name, watch } => elect::leader(&redlock, out, &name, watch).await,
         Command::Fenced { .. } => EXIT_USAGE,
     }
 }
