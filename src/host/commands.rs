@@ -164,7 +164,7 @@ pub fn acquire(call: &Call) -> Result<Reply, CommandError> {
     if guard::record_lease(a.ttl)? {
         announce_node_record(call);
     }
-    crate::host::lease_ack::check(&call.ctx, a.ttl)?;
+    check_lease_ack(&call.ctx, a.ttl)?;
     let owner = hash_owner(a.owner);
     // A free lock reserved for the first queued waiter is busy for others:
     // the reservation is an input of the decision. It ends only when its
@@ -231,7 +231,7 @@ pub fn extend(call: &Call) -> Result<Reply, CommandError> {
     if guard::record_lease(a.ttl)? {
         announce_node_record(call);
     }
-    crate::host::lease_ack::check(&call.ctx, a.ttl)?;
+    check_lease_ack(&call.ctx, a.ttl)?;
     let owner = hash_owner(a.owner);
     let extended = update(call, mono_now(), c"redlock.extend", |state, now| {
         let extended = state.extend(&owner, a.ttl, now);
@@ -453,4 +453,14 @@ pub fn test_hook(call: &Call) -> Result<Reply, CommandError> {
         )),
         [] => Err(CommandError::WrongArity("redlock.testhook")),
     }
+}
+
+/// The lease-ack check of a ttl on a master (`host/lease_ack.rs`), with the
+/// announcement of the node record it may ask for.
+fn check_lease_ack(ctx: &redis_module::Context, ttl_ms: u64) -> Result<(), CommandError> {
+    let checked = crate::host::lease_ack::check(ttl_ms);
+    if crate::host::lease_ack::take_announce_request() {
+        crate::host::node::announce_soon(ctx);
+    }
+    checked
 }

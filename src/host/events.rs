@@ -16,6 +16,7 @@ use crate::host::clock::mono_now;
 use crate::host::config;
 use crate::host::datatype;
 use crate::host::guard;
+use crate::host::lease_ack;
 use crate::host::node;
 use crate::host::replication;
 use crate::host::sync;
@@ -86,12 +87,18 @@ extern "C" fn on_role_change(
         if subevent == raw::REDISMODULE_EVENT_REPLROLECHANGED_NOW_MASTER {
             let now = mono_now();
             let promotion = sync::on_promotion(&ctx, now);
+            // A life as master starts: what its replicas acknowledged
+            // knowing of the longest lease starts from what it knows.
+            lease_ack::start(guard::longest_lease());
             guard::on_promotion(&ctx, now, promotion);
         } else {
             // Also a replica pointed at another master (Redis fires this
             // event at every REPLICAOF host port).
             guard::on_demotion(&ctx);
             sync::on_demotion(&ctx);
+            // What replicas acknowledged belongs to the life as master
+            // that ended.
+            lease_ack::reset();
         }
     });
 }

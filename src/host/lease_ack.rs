@@ -19,7 +19,7 @@ use redis_module::Context;
 
 use crate::core::error::CommandError;
 use crate::core::lease_ack_rule::LeaseAck;
-use crate::host::{guard, mutant, node, sync};
+use crate::host::{guard, mutant, sync};
 
 static ACK: Mutex<LeaseAck> = Mutex::new(LeaseAck::new());
 /// The longest lease the last announcement said (0: none since the reset).
@@ -109,8 +109,21 @@ pub fn acked_ms() -> u64 {
     ack().acked_ms()
 }
 
-/// The check of a lease of `ttl_ms` on a master, before it is granted.
-pub fn check(ctx: &Context, ttl_ms: u64) -> Result<(), CommandError> {
+/// Set by [`check`] when the node record must be announced (nothing waited
+/// for covers the ttl refused); the command glue announces it
+/// ([`take_announce_request`]), so that this file needs nothing of
+/// `host/node.rs`, which calls into it.
+static ANNOUNCE_REQUESTED: AtomicBool = AtomicBool::new(false);
+
+/// Whether [`check`] asked for an announcement of the node record since
+/// the last call (the request is taken).
+pub fn take_announce_request() -> bool {
+    ANNOUNCE_REQUESTED.swap(false, Relaxed)
+}
+
+/// The check of a lease of `ttl_ms` on a master, before it is granted;
+/// see [`take_announce_request`] after a refusal.
+pub fn check(ttl_ms: u64) -> Result<(), CommandError> {
     if ttl_ms <= ack().acked_ms() {
         return Ok(());
     }
@@ -143,7 +156,7 @@ pub fn check(ctx: &Context, ttl_ms: u64) -> Result<(), CommandError> {
         let covered =
             ANNOUNCED_AT.load(Relaxed) != u64::MAX && ANNOUNCED_MS.load(Relaxed) >= ttl_ms;
         if !pending && !covered && !ASKED.swap(true, Relaxed) {
-            node::announce_soon(ctx);
+            ANNOUNCE_REQUESTED.store(true, Relaxed);
         }
         let waiting = if r.waiting.is_empty() {
             "the announcement of the master's longest lease, not propagated yet".to_string()

@@ -661,9 +661,6 @@ pub fn on_demotion(ctx: &Context) {
     // follow another master now, and a fresh announcement of that one is
     // what they go by.
     ZERO_PENDING.store(false, Relaxed);
-    // What replicas acknowledged knowing of the longest lease belongs to
-    // this life as master too.
-    crate::host::lease_ack::reset();
     KNOWN.store(0, Relaxed);
     ONLINE.store(0, Relaxed);
     let mut st = state();
@@ -735,7 +732,6 @@ pub fn on_promotion(ctx: &Context, now: MonoMillis) -> Promotion {
     // what came before is covered by the decision's window.
     UNCHECKED_UNTIL.store(0, Relaxed);
     on_demotion(ctx);
-    crate::host::lease_ack::start(guard::longest_lease());
     bump();
     scan(ctx);
     decision

@@ -1,10 +1,10 @@
 //! `redlock`: take, release, inspect and run under fenced Redlock locks from
 //! the shell. See `redlock --help`.
 
-#[path = "redlock/held.rs"]
-mod held;
 #[path = "redlock/elect.rs"]
 mod elect;
+#[path = "redlock/held.rs"]
+mod held;
 #[path = "redlock/job.rs"]
 mod job;
 
