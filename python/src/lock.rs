@@ -57,6 +57,10 @@ struct Shared {
     /// Whether a task watches the deadline (started by the first wait on
     /// `lost`: most locks are released long before anyone waits).
     watching: AtomicBool,
+    /// The Rust lock's own validity, which an extension lowers the moment
+    /// it starts (a shorter lease may reach the nodes whatever the call
+    /// returns, also when it is cancelled): `deadline` never outlasts it.
+    info: Arc<LockInfo>,
 }
 
 impl Shared {
@@ -65,7 +69,10 @@ impl Shared {
         if self.lost.is_cancelled() {
             return true;
         }
-        let ran_out = self.deadline.borrow().is_some_and(|d| Instant::now() >= d);
+        let ran_out = self
+            .deadline
+            .borrow()
+            .is_some_and(|d| Instant::now() >= d || self.info.validity().is_zero());
         if ran_out {
             self.lost.cancel();
         }
@@ -187,6 +194,7 @@ impl NativeLock {
         let deadline = Instant::now() + lock.validity();
         let (tx, _) = watch::channel(Some(deadline));
         let lost = CancellationToken::new();
+        let info = Arc::clone(lock.info());
         NativeLock {
             key: lock.key().to_string(),
             token: lock.token(),
@@ -197,6 +205,7 @@ impl NativeLock {
             shared: Arc::new(Shared {
                 slot: Mutex::new(Slot::Held(lock)),
                 deadline: tx,
+                info: Arc::clone(&info),
                 lost,
                 watching: AtomicBool::new(false),
             }),
@@ -211,9 +220,29 @@ impl NativeLock {
             let Some(lock) = taken.lock.as_mut() else {
                 return Err(errors::internal("extend without a lock"));
             };
-            match lock.extend(ttl).await {
-                Ok(()) => {
-                    let deadline = Instant::now() + lock.validity();
+            let extending = lock.extend(ttl);
+            let mut extending = std::pin::pin!(extending);
+            // The first poll starts the extension, which lowers the Rust
+            // lock's validity to the new lease's bound before anything is
+            // sent: mirror it now, so that the validity and the lost event
+            // never count on the old lease while the nodes may apply a
+            // shorter one (a cancelled extend keeps the lowered bound).
+            let first =
+                std::future::poll_fn(|cx| std::task::Poll::Ready(extending.as_mut().poll(cx)))
+                    .await;
+            let bound = Instant::now() + taken.shared.info.validity();
+            taken.shared.deadline.send_modify(|d| {
+                if let Some(d) = d {
+                    *d = (*d).min(bound);
+                }
+            });
+            let result = match first {
+                std::task::Poll::Ready(result) => result,
+                std::task::Poll::Pending => extending.await,
+            };
+            match result.map(|()| taken.shared.info.validity()) {
+                Ok(validity) => {
+                    let deadline = Instant::now() + validity;
                     taken.shared.deadline.send_replace(Some(deadline));
                     Ok(())
                 }
@@ -316,7 +345,10 @@ impl NativeLock {
             return 0.0;
         }
         match *self.shared.deadline.borrow() {
-            Some(d) => d.saturating_duration_since(Instant::now()).as_secs_f64(),
+            Some(d) => d
+                .saturating_duration_since(Instant::now())
+                .min(self.info.validity())
+                .as_secs_f64(),
             None => 0.0,
         }
     }

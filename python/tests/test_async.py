@@ -272,3 +272,27 @@ def test_event_loops_in_several_threads(urls: list[str]) -> None:
         capture_output=True, text=True, timeout=60,
     )
     assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr[-2000:]
+
+
+async def test_a_cancelled_shorter_extend_cuts_the_validity(
+    aredlock: rf.AsyncRedlock, nodes: list[Node], key: str
+) -> None:
+    """The nodes may apply a shorter lease whatever the call returns, also
+    when it is cancelled: the validity and the lost event follow the short
+    lease from the moment the extension starts (found by an adversarial
+    read: the lock reported 28 s left while another owner took it)."""
+    lock = await aredlock.acquire(key, ttl=10)
+    assert lock.validity > 9
+    for node in nodes:
+        node.pause()
+    task = asyncio.ensure_future(lock.extend(1.0))
+    await asyncio.sleep(0.05)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    for node in nodes:
+        node.resume()
+    assert lock.validity <= 1.0, lock.validity
+    await asyncio.sleep(1.2)
+    assert lock.validity == 0.0
+    assert lock.lost.is_set()
