@@ -293,6 +293,8 @@ impl Lock {
             if let Err(Error::Lost { .. } | Error::Lapsed { .. } | Error::ExpiredBeforeUse { .. }) =
                 &result
             {
+                // A lock reported lost leaves no validity (core/lease.rs).
+                self.info.lower_deadline(Instant::now());
                 self.info.note_lost();
             }
             result

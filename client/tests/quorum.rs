@@ -136,6 +136,8 @@ async fn minority_down_works_majority_down_is_no_quorum() {
         lock.extend(ttl).await,
         Err(Error::Lost { confirmed: 0, .. })
     ));
+    // A lock reported lost leaves no validity.
+    assert_eq!(lock.validity(), Duration::ZERO);
     assert!(!lock.release().await.unwrap());
     // One whose validity ran out is lapsed: nothing is sent.
     let mut lock = redlock
