@@ -106,8 +106,12 @@ fn update<R>(
     let (result, changed) = op(&mut state, now)?;
     if changed {
         key.put(&state)?;
+        // The three readings of the record are taken together, not with the
+        // command's `now`: a boot stamp read later than the monotonic reading
+        // it goes with would make a restart count the lease longer by the
+        // time the command took (INFO calls, a descheduled process).
         ffi::replicate_state(call, || {
-            persist::persist_at(&state, now, wall_now(), boot_now())
+            persist::persist_at(&state, mono_now(), wall_now(), boot_now())
         });
         wait::state_changed(call, &state, now);
         ffi::signal_modified(call, event);
