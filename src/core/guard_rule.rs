@@ -102,11 +102,6 @@ pub struct Guard {
     /// master announced to its replicas about its window is then out of
     /// date (`host/sync.rs`).
     epoch: u64,
-    /// The node learned its master's longest lease: in this run
-    /// ([`Guard::learned`]), or in an earlier one, as its disk says
-    /// ([`Guard::load_learned`]). Its own record file alone says nothing:
-    /// it holds this node's own `max-ttl-ms` too.
-    taught: bool,
     /// The window open now (or at the previous run's end, as its disk
     /// says) is the promotion window of a node that had learned nothing: it
     /// lasts [`LEASE_LIMIT_MS`], also across a restart.
@@ -132,7 +127,6 @@ impl Guard {
             window_marked_open: false,
             window_cap: u64::MAX,
             epoch: 0,
-            taught: false,
             untaught_window: false,
         }
     }
@@ -195,12 +189,15 @@ impl Guard {
     /// what is left of the window of its own last start as a replica, which
     /// covered nothing it lacks); one whose master was still inside a hold
     /// guards for the rest of it; any other guards for the longest lease
-    /// (DESIGN §7).
+    /// (DESIGN §7). `taught`: the node learned its longest lease from the
+    /// master it followed until now ([`crate::core::teacher::Taught`]); its
+    /// own record file alone says nothing (it holds its own `max-ttl-ms`).
     pub fn on_promotion(
         &mut self,
         s: Settings,
         promotion: Promotion,
         now: MonoMillis,
+        taught: bool,
     ) -> Option<RunState> {
         if s.mutants.on(Mutant::NoPromotionGuard) {
             return None;
@@ -224,7 +221,7 @@ impl Guard {
         // than its master's. It guards for the longest lease any node
         // grants (simulator seeds 352,891 and 503,818). An operator who
         // knows better ends it with `restart-grace-ms`.
-        if !self.taught && !s.mutants.on(Mutant::NoLeaseAck) {
+        if !taught && !s.mutants.on(Mutant::NoLeaseAck) {
             self.window_default_len = LEASE_LIMIT_MS;
             self.untaught_window = true;
         }
@@ -385,24 +382,6 @@ impl Guard {
         self.untaught_window
     }
 
-    /// At load: the node's disk says it learned a master's longest lease
-    /// in an earlier run (the host's marker file).
-    pub fn load_learned(&mut self, learned: bool) {
-        self.taught |= learned;
-    }
-
-    /// The node received its master's node record or a lease length from
-    /// it (a full sync, the stream, a file written by a master). `true` the
-    /// first time: the host then writes its marker file.
-    pub fn learned(&mut self) -> bool {
-        !std::mem::replace(&mut self.taught, true)
-    }
-
-    /// Whether the node knows a lease length from a master or its disk.
-    pub fn taught(&self) -> bool {
-        self.taught
-    }
-
     /// A lease length received from the master (or a file from one): the
     /// length to record and raise to ([`Guard::raise_longest`]), when it is
     /// longer than the longest known.
@@ -468,7 +447,7 @@ mod tests {
         let mut g = Guard::new();
         g.open_after_load(s, Some(DURABLE_CLEAN), true, true, 1);
         let rs = g
-            .on_promotion(s, Promotion::Guard, 10)
+            .on_promotion(s, Promotion::Guard, 10, true)
             .expect("a window opens");
         assert!(rs.window_open);
         assert!(g.check(s, 500, false, true).0.is_err());
@@ -501,7 +480,7 @@ mod tests {
         let mut g = Guard::new();
         g.load_recorded(1_000);
         g.open_after_load(s, None, false, true, 1);
-        g.on_promotion(s, Promotion::Guard, 10);
+        g.on_promotion(s, Promotion::Guard, 10, false);
         assert!(
             matches!(g.check(s, 10, false, false).0, Err(r) if r.remaining_ms == LEASE_LIMIT_MS)
         );
@@ -512,20 +491,12 @@ mod tests {
         assert!(
             matches!(restarted.check(s, 5_000, false, false).0, Err(r) if r.remaining_ms > 80_000_000)
         );
-        // Taught by its master: its longest lease.
+        // Taught by the master it followed (`core/teacher.rs`): its longest
+        // lease.
         let mut g = Guard::new();
         g.load_recorded(1_000);
         g.open_after_load(s, None, false, true, 1);
-        assert!(g.learned());
-        assert!(!g.learned());
-        g.on_promotion(s, Promotion::Guard, 10);
-        assert!(matches!(g.check(s, 10, false, false).0, Err(r) if r.remaining_ms == 1_000));
-        // Learned in an earlier run, as its disk says.
-        let mut g = Guard::new();
-        g.load_recorded(1_000);
-        g.load_learned(true);
-        g.open_after_load(s, None, false, true, 1);
-        g.on_promotion(s, Promotion::Guard, 10);
+        g.on_promotion(s, Promotion::Guard, 10, true);
         assert!(matches!(g.check(s, 10, false, false).0, Err(r) if r.remaining_ms == 1_000));
     }
 }

@@ -29,21 +29,43 @@
 //! nothing, `Guard::on_promotion`).
 //!
 //! A master that never had a replica is not held back: a replica that joins
-//! later gets the record with its first full sync. At a promotion the
-//! acknowledged length starts at the longest lease the new master knows
-//! ([`LeaseAck::starting`]): it learned it as a replica of the same master
-//! as its fellow replicas. At a load (a restart) a master with replicas
-//! starts from what they acknowledged in the run before, kept on its disk
-//! ([`LeaseAck::at_load`]), so a `max-ttl-ms` raised in its configuration
-//! across the restart waits like one raised with `CONFIG SET`; a replica
-//! that knows nothing at all guards, promoted, for the longest lease any
-//! node grants. The first grant of a longer lease waits for one
-//! acknowledgement round (replicas acknowledge once a second).
+//! later gets the record with its first full sync.
+//!
+//! A life as master that begins at a promotion starts from what every
+//! replica of the *old* master acknowledged knowing, as the old master last
+//! announced it ([`LeaseAck::promoted`], `REDLOCK.APPLY … acked`,
+//! [`crate::core::teacher::Taught`]), never from the longest lease the new
+//! master knows: a fellow replica that lagged, or has not reconnected to
+//! the new master yet, may know no more than that. And it stays *held*: a
+//! lease longer than its acknowledged length waits for an acknowledgement
+//! even while its replica set is empty (a fellow replica that never
+//! reconnects is a candidate for the next promotion all the same). Its own
+//! replicas (a replica of a replica, seen while it was a replica:
+//! [`LeaseAck::promoted`]'s `inherited`) learned from the old master's
+//! stream through it, which proves nothing of what they applied: the life
+//! starts from 0 until they acknowledged an announcement (or are
+//! forgotten). At a load (a restart) a master with replicas, or whose life
+//! was held, starts from what they acknowledged in the run before, kept on
+//! its disk ([`LeaseAck::at_load`]), so a `max-ttl-ms` raised in its
+//! configuration across the restart waits like one raised with `CONFIG
+//! SET`; a replica that knows nothing at all guards, promoted, for the
+//! longest lease any node grants. The first grant of a longer lease waits
+//! for one acknowledgement round (replicas acknowledge once a second).
+//!
+//! Replicas are told apart by the address they announce (`ip:port`). Two
+//! replicas at one address (`ip#2:port`, [`crate::core::sync_rule::replica_identities`]),
+//! or a replica without a listening port, cannot be told apart later: one
+//! that left is replaced by another that acknowledges in its place. So
+//! while the life has such an identity ([`LeaseAck::saw_ambiguous`], or one
+//! in its replica set) no lease longer than the acknowledged length is
+//! granted; the refusal names them (give each replica its own
+//! `replica-announce-ip`/`replica-announce-port`, or `REDLOCK.REPLICAS
+//! FORGET` the one gone).
 
 use std::collections::BTreeSet;
 
 use crate::core::mutant::{Mutant, Mutants};
-use crate::core::sync_rule::lowering_waits_for;
+use crate::core::sync_rule::{listens, lowering_waits_for};
 
 /// An announcement of the longest lease waiting for acknowledgements.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -63,8 +85,17 @@ pub struct LeaseAckRefusal {
     /// The longest lease every replica acknowledged knowing.
     pub acked_ms: u64,
     /// The replicas not acknowledged yet (empty: the announcement is not
-    /// out yet).
+    /// out yet, or no replica is connected to a held life).
     pub waiting: Vec<String>,
+    /// Identities that cannot be told apart (refused until they are
+    /// forgotten or announced apart).
+    pub ambiguous: Vec<String>,
+}
+
+/// Whether a replica identity may stand for more than one replica: one of
+/// several at one address (`ip#2:port`), or one without a listening port.
+pub fn ambiguous_identity(id: &str) -> bool {
+    id.contains('#') || !listens(id)
 }
 
 /// What a master knows of its replicas' knowledge of its longest lease.
@@ -72,6 +103,85 @@ pub struct LeaseAckRefusal {
 pub struct LeaseAck {
     acked_ms: u64,
     pending: Option<Announced>,
+    /// Held back even with an empty replica set (a life begun by promotion,
+    /// or loaded with replicas).
+    held: bool,
+    /// Replicas of this node's life as a replica (replicas of a replica)
+    /// that have not acknowledged an announcement of this life yet.
+    inherited: BTreeSet<String>,
+    /// What the life starts from once no inherited replica is left
+    /// ([`LeaseAck::forget`]).
+    base_ms: u64,
+    /// Identities of this life that cannot be told apart.
+    ambiguous: BTreeSet<String>,
+}
+
+/// What the master's file keeps of a [`LeaseAck`] across a restart.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Kept {
+    /// The acknowledged length.
+    pub acked_ms: u64,
+    /// The life was held.
+    pub held: bool,
+    /// See [`LeaseAck`].
+    pub base_ms: u64,
+    /// See [`LeaseAck`].
+    pub inherited: BTreeSet<String>,
+    /// See [`LeaseAck`].
+    pub ambiguous: BTreeSet<String>,
+}
+
+impl Kept {
+    /// Parses the file: version 2 (`redlock-lease-acked 2` and one `name
+    /// value` line each), or the bare number of version 1 (the acknowledged
+    /// length alone). `None`: unreadable.
+    pub fn parse(text: &str) -> Option<Kept> {
+        let mut lines = text.lines();
+        let first = lines.next()?.trim();
+        if let Ok(acked_ms) = first.parse::<u64>() {
+            return Some(Kept {
+                acked_ms,
+                ..Kept::default()
+            });
+        }
+        if first != "redlock-lease-acked 2" {
+            return None;
+        }
+        let mut kept = Kept::default();
+        for line in lines {
+            let (name, value) = line.trim().split_once(' ')?;
+            match name {
+                "acked" => kept.acked_ms = value.parse().ok()?,
+                "held" => kept.held = value == "1",
+                "base" => kept.base_ms = value.parse().ok()?,
+                "inherited" => {
+                    kept.inherited.insert(value.to_string());
+                }
+                "ambiguous" => {
+                    kept.ambiguous.insert(value.to_string());
+                }
+                _ => return None,
+            }
+        }
+        Some(kept)
+    }
+
+    /// The file's text (version 2).
+    pub fn render(&self) -> String {
+        let mut text = format!(
+            "redlock-lease-acked 2\nacked {}\nheld {}\nbase {}\n",
+            self.acked_ms,
+            u8::from(self.held),
+            self.base_ms
+        );
+        for id in &self.inherited {
+            text.push_str(&format!("inherited {id}\n"));
+        }
+        for id in &self.ambiguous {
+            text.push_str(&format!("ambiguous {id}\n"));
+        }
+        text
+    }
 }
 
 impl LeaseAck {
@@ -80,42 +190,102 @@ impl LeaseAck {
         LeaseAck {
             acked_ms: 0,
             pending: None,
+            held: false,
+            inherited: BTreeSet::new(),
+            base_ms: 0,
+            ambiguous: BTreeSet::new(),
         }
     }
 
-    /// A life as master starts (a load, a promotion) knowing `longest_ms`
-    /// as its longest lease: its replicas learn that length with their sync
-    /// (see the module documentation).
-    pub const fn starting(longest_ms: u64) -> Self {
-        LeaseAck {
-            acked_ms: longest_ms,
-            pending: None,
-        }
-    }
-
-    /// A life as master that begins at a load (a restart): `kept_ms` is
-    /// the acknowledged length its disk kept from the run before (`None`:
-    /// no file), `had_replicas` whether its replica set (kept on disk)
-    /// names any, `longest_ms` the longest lease it knows now.
+    /// A life as master that begins at a promotion. `learned_acked_ms`: the
+    /// acknowledged length the old master last announced, when this node is
+    /// taught by it ([`crate::core::teacher::Taught::acked_ms`]; 0
+    /// otherwise); `longest_ms` the longest lease this node knows;
+    /// `inherited` the replicas it had as a replica.
     ///
-    /// A master with replicas starts from what they acknowledged before,
-    /// never from its longest lease: a `max-ttl-ms` raised in its
-    /// configuration across the restart is new to a replica that lags (it
-    /// may not even be connected yet), exactly like one raised with
-    /// `CONFIG SET` (`tests/lease_ack_restart.rs`). Without the file (an
-    /// upgrade, a lost disk) it starts from 0: the first longer lease waits
-    /// for one acknowledgement round. A master that never had a replica
-    /// starts from its longest lease (a replica that joins later learns it
-    /// with its full sync).
-    pub fn at_load(kept_ms: Option<u64>, had_replicas: bool, longest_ms: u64) -> Self {
-        let acked_ms = if had_replicas {
-            kept_ms.unwrap_or(0).min(longest_ms)
-        } else {
-            longest_ms
-        };
+    /// Every replica of the old master acknowledged knowing
+    /// `learned_acked_ms` (a replica that joined the old master later got a
+    /// record at least that long with its full sync), so a fellow replica
+    /// promoted after this node guards at least that long; nothing longer
+    /// is known of it. The life is held: an empty replica set does not mean
+    /// no replica may be promoted after this one.
+    pub fn promoted(
+        learned_acked_ms: u64,
+        longest_ms: u64,
+        inherited: BTreeSet<String>,
+        mutants: Mutants,
+    ) -> Self {
+        if mutants.on(Mutant::PromotionTrustsLongest) {
+            // The rule before: its replicas learned its longest lease as
+            // replicas of the same master.
+            return LeaseAck {
+                acked_ms: longest_ms,
+                ..LeaseAck::new()
+            };
+        }
+        let base_ms = learned_acked_ms.min(longest_ms);
         LeaseAck {
-            acked_ms,
+            acked_ms: if inherited.is_empty() { base_ms } else { 0 },
             pending: None,
+            held: true,
+            ambiguous: inherited
+                .iter()
+                .filter(|id| ambiguous_identity(id))
+                .cloned()
+                .collect(),
+            inherited,
+            base_ms,
+        }
+    }
+
+    /// A life as master that begins at a load (a restart): `kept` is what
+    /// its disk kept from the run before (`None`: no file),
+    /// `had_replicas` whether its replica set (kept on disk) names any,
+    /// `longest_ms` the longest lease it knows now.
+    ///
+    /// A master with replicas, or whose life was held, starts from what
+    /// they acknowledged before, never from its longest lease: a
+    /// `max-ttl-ms` raised in its configuration across the restart is new
+    /// to a replica that lags (it may not even be connected yet), exactly
+    /// like one raised with `CONFIG SET` (`tests/lease_ack_restart.rs`).
+    /// Without the file (an upgrade, a lost disk) it starts from 0: the
+    /// first longer lease waits for one acknowledgement round. A master
+    /// that never had a replica starts from its longest lease (a replica
+    /// that joins later learns it with its full sync).
+    pub fn at_load(
+        kept: Option<Kept>,
+        had_replicas: bool,
+        longest_ms: u64,
+        mutants: Mutants,
+    ) -> Self {
+        let kept_held =
+            kept.as_ref().is_some_and(|k| k.held) && !mutants.on(Mutant::PromotionTrustsLongest);
+        let held = had_replicas || kept_held;
+        if !held {
+            return LeaseAck {
+                acked_ms: longest_ms,
+                ..LeaseAck::new()
+            };
+        }
+        let kept = kept.unwrap_or_default();
+        LeaseAck {
+            acked_ms: kept.acked_ms.min(longest_ms),
+            pending: None,
+            held: true,
+            base_ms: kept.base_ms.min(longest_ms),
+            inherited: kept.inherited,
+            ambiguous: kept.ambiguous,
+        }
+    }
+
+    /// What the master's file keeps.
+    pub fn kept(&self) -> Kept {
+        Kept {
+            acked_ms: self.acked_ms,
+            held: self.held,
+            base_ms: self.base_ms,
+            inherited: self.inherited.clone(),
+            ambiguous: self.ambiguous.clone(),
         }
     }
 
@@ -123,6 +293,11 @@ impl LeaseAck {
     /// knowing.
     pub fn acked_ms(&self) -> u64 {
         self.acked_ms
+    }
+
+    /// Whether the life is held back even with an empty replica set.
+    pub fn held(&self) -> bool {
+        self.held
     }
 
     /// The announcement waited for, if any.
@@ -143,6 +318,30 @@ impl LeaseAck {
         }
     }
 
+    /// Replica identities seen online now (the host's scan): those that
+    /// cannot be told apart are remembered for the life. `true` when the
+    /// set grew (the host writes its file).
+    pub fn saw_ambiguous<'a>(&mut self, ids: impl IntoIterator<Item = &'a str>) -> bool {
+        let mut grew = false;
+        for id in ids {
+            if ambiguous_identity(id) {
+                grew |= self.ambiguous.insert(id.to_string());
+            }
+        }
+        grew
+    }
+
+    /// `REDLOCK.REPLICAS FORGET id` (the replica is not connected): it is
+    /// no longer waited for nor ambiguous. Once no inherited replica is
+    /// left, the life goes on from its base. `true` when anything changed.
+    pub fn forget(&mut self, id: &str) -> bool {
+        let removed = self.inherited.remove(id) | self.ambiguous.remove(id);
+        if removed && self.inherited.is_empty() {
+            self.acked_ms = self.acked_ms.max(self.base_ms);
+        }
+        removed
+    }
+
     /// Whether a lease of `ttl_ms` may be granted: `known` is the replica
     /// set of the master's life, `acks` every replica online now with the
     /// offset it acknowledged (`ip:port`, online, offset).
@@ -153,97 +352,277 @@ impl LeaseAck {
         acks: &[(String, bool, u64)],
         mutants: Mutants,
     ) -> Result<(), LeaseAckRefusal> {
-        if mutants.on(Mutant::NoLeaseAck) || ttl_ms <= self.acked_ms || known.is_empty() {
+        if mutants.on(Mutant::NoLeaseAck) || ttl_ms <= self.acked_ms {
+            return Ok(());
+        }
+        let refusal = |acked_ms, waiting, ambiguous| LeaseAckRefusal {
+            ttl_ms,
+            acked_ms,
+            waiting,
+            ambiguous,
+        };
+        if !mutants.on(Mutant::AmbiguousReplicasCounted) {
+            // An identity that may stand for two replicas: the one that
+            // acknowledges may not be the one that was there (why: module
+            // documentation).
+            let ambiguous: Vec<String> = self
+                .ambiguous
+                .iter()
+                .chain(known.iter().filter(|id| ambiguous_identity(id)))
+                .cloned()
+                .collect::<BTreeSet<_>>()
+                .into_iter()
+                .collect();
+            if !ambiguous.is_empty() {
+                return Err(refusal(self.acked_ms, Vec::new(), ambiguous));
+            }
+        }
+        let all: BTreeSet<String> = known.union(&self.inherited).cloned().collect();
+        if all.is_empty() && !self.held {
             return Ok(());
         }
         let mut waiting = Vec::new();
         if let Some(p) = self.pending {
-            waiting = lowering_waits_for(known, acks, p.target);
-            if waiting.is_empty() {
-                self.acked_ms = self.acked_ms.max(p.ms);
-                self.pending = None;
-                if ttl_ms <= self.acked_ms {
-                    return Ok(());
+            if !all.is_empty() {
+                waiting = lowering_waits_for(&all, acks, p.target);
+                if waiting.is_empty() {
+                    self.acked_ms = self.acked_ms.max(p.ms);
+                    self.pending = None;
+                    // The inherited replicas acknowledged this life's
+                    // announcement: from now on they are replicas like
+                    // any other (online, so in `known`).
+                    self.inherited.clear();
+                    if ttl_ms <= self.acked_ms {
+                        return Ok(());
+                    }
                 }
             }
         }
-        Err(LeaseAckRefusal {
-            ttl_ms,
-            acked_ms: self.acked_ms,
-            waiting,
-        })
+        Err(refusal(self.acked_ms, waiting, Vec::new()))
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    const N: Mutants = Mutants::NONE;
 
     fn set(ids: &[&str]) -> BTreeSet<String> {
         ids.iter().map(|s| s.to_string()).collect()
+    }
+
+    fn kept(acked_ms: u64) -> Option<Kept> {
+        Some(Kept {
+            acked_ms,
+            ..Kept::default()
+        })
     }
 
     #[test]
     fn a_restart_starts_from_what_the_replicas_acknowledged_before() {
         // A replica set: what the disk kept, not the (raised) longest lease.
         assert_eq!(
-            LeaseAck::at_load(Some(1_000), true, 5_000).acked_ms(),
+            LeaseAck::at_load(kept(1_000), true, 5_000, N).acked_ms(),
             1_000
         );
         assert_eq!(
-            LeaseAck::at_load(Some(5_000), true, 1_000).acked_ms(),
+            LeaseAck::at_load(kept(5_000), true, 1_000, N).acked_ms(),
             1_000
         );
-        assert_eq!(LeaseAck::at_load(None, true, 5_000).acked_ms(), 0);
+        assert_eq!(LeaseAck::at_load(None, true, 5_000, N).acked_ms(), 0);
         // Never a replica: the longest lease.
-        assert_eq!(LeaseAck::at_load(None, false, 5_000).acked_ms(), 5_000);
+        assert_eq!(LeaseAck::at_load(None, false, 5_000, N).acked_ms(), 5_000);
         let known = set(&["r1:1"]);
-        let mut a = LeaseAck::at_load(Some(1_000), true, 5_000);
-        assert_eq!(a.check(1_000, &known, &[], Mutants::NONE), Ok(()));
-        assert!(a.check(5_000, &known, &[], Mutants::NONE).is_err());
+        let mut a = LeaseAck::at_load(kept(1_000), true, 5_000, N);
+        assert_eq!(a.check(1_000, &known, &[], N), Ok(()));
+        assert!(a.check(5_000, &known, &[], N).is_err());
+        // A held life (begun by promotion) stays held across a restart,
+        // with an empty replica set too.
+        let mut p = LeaseAck::promoted(1_000, 5_000, set(&[]), N);
+        let mut r = LeaseAck::at_load(Kept::parse(&p.kept().render()), false, 5_000, N);
+        assert!(r.held());
+        assert_eq!(r.acked_ms(), 1_000);
+        assert!(r.check(5_000, &set(&[]), &[], N).is_err());
+        assert!(p.check(5_000, &set(&[]), &[], N).is_err());
+    }
+
+    #[test]
+    fn the_file_reads_both_versions() {
+        assert_eq!(Kept::parse("1000\n"), kept(1_000));
+        let k = Kept {
+            acked_ms: 7,
+            held: true,
+            base_ms: 5,
+            inherited: set(&["a:1"]),
+            ambiguous: set(&["a#2:1", "b:0"]),
+        };
+        assert_eq!(Kept::parse(&k.render()), Some(k));
+        assert_eq!(Kept::parse("garbage"), None);
     }
 
     #[test]
     fn a_master_without_replicas_is_not_held_back() {
         let mut a = LeaseAck::new();
-        assert_eq!(a.check(5_000, &set(&[]), &[], Mutants::NONE), Ok(()));
+        assert_eq!(a.check(5_000, &set(&[]), &[], N), Ok(()));
+    }
+
+    #[test]
+    fn a_promoted_master_starts_from_what_the_old_masters_replicas_acknowledged() {
+        // Knows 5 s, but the old master's replicas acknowledged 1 s only.
+        let mut a = LeaseAck::promoted(1_000, 5_000, set(&[]), N);
+        assert_eq!(a.acked_ms(), 1_000);
+        assert_eq!(a.check(1_000, &set(&[]), &[], N), Ok(()));
+        // Held with no replica: a fellow replica may not have reconnected.
+        let r = a.check(5_000, &set(&[]), &[], N).unwrap_err();
+        assert!(r.waiting.is_empty() && r.ambiguous.is_empty());
+        // A replica joins and acknowledges the announcement.
+        a.announced(5_000, 10);
+        let known = set(&["r:1"]);
+        assert_eq!(
+            a.check(5_000, &known, &[("r:1".into(), true, 10)], N),
+            Ok(())
+        );
+        // Never more than it knows itself.
+        assert_eq!(
+            LeaseAck::promoted(9_000, 5_000, set(&[]), N).acked_ms(),
+            5_000
+        );
+    }
+
+    #[test]
+    fn a_promoted_master_waits_for_its_own_replicas_from_0() {
+        let mut a = LeaseAck::promoted(5_000, 5_000, set(&["y:1"]), N);
+        assert_eq!(a.acked_ms(), 0);
+        assert!(a.check(1_000, &set(&[]), &[], N).is_err());
+        a.announced(5_000, 10);
+        let r = a.check(1_000, &set(&[]), &[], N).unwrap_err();
+        assert_eq!(r.waiting, vec!["y:1".to_string()]);
+        // Y reconnects and acknowledges.
+        assert_eq!(
+            a.check(5_000, &set(&["y:1"]), &[("y:1".into(), true, 10)], N),
+            Ok(())
+        );
+        // Or Y is forgotten: the life goes on from the base.
+        let mut b = LeaseAck::promoted(1_000, 5_000, set(&["y:1"]), N);
+        assert!(b.forget("y:1"));
+        assert_eq!(b.acked_ms(), 1_000);
+    }
+
+    #[test]
+    fn identities_that_cannot_be_told_apart_hold_a_longer_lease_back() {
+        let known = set(&["ip:5", "ip#2:5"]);
+        let mut a = LeaseAck::promoted(1_000, 1_000, set(&[]), N);
+        a.announced(5_000, 10);
+        let acks = vec![("ip:5".into(), true, 10), ("ip#2:5".into(), true, 10)];
+        let r = a.check(5_000, &known, &acks, N).unwrap_err();
+        assert_eq!(r.ambiguous, vec!["ip#2:5".to_string()]);
+        // Shorter leases go on.
+        assert_eq!(a.check(1_000, &known, &acks, N), Ok(()));
+        // A replica without a listening port, seen once, is remembered.
+        let mut b = LeaseAck::new();
+        assert!(b.saw_ambiguous(["ip:0", "ip:7"]));
+        assert!(!b.saw_ambiguous(["ip:0"]));
+        assert!(b.check(5_000, &set(&["ip:7"]), &[], N).is_err());
+        assert!(b.forget("ip:0"));
+        assert_eq!(b.check(5_000, &set(&[]), &[], N), Ok(()));
     }
 
     #[test]
     fn a_longer_lease_waits_until_every_replica_of_the_life_acknowledged() {
         let known = set(&["r1:1", "r2:2"]);
-        let mut a = LeaseAck::starting(500);
-        assert_eq!(a.check(500, &known, &[], Mutants::NONE), Ok(()));
+        let mut a = LeaseAck::promoted(500, 500, set(&[]), N);
+        assert_eq!(a.check(500, &known, &[], N), Ok(()));
         // Nothing announced yet.
-        assert!(a.check(1_000, &known, &[], Mutants::NONE).is_err());
+        assert!(a.check(1_000, &known, &[], N).is_err());
         a.announced(1_000, 50);
         let one = vec![
             ("r1:1".to_string(), true, 60),
             ("r2:2".to_string(), true, 40),
         ];
-        let refused = a.check(1_000, &known, &one, Mutants::NONE).unwrap_err();
+        let refused = a.check(1_000, &known, &one, N).unwrap_err();
         assert_eq!(refused.waiting, vec!["r2:2".to_string()]);
         // r2 gone: still waited for (it may be promoted).
         let gone = vec![("r1:1".to_string(), true, 60)];
-        assert!(a.check(1_000, &known, &gone, Mutants::NONE).is_err());
+        assert!(a.check(1_000, &known, &gone, N).is_err());
         let both = vec![
             ("r1:1".to_string(), true, 60),
             ("r2:2".to_string(), true, 50),
         ];
-        assert_eq!(a.check(1_000, &known, &both, Mutants::NONE), Ok(()));
+        assert_eq!(a.check(1_000, &known, &both, N), Ok(()));
         assert_eq!(a.acked_ms(), 1_000);
         // Shorter or equal leases pass without looking; a longer one waits.
-        assert_eq!(a.check(900, &known, &[], Mutants::NONE), Ok(()));
-        assert!(a.check(1_001, &known, &both, Mutants::NONE).is_err());
+        assert_eq!(a.check(900, &known, &[], N), Ok(()));
+        assert!(a.check(1_001, &known, &both, N).is_err());
+    }
+
+    proptest! {
+        /// A lease is granted above what the life started from only after
+        /// every replica of the life (and every inherited one) acknowledged
+        /// an announcement at least that long, whatever the order of
+        /// announcements, acknowledgements and checks.
+        #[test]
+        fn no_grant_above_what_every_replica_acknowledged(
+            learned in 0u64..6_000,
+            longest in 0u64..6_000,
+            inherited in proptest::collection::btree_set("[ab]:1", 0..2),
+            steps in proptest::collection::vec((0u8..3, 0u64..8_000, 0u64..100), 0..30),
+        ) {
+            let known = set(&["r:1", "s:2"]);
+            let mut a = LeaseAck::promoted(learned, longest, inherited.clone(), N);
+            let start = if inherited.is_empty() { learned.min(longest) } else { 0 };
+            prop_assert_eq!(a.acked_ms(), start);
+            // What every replica provably knows: the start, then the
+            // longest announcement all of them acknowledged.
+            let mut announcements: Vec<(u64, u64)> = Vec::new();
+            let mut offset = 0;
+            for (kind, ms, ack) in steps {
+                match kind {
+                    0 => {
+                        offset += 1;
+                        a.announced(ms, offset);
+                        announcements.push((ms, offset));
+                    }
+                    _ => {
+                        let acks: Vec<(String, bool, u64)> = known
+                            .iter()
+                            .chain(inherited.iter())
+                            .map(|id| (id.clone(), true, ack % (offset + 1)))
+                            .collect();
+                        let low = acks.iter().map(|a| a.2).min().unwrap_or(0);
+                        if a.check(ms, &known, &acks, N).is_ok() {
+                            let proven = announcements
+                                .iter()
+                                .filter(|(_, at)| *at <= low)
+                                .map(|(m, _)| *m)
+                                .max()
+                                .unwrap_or(0)
+                                .max(start);
+                            prop_assert!(ms <= proven, "granted {} above {}", ms, proven);
+                        }
+                    }
+                }
+            }
+        }
     }
 
     /// The mutant puts the hole back: a longer lease is granted unacknowledged.
     #[cfg(feature = "danger-mutants")]
     #[test]
-    fn the_mutant_grants_a_longer_lease_unacknowledged() {
-        let mut a = LeaseAck::starting(1_000);
+    fn the_mutants_put_the_holes_back() {
+        let mut a = LeaseAck::promoted(1_000, 1_000, set(&[]), N);
         let known: BTreeSet<String> = ["r1:1".to_string()].into();
         let on = Mutants::NONE.with(Mutant::NoLeaseAck, true);
         assert_eq!(a.check(1_001, &known, &[], on), Ok(()));
+        let trusts = Mutants::NONE.with(Mutant::PromotionTrustsLongest, true);
+        let mut b = LeaseAck::promoted(1_000, 5_000, set(&["y:1"]), trusts);
+        assert_eq!(b.check(5_000, &set(&[]), &[], trusts), Ok(()));
+        let counted = Mutants::NONE.with(Mutant::AmbiguousReplicasCounted, true);
+        let mut c = LeaseAck::promoted(1_000, 1_000, set(&[]), counted);
+        c.announced(5_000, 1);
+        let both = set(&["ip:5", "ip#2:5"]);
+        let acks = vec![("ip:5".into(), true, 1), ("ip#2:5".into(), true, 1)];
+        assert_eq!(c.check(5_000, &both, &acks, counted), Ok(()));
     }
 }

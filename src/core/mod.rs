@@ -33,3 +33,4 @@ pub mod queue;
 pub mod record;
 pub mod run_state;
 pub mod sync_rule;
+pub mod teacher;

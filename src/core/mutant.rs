@@ -57,12 +57,31 @@ pub enum Mutant {
     /// nothing from a master or its disk guards, once promoted, only for
     /// the longest lease it knows (simulator seeds 189,411 and 352,891).
     NoLeaseAck = 4096,
+    /// A replica counts as taught by whatever node record it applied, from
+    /// any master or from its own files, not only by one of the master it
+    /// follows now (`core/teacher.rs`: a node taught by another master, or a
+    /// standalone node with its own data, promoted during its first sync
+    /// guards only for its own longest lease).
+    TaughtByAny = 8192,
+    /// A promoted master starts its life with its own longest lease
+    /// acknowledged and is not held back while its replica set is empty
+    /// (`LeaseAck::promoted`): a fellow replica that has not reconnected, or
+    /// a replica of this replica, never learned what it then grants.
+    PromotionTrustsLongest = 16384,
+    /// Replicas sharing one address, or announcing no listening port, count
+    /// as acknowledged by whichever replica fills their place
+    /// (`LeaseAck::check`).
+    AmbiguousReplicasCounted = 32768,
+    /// The module's per-node files (`redlock-lease-acked`,
+    /// `redlock-lease-learned`, `redlock-untaught-window`) are named per
+    /// directory, not per node: nodes sharing a `dir` overwrite each other's.
+    SharedNodeFiles = 65536,
 }
 
 impl Mutant {
     /// Every mutant with its name (as in `REDLOCK.TESTHOOK MUTANT name 0|1`,
     /// the `REDLOCK_TEST_MUTANTS` variable and the simulator's `--mutant`).
-    pub const ALL: [(&'static str, Mutant); 13] = [
+    pub const ALL: [(&'static str, Mutant); 17] = [
         ("config-exemption", Mutant::ConfigExemption),
         ("disk-lease-from-wall", Mutant::DiskLeaseFromWall),
         ("no-reclaimed-floor", Mutant::NoReclaimedFloor),
@@ -76,6 +95,13 @@ impl Mutant {
         ("no-restart-guard", Mutant::NoRestartGuard),
         ("skip-replication", Mutant::SkipReplication),
         ("no-lease-ack", Mutant::NoLeaseAck),
+        ("taught-by-any", Mutant::TaughtByAny),
+        ("promotion-trusts-longest", Mutant::PromotionTrustsLongest),
+        (
+            "ambiguous-replicas-counted",
+            Mutant::AmbiguousReplicasCounted,
+        ),
+        ("shared-node-files", Mutant::SharedNodeFiles),
     ];
 
     /// The mutant of that name (ASCII case-insensitive).

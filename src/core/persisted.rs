@@ -39,6 +39,10 @@ pub enum Applied {
     Reclaimed(u64),
     /// Node-wide values to raise; the key is not touched.
     Node(NodeRecord),
+    /// The longest lease every replica of the master acknowledged knowing
+    /// (`core/lease_ack_rule.rs`), sent to replicas after each node record;
+    /// the key is not touched.
+    Acked(u64),
     /// A master's announcement for the replica-sync check (`host/sync.rs`);
     /// the key is not touched.
     Sync {

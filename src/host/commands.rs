@@ -130,7 +130,10 @@ fn announce_node_record(call: &Call) {
         let record = node_record();
         crate::host::lease_ack::announcing(record.longest_lease_ms);
         // SAFETY: ctx and key belong to the command invocation in progress.
-        unsafe { persist::replicate_node(call.raw(), key, &record) };
+        unsafe {
+            persist::replicate_node(call.raw(), key, &record);
+            persist::replicate_acked(call.raw(), key, crate::host::lease_ack::acked_ms());
+        }
     }
 }
 
@@ -312,8 +315,18 @@ pub fn apply(call: &Call) -> Result<Reply, CommandError> {
     let p = match persist::parse_apply(&call.args)? {
         Applied::State(p) => p,
         Applied::Node(n) => {
-            learn_node_record(&call.ctx, &n);
+            // From the master followed (the stream), or this node's own AOF.
+            let from_master = !flags.contains(ContextFlags::LOADING);
+            learn_node_record(&call.ctx, &n, from_master);
             ffi::replicate_verbatim(call);
+            return Ok(Reply::Ok);
+        }
+        Applied::Acked(ms) => {
+            // From the master only (never written to an AOF); never passed
+            // on.
+            if !flags.contains(ContextFlags::LOADING) {
+                crate::host::teacher::acked_applied(&call.ctx, ms);
+            }
             return Ok(Reply::Ok);
         }
         Applied::Sync { offset, r, hold_ms } => {
@@ -365,7 +378,18 @@ pub fn replicas(call: &Call) -> Result<Reply, CommandError> {
                 .map(|(id, online)| (id, u64::from(online)))
                 .collect(),
         ),
-        sync::ReplicasReply::Forgot(removed) => Reply::Integer(u64::from(removed)),
+        sync::ReplicasReply::Forgot(removed) => {
+            // The lease-ack rule's own replicas (inherited from the life as
+            // a replica, identities that cannot be told apart) too; the
+            // replica-sync check refused an id that is connected.
+            let id = call
+                .args
+                .get(2)
+                .map(|a| String::from_utf8_lossy(a).into_owned())
+                .unwrap_or_default();
+            let also = crate::host::lease_ack::forget(&id);
+            Reply::Integer(u64::from(removed || also))
+        }
     })
 }
 

@@ -99,9 +99,10 @@ pub fn load_started(kind: LoadKind) {
 /// `REDLOCK.APPLY … node` (see `persist::rewrite_node`) or had nothing to
 /// say.
 pub fn load_ended(ctx: &redis_module::Context) {
+    let from_master = loading() == Loading::Replication;
     let learned = load().ended(mutant::current());
     if let Some(n) = learned {
-        learn_node_record(ctx, &n);
+        learn_node_record(ctx, &n, from_master);
     }
 }
 
@@ -232,7 +233,10 @@ unsafe extern "C" fn aux_load(rdb: *mut raw::RedisModuleIO, encver: c_int, _when
     match loaded {
         Ok(Some(n)) => {
             load().record_read();
-            learn_node_record(&redis_module::Context::dummy(), &n);
+            // A full sync's record teaches (`core/teacher.rs`); a file's
+            // does not.
+            let from_master = loading() == Loading::Replication;
+            learn_node_record(&redis_module::Context::dummy(), &n, from_master);
             raw::REDISMODULE_OK as c_int
         }
         _ => raw::REDISMODULE_ERR as c_int,
@@ -272,9 +276,10 @@ unsafe extern "C" fn aux_save2(rdb: *mut raw::RedisModuleIO, when: c_int) {
 /// granted leases of that length since. Redis 7.0 calls [`aux_save`], which
 /// always writes the record.
 pub fn learn_unwritten_node_record(ctx: &redis_module::Context) {
+    let from_master = loading() == Loading::Replication;
     let unwritten = load().unwritten_to_learn(mutant::current());
     if let Some(n) = unwritten {
-        learn_node_record(ctx, &n);
+        learn_node_record(ctx, &n, from_master);
     }
 }
 

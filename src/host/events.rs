@@ -20,6 +20,7 @@ use crate::host::lease_ack;
 use crate::host::node;
 use crate::host::replication;
 use crate::host::sync;
+use crate::host::teacher;
 
 extern "C" fn on_config_change(
     ctx: *mut raw::RedisModuleCtx,
@@ -86,14 +87,29 @@ extern "C" fn on_role_change(
         let ctx = Context::new(ctx);
         if subevent == raw::REDISMODULE_EVENT_REPLROLECHANGED_NOW_MASTER {
             let now = mono_now();
+            // Taught by the master it followed until now, and what that
+            // master's replicas acknowledged knowing (`core/teacher.rs`).
+            let (taught, learned_acked) = teacher::on_promotion();
             let promotion = sync::on_promotion(&ctx, now);
-            // A life as master starts: what its replicas acknowledged
-            // knowing of the longest lease starts from what it knows.
-            lease_ack::start(guard::longest_lease());
-            guard::on_promotion(&ctx, now, promotion);
+            // A life as master starts from what every replica of the old
+            // master acknowledged knowing, held back until its own
+            // replicas acknowledge more (`LeaseAck::promoted`).
+            lease_ack::promoted(
+                learned_acked,
+                guard::longest_lease(),
+                sync::take_inherited(),
+            );
+            guard::on_promotion(&ctx, now, promotion, taught);
         } else {
             // Also a replica pointed at another master (Redis fires this
-            // event at every REPLICAOF host port).
+            // event at every REPLICAOF host port): untaught until a record
+            // of the new master arrives. After a failover Sentinel points
+            // the other replicas at the new master this way; the new master
+            // announces its record to each replica that comes online (below,
+            // `on_replica_change`), so the window in which such a replica,
+            // promoted, would guard for the longest lease any node grants is
+            // short, and guarding long is the safe side.
+            teacher::on_replica_of(&ctx);
             guard::on_demotion(&ctx);
             sync::on_demotion(&ctx);
             // What replicas acknowledged belongs to the life as master
@@ -114,6 +130,9 @@ extern "C" fn on_replica_change(
         let ctx = Context::new(ctx);
         // The replica set first: a lock write after this event counts it.
         sync::scan(&ctx);
+        // Identities that cannot be told apart (no listening port) are
+        // remembered by the lease-ack rule for this life.
+        lease_ack::saw_replicas(&sync::unlisted_now());
         if subevent == raw::REDISMODULE_SUBEVENT_REPLICA_CHANGE_ONLINE {
             // Before its first acknowledgement: no WAIT blocked now may
             // count it in place of a known replica.

@@ -56,15 +56,10 @@ pub mod stats {
     pub static GRACE_REFUSED: AtomicU64 = AtomicU64::new(0);
 }
 
-/// File name of the marker that this node learned a master's longest lease
-/// (a replica's full sync or stream), in the server's directory: a replica
-/// without it guards, once promoted, for the longest lease any node grants
-/// ([`crate::core::guard_rule::Guard::on_promotion`]).
-pub const LEARNED_FILE: &str = "redlock-lease-learned";
-static LEARNED_PATH: OnceLock<PathBuf> = OnceLock::new();
 /// File name of the marker that the window open is the promotion window of
 /// a node that had learned nothing (it lasts the longest lease any node
-/// grants, also across a restart), in the server's directory.
+/// grants, also across a restart), in the server's directory, followed by
+/// `-PORT` ([`config::node_file`]).
 pub const UNTAUGHT_FILE: &str = "redlock-untaught-window";
 static UNTAUGHT_PATH: OnceLock<PathBuf> = OnceLock::new();
 
@@ -139,11 +134,12 @@ pub fn on_load(ctx: &Context, now: MonoMillis) {
         Err(_) => 0,
     };
     let _ = RECORD_PATH.set(path);
-    let learned_path = dir.join(LEARNED_FILE);
-    guard().load_learned(learned_path.exists());
-    let _ = LEARNED_PATH.set(learned_path);
-    let untaught_path = dir.join(UNTAUGHT_FILE);
-    guard().load_untaught_window(untaught_path.exists());
+    // The marker of earlier versions had one name per directory: read when
+    // this node has none of its own. It can only make the window longer
+    // (another node's marker lengthens this one's restart window; it is
+    // removed when the window ends), never shorter.
+    let untaught_path = config::node_file(ctx, UNTAUGHT_FILE);
+    guard().load_untaught_window(untaught_path.exists() || dir.join(UNTAUGHT_FILE).exists());
     let _ = UNTAUGHT_PATH.set(untaught_path);
     // The startup max-ttl-ms is recorded too: a restart that brings a
     // smaller one back from redis.conf must still cover this run's leases.
@@ -217,10 +213,12 @@ pub fn durable_run() -> bool {
 /// The server became a master: opens the window the promotion rule asks
 /// for ([`crate::core::sync_rule::promotion`],
 /// [`crate::core::guard_rule::Guard::on_promotion`]), and records that it
-/// is open so that a restart inside it waits for a full window.
-pub fn on_promotion(ctx: &Context, now: MonoMillis, promotion: Promotion) {
+/// is open so that a restart inside it waits for a full window. `taught`:
+/// the node learned its longest lease from the master it followed
+/// ([`crate::host::teacher::on_promotion`]).
+pub fn on_promotion(ctx: &Context, now: MonoMillis, promotion: Promotion, taught: bool) {
     let mut g = guard();
-    if let Some(record) = g.on_promotion(settings(), promotion, now) {
+    if let Some(record) = g.on_promotion(settings(), promotion, now, taught) {
         // The marker first: a restart that reads the record's open window
         // must know how long it is.
         save_untaught_window(ctx, g.untaught_window());
@@ -345,15 +343,6 @@ pub fn record_lease(ttl_ms: u64) -> Result<bool, CommandError> {
 /// as it can (a replica must not stop applying its stream because a file
 /// cannot be written; the failure is logged).
 pub fn learn_lease(ctx: &Context, ms: u64) {
-    if guard().learned() {
-        if let Some(path) = LEARNED_PATH.get() {
-            if let Err(e) = write_file(path, "1\n") {
-                // Without it, a restart promoted before its sync guards
-                // longer than needed: safe.
-                ctx.log_warning(&format!("cannot write {}: {e}", path.display()));
-            }
-        }
-    }
     let own = config::max_ttl().max(0) as u64;
     if ms > own && ms > guard().recorded_longest() {
         ctx.log_warning(&format!(

@@ -111,6 +111,11 @@ fn write_info(ctx: *mut raw::RedisModuleInfoCtx) {
         );
         add_u64(
             ctx,
+            c"taught_by_master".as_ptr(),
+            u64::from(crate::host::teacher::taught_now()),
+        );
+        add_u64(
+            ctx,
             c"learned_lease_above_max_ttl".as_ptr(),
             guard::learned_above_own(),
         );

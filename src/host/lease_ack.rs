@@ -18,8 +18,8 @@ use std::sync::{Mutex, OnceLock};
 use redis_module::Context;
 
 use crate::core::error::CommandError;
-use crate::core::lease_ack_rule::LeaseAck;
-use crate::host::{guard, mutant, sync};
+use crate::core::lease_ack_rule::{Kept, LeaseAck};
+use crate::host::{config, guard, mutant, sync};
 
 static ACK: Mutex<LeaseAck> = Mutex::new(LeaseAck::new());
 /// The longest lease the last announcement said (0: none since the reset).
@@ -29,8 +29,16 @@ static ANNOUNCED_AT: AtomicU64 = AtomicU64::new(u64::MAX);
 /// An announcement was asked for by this check and not sent yet.
 static ASKED: AtomicBool = AtomicBool::new(false);
 
-/// The file that keeps the acknowledged length across restarts (in the
-/// server's directory, next to the replica set's).
+/// The file that keeps the acknowledged length (and whether the life is
+/// held, its inherited and ambiguous replicas: [`Kept`]) across restarts,
+/// in the server's directory, followed by `-PORT` ([`config::node_file`]),
+/// next to the replica set's.
+///
+/// The unsuffixed file of earlier versions is not read: in a directory
+/// shared by two nodes it may hold the other node's length, longer than
+/// what this node's replicas acknowledged. Without a file of its own a
+/// master with replicas starts from 0 ([`LeaseAck::at_load`]): after the
+/// upgrade its first longer lease waits for one acknowledgement round.
 pub const ACKED_FILE: &str = "redlock-lease-acked";
 static ACKED_PATH: OnceLock<PathBuf> = OnceLock::new();
 
@@ -54,53 +62,88 @@ pub fn announce_ran() {
     ASKED.store(false, Relaxed);
 }
 
-/// A new life as replica: nothing is acknowledged.
+/// A new life as replica: nothing is acknowledged, nothing held.
 pub fn reset() {
-    start(0);
+    begin(LeaseAck::new());
 }
 
 /// The module loads (after the replica set, `sync::on_load`): this life as
 /// master starts from what its replicas acknowledged in the run before
 /// ([`LeaseAck::at_load`]).
 pub fn on_load(ctx: &Context) {
-    let path = std::env::current_dir().unwrap_or_default().join(ACKED_FILE);
+    let path = config::node_file(ctx, ACKED_FILE);
     let kept = std::fs::read_to_string(&path)
         .ok()
-        .and_then(|text| text.trim().parse::<u64>().ok());
+        .and_then(|text| Kept::parse(&text));
     let _ = ACKED_PATH.set(path);
     let had_replicas = !sync::life_replicas().is_empty();
+    let missing = kept.is_none();
     begin(LeaseAck::at_load(
         kept,
         had_replicas,
         guard::longest_lease(),
+        mutant::current(),
     ));
-    if had_replicas && kept.is_none() {
+    if had_replicas && missing {
         ctx.log_notice("no record of what this master's replicas acknowledged knowing of its longest lease: a lease longer than 0 ms waits for one acknowledgement round");
     }
 }
 
-/// Keeps the acknowledged length on disk. A write that fails leaves the
-/// shorter length of before, which holds the next run back more, never
-/// less.
-fn keep(acked_ms: u64) {
+/// Keeps what the file keeps. A write that fails leaves the file of
+/// before: its shorter length holds the next run back more, never less;
+/// its sets may lack a replica added since, which the replica set's own
+/// file (`host/sync.rs`) still names, or an ambiguous identity, which the
+/// next scan sees again while it is connected.
+fn keep() {
     if let Some(path) = ACKED_PATH.get() {
-        let _ = guard::write_file(path, &acked_ms.to_string());
+        let text = ack().kept().render();
+        let _ = guard::write_file(path, &text);
     }
 }
 
 fn begin(start: LeaseAck) {
-    let acked = start.acked_ms();
     *ack() = start;
     ANNOUNCED_MS.store(0, Relaxed);
     ANNOUNCED_AT.store(u64::MAX, Relaxed);
     ASKED.store(false, Relaxed);
-    keep(acked);
+    keep();
 }
 
-/// A life as master starts (a promotion) with
-/// `longest_ms` the longest lease the node knows ([`LeaseAck::starting`]).
-pub fn start(longest_ms: u64) {
-    begin(LeaseAck::starting(longest_ms));
+/// A life as master starts at a promotion ([`LeaseAck::promoted`]):
+/// `learned_acked_ms` what the old master last announced
+/// ([`crate::host::teacher::on_promotion`]), `longest_ms` the longest lease
+/// this node knows, `inherited` the replicas it had as a replica
+/// ([`sync::take_inherited`]).
+pub fn promoted(
+    learned_acked_ms: u64,
+    longest_ms: u64,
+    inherited: std::collections::BTreeSet<String>,
+) {
+    begin(LeaseAck::promoted(
+        learned_acked_ms,
+        longest_ms,
+        inherited,
+        mutant::current(),
+    ));
+}
+
+/// The replicas online now (the replica events' scan): identities that
+/// cannot be told apart are remembered for this life.
+pub fn saw_replicas(ids: &[String]) {
+    let grew = ack().saw_ambiguous(ids.iter().map(String::as_str));
+    if grew {
+        keep();
+    }
+}
+
+/// `REDLOCK.REPLICAS FORGET id` (not connected): no longer waited for nor
+/// ambiguous. Whether this rule knew it.
+pub fn forget(id: &str) -> bool {
+    let forgot = ack().forget(id);
+    if forgot {
+        keep();
+    }
+    forgot
 }
 
 /// The longest lease every replica of this master's life acknowledged
@@ -128,9 +171,6 @@ pub fn check(ttl_ms: u64) -> Result<(), CommandError> {
         return Ok(());
     }
     let known = sync::life_replicas();
-    if known.is_empty() {
-        return Ok(());
-    }
     // The target of the last announcement, read once the master offset
     // moved past the offset before it (a later command than the one that
     // announced).
@@ -143,13 +183,26 @@ pub fn check(ttl_ms: u64) -> Result<(), CommandError> {
         }
     }
     let acks = sync::replica_acks();
-    let before = ack().acked_ms();
+    let before = ack().kept();
     let refused = ack().check(ttl_ms, &known, &acks, mutant::current());
-    let after = ack().acked_ms();
-    if after > before {
-        keep(after);
+    if ack().kept() != before {
+        keep();
+        // Replicas promoted later start from the new length: tell them.
+        if !ASKED.swap(true, Relaxed) {
+            ANNOUNCE_REQUESTED.store(true, Relaxed);
+        }
     }
     refused.map_err(|r| {
+        if !r.ambiguous.is_empty() {
+            return CommandError::LeaseUnacked {
+                ttl: r.ttl_ms,
+                acked: r.acked_ms,
+                waiting: format!(
+                    "replicas that cannot be told apart: {} (replicas sharing one address, or announcing no listening port: give each replica its own replica-announce-ip/replica-announce-port, or REDLOCK.REPLICAS FORGET the one gone)",
+                    r.ambiguous.join(", ")
+                ),
+            };
+        }
         // Nothing waited for covers this ttl (no announcement since this
         // life began, or only a shorter one): announce the record.
         let pending = ack().pending().is_some_and(|p| p.ms >= ttl_ms);
@@ -158,7 +211,9 @@ pub fn check(ttl_ms: u64) -> Result<(), CommandError> {
         if !pending && !covered && !ASKED.swap(true, Relaxed) {
             ANNOUNCE_REQUESTED.store(true, Relaxed);
         }
-        let waiting = if r.waiting.is_empty() {
+        let waiting = if r.waiting.is_empty() && known.is_empty() {
+            "a replica of this master: its life began by a promotion (or a restart with replicas), and a replica of the old master that has not reconnected may know less".to_string()
+        } else if r.waiting.is_empty() {
             "the announcement of the master's longest lease, not propagated yet".to_string()
         } else {
             r.waiting.join(", ")

@@ -35,4 +35,5 @@ pub mod replication;
 pub mod restamp;
 pub mod store;
 pub mod sync;
+pub mod teacher;
 pub mod wait;

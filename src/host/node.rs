@@ -48,10 +48,13 @@ pub fn node_record() -> NodeRecord {
     }
 }
 
-/// Takes in node-wide values from the master or from a file.
-pub fn learn_node_record(ctx: &redis_module::Context, n: &NodeRecord) {
+/// Takes in node-wide values from the master (its stream or a full sync:
+/// `from_master`, which makes it the node's teacher, `core/teacher.rs`) or
+/// from a file of this node's own (which teaches nothing).
+pub fn learn_node_record(ctx: &redis_module::Context, n: &NodeRecord, from_master: bool) {
     raise_reclaimed(n.reclaimed);
     guard::learn_lease(ctx, n.longest_lease_ms);
+    crate::host::teacher::record_applied(ctx, from_master);
 }
 
 /// The key that `REDLOCK.APPLY key node …` names when no command's key is at
@@ -112,6 +115,7 @@ unsafe extern "C" fn announce(ctx: *mut raw::RedisModuleCtx, _data: *mut c_void)
             let record = node_record();
             crate::host::lease_ack::announcing(record.longest_lease_ms);
             crate::host::persist::replicate_node(ctx, key, &record);
+            crate::host::persist::replicate_acked(ctx, key, crate::host::lease_ack::acked_ms());
             free(ctx, key);
         }
     }));

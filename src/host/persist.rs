@@ -315,6 +315,32 @@ pub unsafe fn replicate_node(
     }
 }
 
+/// Sends `REDLOCK.APPLY key acked ms` to replicas only (`A`: not to the
+/// AOF, it says nothing of this node's data): what every replica of this
+/// master acknowledged knowing of its longest lease, which a replica
+/// promoted later starts from (`LeaseAck::promoted`). A form of its own
+/// after the node record, not a field of it: a replica of an earlier
+/// version refuses this command alone and still learns the record.
+///
+/// # Safety
+/// `ctx` must be a context that may replicate; `key` a live string.
+pub unsafe fn replicate_acked(
+    ctx: *mut raw::RedisModuleCtx,
+    key: *mut raw::RedisModuleString,
+    acked_ms: u64,
+) {
+    if let Some(replicate) = raw::RedisModule_Replicate {
+        replicate(
+            ctx,
+            APPLY.as_ptr(),
+            c"sclA".as_ptr(),
+            key,
+            c"acked".as_ptr(),
+            acked_ms as c_longlong,
+        );
+    }
+}
+
 /// Writes `REDLOCK.APPLY key node reclaimed longest-lease-ms` into an AOF
 /// rewrite.
 ///
@@ -381,6 +407,9 @@ pub fn parse_apply(args: &[&[u8]]) -> Result<Applied, CommandError> {
     match args {
         [_, _, word, counter] if word.eq_ignore_ascii_case(b"reclaimed") => Ok(Applied::Reclaimed(
             args::token_value("reclaimed counter", counter)?,
+        )),
+        [_, _, word, ms] if word.eq_ignore_ascii_case(b"acked") => Ok(Applied::Acked(
+            args::non_negative("acked-ms", ms)?.min(STREAM_LEASE_LIMIT_MS),
         )),
         [_, _, word, reclaimed, longest] if word.eq_ignore_ascii_case(b"node") => {
             Ok(Applied::Node(NodeRecord {
@@ -464,6 +493,8 @@ mod tests {
                 longest_lease_ms: 300_000
             }))
         );
+        let acked: Vec<&[u8]> = vec![b"x", b"k", b"acked", b"5000"];
+        assert_eq!(parse_apply(&acked), Ok(Applied::Acked(5_000)));
         let sync: Vec<&[u8]> = vec![b"x", b"k", b"sync", b"1234", b"2", b"500"];
         assert_eq!(
             parse_apply(&sync),

@@ -565,6 +565,40 @@ pub(crate) fn master_offset() -> Option<u64> {
     }
 }
 
+/// The master this node is configured to follow (`host:port`, as given to
+/// `REPLICAOF` or `replicaof`; `INFO replication` `master_host` and
+/// `master_port`), `None` as a master.
+pub(crate) fn configured_master() -> Option<String> {
+    // SAFETY: plain module API calls; the info data is freed below.
+    unsafe {
+        let (Some(get), Some(field), Some(unsigned), Some(free)) = (
+            raw::RedisModule_GetServerInfo,
+            raw::RedisModule_ServerInfoGetFieldC,
+            raw::RedisModule_ServerInfoGetFieldUnsigned,
+            raw::RedisModule_FreeServerInfo,
+        ) else {
+            return None;
+        };
+        let info = get(std::ptr::null_mut(), c"replication".as_ptr());
+        if info.is_null() {
+            return None;
+        }
+        let host = field(info, c"master_host".as_ptr());
+        let host = (!host.is_null()).then(|| {
+            std::ffi::CStr::from_ptr(host)
+                .to_string_lossy()
+                .into_owned()
+        });
+        let mut err: c_int = 0;
+        let port = unsigned(info, c"master_port".as_ptr(), &mut err);
+        free(std::ptr::null_mut(), info);
+        match host {
+            Some(host) if err == 0 && !host.is_empty() => Some(format!("{host}:{port}")),
+            _ => None,
+        }
+    }
+}
+
 /// The key `REDLOCK.APPLY key sync …` names when sent from a timer; that
 /// form leaves its key untouched.
 const ANNOUNCE_KEY: &[u8] = b"redlock:node-record";
@@ -653,6 +687,24 @@ pub(crate) fn life_replicas() -> std::collections::BTreeSet<String> {
     state().replicas.clone()
 }
 
+/// The replicas online at the last scan that announce no listening port.
+pub(crate) fn unlisted_now() -> Vec<String> {
+    UNLISTED.lock().unwrap_or_else(|p| p.into_inner()).clone()
+}
+
+/// The replicas this node had as a replica (replicas of a replica, in its
+/// replica set since it became a replica), taken at its last promotion
+/// ([`take_inherited`]).
+static INHERITED: Mutex<std::collections::BTreeSet<String>> =
+    Mutex::new(std::collections::BTreeSet::new());
+
+/// The replicas this node had as a replica, as its last promotion found
+/// them (taken once): the lease-ack rule waits for them
+/// (`core/lease_ack_rule.rs`).
+pub(crate) fn take_inherited() -> std::collections::BTreeSet<String> {
+    std::mem::take(&mut *INHERITED.lock().unwrap_or_else(|p| p.into_inner()))
+}
+
 /// The node became a replica (of a new master): not current until a fresh
 /// announcement of that master; no replica set of its own.
 pub fn on_demotion(ctx: &Context) {
@@ -731,6 +783,14 @@ pub fn on_promotion(ctx: &Context, now: MonoMillis) -> Promotion {
     // Every lease this node grants from now on is checked (when R > 0);
     // what came before is covered by the decision's window.
     UNCHECKED_UNTIL.store(0, Relaxed);
+    // The replicas it had as a replica (the scan of the replica events
+    // records them as on a master), with those without a listening port
+    // online now: the lease-ack rule of the new life waits for them.
+    {
+        let mut inherited = state().replicas.clone();
+        inherited.extend(unlisted_now());
+        *INHERITED.lock().unwrap_or_else(|p| p.into_inner()) = inherited;
+    }
     on_demotion(ctx);
     bump();
     scan(ctx);
