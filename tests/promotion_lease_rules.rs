@@ -467,6 +467,10 @@ fn standalone_with_own_data_promoted_during_first_sync() {
     assert!(matches!(got, Ok(Some(_))));
     drop(mm);
     m.kill();
+    eprintln!(
+        "S taught by M: {}",
+        redlock_info(&mut sc, "taught_by_master")
+    );
     promote(&mut sc);
     assert_no_second_holder(&mut sc, "L", granted_a, "S");
 }

@@ -10,7 +10,7 @@
 use std::collections::VecDeque;
 
 use redlock_module_rules::core::guard_rule::{Guard, Settings};
-use redlock_module_rules::core::lease_ack_rule::LeaseAck;
+use redlock_module_rules::core::lease_ack_rule::{Kept, LeaseAck};
 use redlock_module_rules::core::lease_time::BootStamp;
 use redlock_module_rules::core::lock::{
     token_within_reach, Acquired, LockState, MonoMillis, OwnerHash, ReclaimRule,
@@ -25,6 +25,7 @@ use redlock_module_rules::core::persisted::{
 use redlock_module_rules::core::queue::{self, Place, Queue, Ready};
 use redlock_module_rules::core::run_state::RunState;
 use redlock_module_rules::core::sync_rule::Promotion;
+use redlock_module_rules::core::teacher::Taught;
 use std::collections::BTreeSet;
 
 use crate::rng::{between, chance, skewed};
@@ -73,13 +74,15 @@ pub struct Disk {
     pub rdb: Option<Snapshot>,
     /// `redlock-longest-lease-ms`.
     pub longest_file: u64,
-    /// `redlock-lease-learned`: the node learned a master's longest lease.
-    pub learned_file: bool,
+    /// `redlock-lease-learned-PORT`: which master taught the node its
+    /// longest lease (`core/teacher.rs`), written at each change before
+    /// the node goes on (so the disk is the state).
+    pub taught: Taught,
     /// `redlock-untaught-window`: the window open is an untaught promotion's.
     pub untaught_file: bool,
-    /// `redlock-lease-acked`: the longest lease the master's replicas
-    /// acknowledged knowing.
-    pub lease_acked: Option<u64>,
+    /// `redlock-lease-acked-PORT`: the longest lease the master's replicas
+    /// acknowledged knowing, and whether its life is held.
+    pub lease_acked: Option<Kept>,
     /// `redlock-run-state` (in the AOF directory).
     pub run_state: Option<RunState>,
     /// `redlock-reclaimed-counter`.
@@ -178,6 +181,9 @@ pub struct Node {
     /// Replica: the stream and the next offset it acknowledged (applied),
     /// `None` until its full sync is applied.
     pub acked: Option<(u64, u64)>,
+    /// Replica: the master it is pointed at (`replicaof`, kept across a
+    /// restart), set when it connects.
+    pub master_node: Option<u16>,
 }
 
 impl Node {
@@ -220,6 +226,7 @@ impl Node {
             lease_ack: LeaseAck::new(),
             life_replicas: BTreeSet::new(),
             acked: None,
+            master_node: None,
         }
     }
 
@@ -346,7 +353,6 @@ impl World {
         let mono = self.mono(n);
         let node = &mut self.nodes[n];
         node.guard.load_recorded(node.disk.longest_file);
-        node.guard.load_learned(node.disk.learned_file);
         node.guard.load_untaught_window(node.disk.untaught_file);
         let startup = node.max_ttl;
         if node.guard.needs_record(startup) {
@@ -384,11 +390,12 @@ impl World {
         let longest = self.nodes[n].guard.longest_lease(self.settings(n));
         let node = &mut self.nodes[n];
         node.lease_ack = LeaseAck::at_load(
-            node.disk.lease_acked,
+            node.disk.lease_acked.take(),
             !node.life_replicas.is_empty(),
             longest,
+            self.setup.mutants,
         );
-        node.disk.lease_acked = Some(node.lease_ack.acked_ms());
+        node.disk.lease_acked = Some(node.lease_ack.kept());
         let boot = self.nodes[n].boot;
         if self.sc.reclaim_after_ms > 0 {
             self.after(
@@ -436,36 +443,38 @@ impl World {
         self.nodes[n].load.started(LoadKind::Aof);
         for entry in aof {
             match entry {
-                Entry::Preamble(snap) => self.load_records(n, snap),
+                Entry::Preamble(snap) => self.load_records(n, snap, false),
                 Entry::Effect(e) => self.apply_effect(n, *e, true),
             }
         }
         let m = self.setup.mutants;
         if let Some(r) = self.nodes[n].load.ended(m) {
-            self.learn_node_record(n, r);
+            self.learn_node_record(n, r, false);
         }
     }
 
     fn load_snapshot(&mut self, n: usize, snap: &Snapshot, kind: LoadKind) {
         self.nodes[n].load.started(kind);
-        self.load_records(n, snap);
+        // A full sync's record teaches; a file's does not (`core/teacher.rs`).
+        let from_master = kind == LoadKind::Replication;
+        self.load_records(n, snap, from_master);
         let m = self.setup.mutants;
         if let Some(r) = self.nodes[n].load.ended(m) {
-            self.learn_node_record(n, r);
+            self.learn_node_record(n, r, from_master);
         }
     }
 
     /// The records of an RDB payload, as the type callbacks read them
     /// (`aux_load`, then `rdb_load` per record).
-    fn load_records(&mut self, n: usize, snap: &Snapshot) {
+    fn load_records(&mut self, n: usize, snap: &Snapshot, from_master: bool) {
         let m = self.setup.mutants;
         if let Some(record) = snap.record {
             self.nodes[n].load.record_read();
-            self.learn_node_record(n, record);
+            self.learn_node_record(n, record, from_master);
         }
         for &(key, p) in &snap.keys {
             if let Some(r) = self.nodes[n].load.unwritten_to_learn(m) {
-                self.learn_node_record(n, r);
+                self.learn_node_record(n, r, from_master);
             }
             let (learn, p) = self.nodes[n].load.record(p, m);
             if let Some(ms) = learn {
@@ -528,9 +537,15 @@ impl World {
                 }
             }
             Effect::Node(record) => {
-                self.learn_node_record(n, record);
+                self.learn_node_record(n, record, !loading);
                 if !loading {
                     self.write_effect(n, e);
+                }
+            }
+            Effect::Acked(ms) => {
+                // From the master only (never in an AOF), never passed on.
+                if let (false, Some(master)) = (loading, self.master_id(n)) {
+                    self.nodes[n].disk.taught.acked_from(&master, ms);
                 }
             }
             Effect::Reclaimed { key, counter } => {
@@ -545,11 +560,26 @@ impl World {
         }
     }
 
-    /// Node-wide values from a master or a file (`host/node.rs`).
-    fn learn_node_record(&mut self, n: usize, record: NodeRecord) {
+    /// Node-wide values from a master (`from_master`: its stream or a full
+    /// sync, which makes it the node's teacher) or a file of the node's own
+    /// (`host/node.rs`).
+    fn learn_node_record(&mut self, n: usize, record: NodeRecord, from_master: bool) {
         let node = &mut self.nodes[n];
         node.reclaimed = node.reclaimed.max(record.reclaimed);
         self.learn_lease(n, record.longest_lease_ms);
+        let m = self.setup.mutants;
+        if from_master {
+            if let Some(master) = self.master_id(n) {
+                self.nodes[n].disk.taught.record_from(&master);
+            }
+        } else {
+            self.nodes[n].disk.taught.record_from_file(m);
+        }
+    }
+
+    /// The address of the master node `n` is pointed at (`None`: none).
+    fn master_id(&self, n: usize) -> Option<String> {
+        self.nodes[n].master_node.map(|m| format!("node-{m}"))
     }
 
     /// A lease length received (`host/guard.rs::learn_lease`): recorded,
@@ -558,9 +588,6 @@ impl World {
         let s = self.settings(n);
         let mono = self.mono(n);
         let node = &mut self.nodes[n];
-        if node.guard.learned() {
-            node.disk.learned_file = true;
-        }
         if let Some(ms) = node.guard.to_learn(ms, s) {
             node.disk.longest_file = node.disk.longest_file.max(ms);
             node.guard.raise_longest(ms, s, mono);
@@ -584,7 +611,8 @@ impl World {
             return;
         }
         let node = &mut self.nodes[n];
-        if node.aof_on() {
+        // The acknowledged length goes to replicas only.
+        if node.aof_on() && !matches!(e, Effect::Acked(_)) {
             node.disk.aof.push(Entry::Effect(e));
             if node.persistence == Persistence::AofAlways {
                 node.disk.synced = node.disk.aof.len();
@@ -610,12 +638,19 @@ impl World {
     }
 
     fn stream_to(&mut self, r: usize, offset: u64, effect: Effect, hold_until: Time) {
-        let (lo, hi) = self.sc.repl_lag_us;
-        let mut lag = skewed(&mut self.repl_rng, lo, hi);
-        if !self.healed && chance(&mut self.repl_rng, self.sc.rate(FaultKind::ReplLag)) {
-            self.stats.fault(FaultKind::ReplLag);
-            lag += skewed(&mut self.repl_rng, 10 * MS, 2 * SEC);
-        }
+        // The acknowledged length travels right behind the node record it
+        // follows (one write to the link): no lag of its own.
+        let lag = if matches!(effect, Effect::Acked(_)) {
+            0
+        } else {
+            let (lo, hi) = self.sc.repl_lag_us;
+            let mut lag = skewed(&mut self.repl_rng, lo, hi);
+            if !self.healed && chance(&mut self.repl_rng, self.sc.rate(FaultKind::ReplLag)) {
+                self.stats.fault(FaultKind::ReplLag);
+                lag += skewed(&mut self.repl_rng, 10 * MS, 2 * SEC);
+            }
+            lag
+        };
         let node = &mut self.nodes[r];
         let at = (self.now.max(hold_until) + lag).max(node.link_last + 1);
         node.link_last = at;
@@ -930,7 +965,7 @@ impl World {
             .check(ttl, &node.life_replicas, &acks, mutants)
             .is_err();
         if node.lease_ack.acked_ms() > before {
-            node.disk.lease_acked = Some(node.lease_ack.acked_ms());
+            node.disk.lease_acked = Some(node.lease_ack.kept());
         }
         if refused {
             self.stats.lease_ack_refused += 1;
@@ -953,6 +988,10 @@ impl World {
             longest_lease_ms: node.guard.longest_lease(s),
         };
         self.write_effect(n, Effect::Node(record));
+        if !self.nodes[n].replica {
+            let acked = self.nodes[n].lease_ack.acked_ms();
+            self.write_effect(n, Effect::Acked(acked));
+        }
         let node = &mut self.nodes[n];
         if !node.replica {
             let target = node.backlog.len() as u64;
@@ -1364,6 +1403,7 @@ impl World {
         let link = self.id();
         self.nodes[r].link = link;
         self.nodes[r].link_down = false;
+        self.nodes[r].master_node = Some(m as u16);
         self.nodes[r].link_last = self.now;
         let repl_id = self.nodes[m].repl_id;
         match self.nodes[r].following {
@@ -1530,15 +1570,27 @@ impl World {
         let s = self.settings(to);
         let mono = self.mono(to);
         let repl_id = self.id();
+        // Taught by the master it followed, and what that master's replicas
+        // acknowledged knowing (`host/teacher.rs::on_promotion`).
+        let was = self.master_id(to);
         let node = &mut self.nodes[to];
+        let taught = node.disk.taught.taught_by(was.as_deref(), s.mutants);
+        let learned_acked = node.disk.taught.acked_ms(was.as_deref(), s.mutants);
+        node.master_node = None;
         node.replica = false;
         node.following = None;
         node.repl_id = repl_id;
         node.backlog.clear();
         node.acked = None;
-        node.lease_ack = LeaseAck::starting(node.guard.longest_lease(s));
-        node.disk.lease_acked = Some(node.lease_ack.acked_ms());
-        if let Some(record) = node.guard.on_promotion(s, Promotion::Guard, mono) {
+        // No replica of a replica here: nothing inherited.
+        node.lease_ack = LeaseAck::promoted(
+            learned_acked,
+            node.guard.longest_lease(s),
+            BTreeSet::new(),
+            s.mutants,
+        );
+        node.disk.lease_acked = Some(node.lease_ack.kept());
+        if let Some(record) = node.guard.on_promotion(s, Promotion::Guard, mono, taught) {
             node.disk.untaught_file = node.guard.untaught_window();
             node.disk.run_state = Some(record);
         }

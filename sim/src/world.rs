@@ -185,6 +185,9 @@ pub enum Effect {
     },
     /// The node record (`REDLOCK.APPLY key node …`).
     Node(NodeRecord),
+    /// What the master's replicas acknowledged knowing of its longest
+    /// lease (`REDLOCK.APPLY key acked ms`, replicas only).
+    Acked(u64),
     /// The sweep deleted a key (`REDLOCK.APPLY key reclaimed counter`).
     Reclaimed {
         /// Lock name.

@@ -577,6 +577,9 @@ mod tests {
             // longest announcement all of them acknowledged.
             let mut announcements: Vec<(u64, u64)> = Vec::new();
             let mut offset = 0;
+            // Acknowledged once, known for good (a replica's knowledge only
+            // grows).
+            let mut proven = start;
             for (kind, ms, ack) in steps {
                 match kind {
                     0 => {
@@ -591,14 +594,14 @@ mod tests {
                             .map(|id| (id.clone(), true, ack % (offset + 1)))
                             .collect();
                         let low = acks.iter().map(|a| a.2).min().unwrap_or(0);
+                        proven = announcements
+                            .iter()
+                            .filter(|(_, at)| *at <= low)
+                            .map(|(m, _)| *m)
+                            .max()
+                            .unwrap_or(0)
+                            .max(proven);
                         if a.check(ms, &known, &acks, N).is_ok() {
-                            let proven = announcements
-                                .iter()
-                                .filter(|(_, at)| *at <= low)
-                                .map(|(m, _)| *m)
-                                .max()
-                                .unwrap_or(0)
-                                .max(start);
                             prop_assert!(ms <= proven, "granted {} above {}", ms, proven);
                         }
                     }

@@ -131,6 +131,11 @@ impl Taught {
     /// The acknowledged length `following` last announced, when it is the
     /// teacher (0 otherwise: nothing is known of what its replicas know).
     pub fn acked_ms(&self, following: Option<&str>, mutants: Mutants) -> u64 {
+        if mutants.on(Mutant::TaughtByAny) && self.teacher.is_some() {
+            // The rule before: what a taught node knows, its fellow
+            // replicas know (the promoted life starts from its longest).
+            return u64::MAX;
+        }
         if self.taught_by(following, mutants) {
             self.acked_ms
         } else {

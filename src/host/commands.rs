@@ -349,6 +349,7 @@ pub fn apply(call: &Call) -> Result<Reply, CommandError> {
     let (learn, p) = node_record::applied(p, loading, mutant::current());
     if let Some(ms) = learn {
         guard::learn_lease(&call.ctx, ms);
+        crate::host::teacher::lease_applied(&call.ctx);
     }
     let source = node_record::applied_source(loading, guard::longest_lease());
     let mono = mono_now();

@@ -177,6 +177,7 @@ unsafe extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *m
                 p = read;
                 if let Some(ms) = learn {
                     guard::learn_lease(&redis_module::Context::dummy(), ms);
+                    crate::host::teacher::lease_applied(&redis_module::Context::dummy());
                 }
             }
             Loading::Nothing if p.owner.is_some() => {

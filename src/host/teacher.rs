@@ -110,6 +110,19 @@ pub fn record_applied(ctx: &Context, from_master: bool) {
     }
 }
 
+/// A lease length was learned from a record (of the stream, a full sync or
+/// a file): it teaches nothing of the master's longest lease (only a node
+/// record does, [`record_applied`]); under the `taught-by-any` mutant it
+/// counts, as in the rule before.
+pub fn lease_applied(ctx: &Context) {
+    let mut t = taught();
+    if t.record_from_file(mutant::current()) {
+        let copy = t.clone();
+        drop(t);
+        save(ctx, &copy);
+    }
+}
+
 /// The master followed announced what its replicas acknowledged knowing of
 /// its longest lease (`REDLOCK.APPLY … acked ms`).
 pub fn acked_applied(ctx: &Context, acked_ms: u64) {
