@@ -56,7 +56,8 @@ valkey:
 ## (cluster, reclamation, time, …) run on Valkey in `make test-valkey`
 VALKEY_MODULE_SUITES := commands durability fenced node_record_loading promotion renewal \
 	replica_longest_lease replica_release replica_writes replication_skip reservation restart_timing \
-	restart_after_suspend lease_restamp pause_propagation restore wait review37_sync
+	restart_after_suspend lease_restamp pause_propagation restore wait review37_sync \
+	promotion_lease_rules
 # The workspace's features, as `make test` builds them: the suites run from the binaries
 # already built (with `-p redlock-module` alone, cargo would build every dependency
 # again for that package's own feature set). A suite name that the client shares
