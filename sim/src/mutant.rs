@@ -17,6 +17,9 @@ use crate::world::Setup;
 pub enum Hole {
     /// The module's rules.
     Module(Mutant),
+    /// Several of the module's rules at once: a hole that a later rule
+    /// closes too (all switched back).
+    Modules(&'static [Mutant]),
     /// The client's rules.
     Client(fn(&mut Switches)),
     /// The protected resource's rule.
@@ -68,12 +71,12 @@ pub const MUTANTS: &[SimMutant] = &[
         name: "replica-own-lease",
         hole: Hole::Module(Mutant::ReplicaOwnLease),
         what: "a replica keeps its own longest lease whatever it received: promoted, it guards for less than its master's leases (module)",
-        known_seed: 737,
+        known_seed: 1_070,
     },
     SimMutant {
         name: "aux-writer-baseline",
-        hole: Hole::Module(Mutant::AuxWriterBaseline),
-        what: "aux_save2 leaves the node record out at the writer's own max-ttl-ms: a replica with a smaller one learns a shorter longest lease than its master's (Redis 7.2+/Valkey, issue 39)",
+        hole: Hole::Modules(&[Mutant::AuxWriterBaseline, Mutant::TaughtByAny]),
+        what: "aux_save2 leaves the node record out at the writer's own max-ttl-ms: a replica with a smaller one learns a shorter longest lease than its master's (Redis 7.2+/Valkey, issue 39); with taught-by-any, since a replica that applied no record of its master is untaught and guards long (core/teacher.rs)",
         known_seed: 629,
     },
     SimMutant {
@@ -173,6 +176,11 @@ impl SimMutant {
     pub fn apply(&self, setup: &mut Setup) {
         match self.hole {
             Hole::Module(m) => setup.mutants = setup.mutants.with(m, true),
+            Hole::Modules(ms) => {
+                for &m in ms {
+                    setup.mutants = setup.mutants.with(m, true);
+                }
+            }
             Hole::Client(f) => f(&mut setup.switches),
             Hole::Resource(r) => setup.resource = r,
             Hole::NoClockFloor => setup.no_floor = true,

@@ -45,6 +45,14 @@ pub fn owner_hash(owner: Owner) -> OwnerHash {
     h
 }
 
+/// The `ip:port` a master sees node `id` at as its replica (`INFO
+/// replication`): one address per node, with a listening port, as the
+/// lease-ack rule needs to tell replicas apart
+/// (`core/lease_ack_rule.rs::ambiguous_identity`).
+pub fn replica_address(id: u16) -> String {
+    format!("10.0.0.{}:{}", id / 250 + 1, 7000 + u32::from(id))
+}
+
 /// What a snapshot (RDB file, AOF preamble, full sync) holds.
 #[derive(Clone, Debug, Default)]
 pub struct Snapshot {
@@ -588,6 +596,9 @@ impl World {
         let s = self.settings(n);
         let mono = self.mono(n);
         let node = &mut self.nodes[n];
+        // A lease teaches nothing of the master's longest lease; under the
+        // `taught-by-any` mutant it counts (`host/teacher.rs::lease_applied`).
+        node.disk.taught.record_from_file(s.mutants);
         if let Some(ms) = node.guard.to_learn(ms, s) {
             node.disk.longest_file = node.disk.longest_file.max(ms);
             node.guard.raise_longest(ms, s, mono);
@@ -953,7 +964,7 @@ impl World {
             .map(|&r| &self.nodes[r as usize])
             .filter(|r| r.up && r.replica && !r.link_down)
             .filter_map(|r| match r.acked {
-                Some((id, next)) if id == repl_id => Some((r.id.to_string(), true, next)),
+                Some((id, next)) if id == repl_id => Some((replica_address(r.id), true, next)),
                 _ => None,
             })
             .collect();
@@ -1446,7 +1457,7 @@ impl World {
     /// record (`on_replica_change`).
     fn replica_online(&mut self, m: usize, r: usize) {
         if self.nodes[m].up && !self.nodes[m].replica {
-            let id = self.nodes[r].id.to_string();
+            let id = replica_address(self.nodes[r].id);
             self.nodes[m].life_replicas.insert(id);
         }
         if self.nodes[m].up && !self.nodes[m].replica && announce_to_new_replica(self.setup.mutants)
