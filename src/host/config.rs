@@ -218,6 +218,28 @@ pub fn check_eviction_policy(ctx: &Context) {
     }
 }
 
+/// The path of a file of this node's own in the server's directory:
+/// `base-PORT` (`port`, else `tls-port`; `base` alone when the node listens
+/// on neither). Two instances may share `dir` (with their own `dbfilename`
+/// and `appenddirname`) but never a port on one host, so neither reads the
+/// other's (`tests/promotion_lease_rules.rs`). Under the `shared-node-files`
+/// mutant, `base` alone (the naming before).
+pub fn node_file(ctx: &Context, base: &str) -> std::path::PathBuf {
+    let dir = std::env::current_dir().unwrap_or_default();
+    if crate::host::mutant::on(crate::host::mutant::Mutant::SharedNodeFiles) {
+        return dir.join(base);
+    }
+    let port = ["port", "tls-port"].iter().find_map(|name| {
+        config_get(ctx, name)
+            .and_then(|v| v.trim().parse::<u16>().ok())
+            .filter(|&p| p != 0)
+    });
+    match port {
+        Some(port) => dir.join(format!("{base}-{port}")),
+        None => dir.join(base),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -262,24 +284,3 @@ mod tests {
     }
 }
 
-/// The path of a file of this node's own in the server's directory:
-/// `base-PORT` (`port`, else `tls-port`; `base` alone when the node listens
-/// on neither). Two instances may share `dir` (with their own `dbfilename`
-/// and `appenddirname`) but never a port on one host, so neither reads the
-/// other's (`tests/promotion_lease_rules.rs`). Under the `shared-node-files`
-/// mutant, `base` alone (the naming before).
-pub fn node_file(ctx: &Context, base: &str) -> std::path::PathBuf {
-    let dir = std::env::current_dir().unwrap_or_default();
-    if crate::host::mutant::on(crate::host::mutant::Mutant::SharedNodeFiles) {
-        return dir.join(base);
-    }
-    let port = ["port", "tls-port"].iter().find_map(|name| {
-        config_get(ctx, name)
-            .and_then(|v| v.trim().parse::<u16>().ok())
-            .filter(|&p| p != 0)
-    });
-    match port {
-        Some(port) => dir.join(format!("{base}-{port}")),
-        None => dir.join(base),
-    }
-}
