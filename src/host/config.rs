@@ -283,4 +283,3 @@ mod tests {
         assert!(err.contains("unknown module argument 'ttl'"), "{err}");
     }
 }
-
