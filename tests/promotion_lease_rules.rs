@@ -227,9 +227,11 @@ fn replica_taught_elsewhere_promoted_during_first_sync_with_new_master() {
     drop(mm);
     m.kill();
     let mut cc = c.connection();
-    assert_eq!(redlock_info(&mut cc, "taught_by_master"), 0);
+    let taught = redlock_info(&mut cc, "taught_by_master");
     promote(&mut cc);
     assert_no_second_holder(&mut cc, "L", granted_a, "C");
+    // C was not taught by M (its teacher is Q).
+    assert_eq!(taught, 0);
 }
 
 /// Three replicas behind one announced address: A and B were online
