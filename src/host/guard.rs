@@ -135,11 +135,24 @@ pub fn on_load(ctx: &Context, now: MonoMillis) {
     };
     let _ = RECORD_PATH.set(path);
     // The marker of earlier versions had one name per directory: read when
-    // this node has none of its own. It can only make the window longer
-    // (another node's marker lengthens this one's restart window; it is
-    // removed when the window ends), never shorter.
+    // this node has none of its own, moved to this node's name and
+    // removed (else every later restart would read it again and wait a
+    // day). Reading it is safe: it can only make this node's window
+    // longer. Removing it is not quite: in a directory shared with a node
+    // that has not restarted since the upgrade and is inside an untaught
+    // promotion window, that node's next restart no longer knows its
+    // window is a day long (it waits for its longest lease). Nodes that
+    // share a directory are rare, and that window rarer.
     let untaught_path = config::node_file(ctx, UNTAUGHT_FILE);
-    guard().load_untaught_window(untaught_path.exists() || dir.join(UNTAUGHT_FILE).exists());
+    let old_path = dir.join(UNTAUGHT_FILE);
+    let mut marked = untaught_path.exists();
+    if !marked && old_path != untaught_path && old_path.exists() {
+        marked = true;
+        if write_file(&untaught_path, "1\n").is_ok() {
+            let _ = std::fs::remove_file(&old_path);
+        }
+    }
+    guard().load_untaught_window(marked);
     let _ = UNTAUGHT_PATH.set(untaught_path);
     // The startup max-ttl-ms is recorded too: a restart that brings a
     // smaller one back from redis.conf must still cover this run's leases.
