@@ -609,3 +609,46 @@ fn replica_sharing_the_masters_dir_writes_its_acknowledged_length() {
     promote(&mut zc);
     assert_no_second_holder(&mut zc, "L", granted_a, "Z");
 }
+
+/// After a failover, Sentinel points the other replicas at the new master
+/// (`REPLICAOF`): each is untaught until the new master's record reaches
+/// it, which the new master announces to every replica that comes online,
+/// also after a partial resync. The window is short.
+#[test]
+fn a_fellow_replica_repointed_at_the_new_master_is_taught_again_after_its_partial_resync() {
+    let mut a = Node::builder()
+        .config("redlock.sync-replicas", "0")
+        .config("redlock.restart-grace-ms", "0")
+        .config("redlock.max-ttl-ms", "1000")
+        .start();
+    let b = start_replica(&a, replica_builder());
+    let c = start_replica(&a, replica_builder());
+    let mut am = a.connection();
+    assert!(acquire(&mut am, "warm", "x", 1000).is_some());
+    let _: i64 = redis::cmd("WAIT").arg(2).arg(5000).query(&mut am).unwrap();
+    drop(am);
+    let mut cc = c.connection();
+    wait_until(Duration::from_secs(20), "C taught by A", || {
+        redlock_info(&mut cc, "taught_by_master") == 1
+    });
+    a.kill();
+    let mut bm = b.connection();
+    promote(&mut bm);
+    let _: () = redis::cmd("REPLICAOF")
+        .arg("127.0.0.1")
+        .arg(b.port())
+        .query(&mut cc)
+        .unwrap();
+    let repointed = Instant::now();
+    assert_eq!(redlock_info(&mut cc, "taught_by_master"), 0);
+    wait_until(Duration::from_secs(20), "C taught by B", || {
+        redlock_info(&mut cc, "taught_by_master") == 1
+    });
+    eprintln!("C untaught for {:?} after REPLICAOF", repointed.elapsed());
+    // A partial resync (B continues A's history), not a full sync.
+    let partial: u64 = info_field(&mut bm, "stats", "sync_partial_ok")
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(partial >= 1, "C did a full sync");
+}
