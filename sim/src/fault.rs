@@ -34,6 +34,7 @@ impl World {
                 | FaultKind::Duplicate
                 | FaultKind::Failover
                 | FaultKind::LaggingPromotion
+                | FaultKind::RaiseFailover
         );
         if !per_second {
             return;
@@ -89,6 +90,9 @@ impl World {
                 give_up,
             } => self.switchover_step(member as usize, to as usize, give_up),
             Fault::CrashMaster { member } => {
+                // The clients' burst of longer leases (`RaiseFailover`) is
+                // over.
+                self.ttl_floor_ms = 0;
                 let n = self.members[member as usize].master as usize;
                 if self.nodes[n].up && !self.healed {
                     let down = between(&mut self.repl_rng, 1_000, 3_000) * MS;
@@ -157,26 +161,37 @@ impl World {
                 // sentinel promotes its least advanced replica (sometimes
                 // restarted inside its promotion window).
                 let m = self.pick(k, self.sc.members);
-                let n = self.members[m].master as usize;
-                if !self.nodes[n].up || self.nodes[n].failing_over || self.promote_lagging[m] {
+                if !self.may_fail_over(m) {
                     return;
                 }
                 self.stats.fault(k);
                 let hold = skewed(self.fault_rng(k), 20 * MS, 600 * MS);
-                self.nodes[n].repl_hold_until = self.now + hold;
-                let spare = self.sc.members - (self.sc.members / 2 + 1);
-                let mut others: Vec<usize> = (0..self.sc.members).filter(|&x| x != m).collect();
-                for _ in 0..spare {
-                    let i = self.pick(k, others.len());
-                    let x = others.swap_remove(i);
-                    let node = self.members[x].master as usize;
-                    let extra = skewed(self.fault_rng(k), MS, 500 * MS);
-                    for c in 0..clients {
-                        self.cut[node][c] = self.cut[node][c].max(self.now + hold + extra);
-                    }
+                self.lagging_failover(k, m, hold);
+            }
+            FaultKind::RaiseFailover => {
+                // The operator raises `redlock.max-ttl-ms` on every master
+                // (not on the replicas first, as the README asks) while one
+                // master's replicas lag behind; the application asks for
+                // the longer leases it was raised for at once. That master
+                // dies before its replicas applied the announcement of the
+                // longer lease or a grant of one, and the sentinel promotes
+                // the least advanced: it knows only the older, shorter
+                // longest lease (`core/lease_ack_rule.rs` is what stops
+                // the longer grants until the replicas acknowledged).
+                let m = self.pick(k, self.sc.members);
+                let cap = 4 * self.sc.max_ttl_ms;
+                if !self.may_fail_over(m) || self.ttl_ceiling_ms >= cap {
+                    return;
                 }
-                self.promote_lagging[m] = true;
-                self.after(hold, Ev::Fault(Fault::CrashMaster { member: m as u8 }));
+                self.stats.fault(k);
+                let hold = skewed(self.fault_rng(k), 50 * MS, SEC);
+                let before = self.ttl_ceiling_ms;
+                let raise = between(self.fault_rng(k), before, 3 * before).min(cap - before);
+                // The stream is held first: the announcement of the raise
+                // waits behind it.
+                self.lagging_failover(k, m, hold);
+                self.raise_max_ttl(raise);
+                self.ttl_floor_ms = before;
             }
             FaultKind::Pause => {
                 let n = self.pick(k, nodes);
@@ -265,14 +280,7 @@ impl World {
                 self.stats.fault(k);
                 let most = self.sc.max_ttl_ms;
                 let raise = between(self.fault_rng(k), most / 4, most);
-                self.ttl_ceiling_ms += raise;
-                for m in 0..self.sc.members {
-                    let n = self.members[m].master as usize;
-                    self.nodes[n].max_ttl = self.nodes[n].max_ttl.max(self.ttl_ceiling_ms);
-                    if self.nodes[n].up {
-                        self.config_changed(n);
-                    }
-                }
+                self.raise_max_ttl(raise);
             }
             FaultKind::Duplicate => {
                 // A burst: every request of one client gets a late copy
@@ -312,6 +320,49 @@ impl World {
                 self.clients[c].io.set_wall_offset(offset);
             }
             _ => {}
+        }
+    }
+
+    /// Whether member `m`'s master may be made to fail over now: it is up,
+    /// not switching over, and no lagging promotion is pending for it.
+    fn may_fail_over(&self, m: usize) -> bool {
+        let n = self.members[m].master as usize;
+        self.nodes[n].up && !self.nodes[n].failing_over && !self.promote_lagging[m]
+    }
+
+    /// Member `m`'s master holds its replication stream back for `hold`
+    /// while the members a quorum can do without are cut off from every
+    /// client (so grants land on a bare quorum its replicas never see), then
+    /// dies; the sentinel promotes its least advanced replica.
+    fn lagging_failover(&mut self, k: FaultKind, m: usize, hold: Time) {
+        let clients = self.sc.clients;
+        let n = self.members[m].master as usize;
+        self.nodes[n].repl_hold_until = self.now + hold;
+        let spare = self.sc.members - (self.sc.members / 2 + 1);
+        let mut others: Vec<usize> = (0..self.sc.members).filter(|&x| x != m).collect();
+        for _ in 0..spare {
+            let i = self.pick(k, others.len());
+            let x = others.swap_remove(i);
+            let node = self.members[x].master as usize;
+            let extra = skewed(self.fault_rng(k), MS, 500 * MS);
+            for c in 0..clients {
+                self.cut[node][c] = self.cut[node][c].max(self.now + hold + extra);
+            }
+        }
+        self.promote_lagging[m] = true;
+        self.after(hold, Ev::Fault(Fault::CrashMaster { member: m as u8 }));
+    }
+
+    /// `redlock.max-ttl-ms` raised by `raise` on every master (`CONFIG
+    /// SET`); a master that is down gets it when it is back.
+    fn raise_max_ttl(&mut self, raise: u64) {
+        self.ttl_ceiling_ms += raise;
+        for m in 0..self.sc.members {
+            let n = self.members[m].master as usize;
+            self.nodes[n].max_ttl = self.nodes[n].max_ttl.max(self.ttl_ceiling_ms);
+            if self.nodes[n].up {
+                self.config_changed(n);
+            }
         }
     }
 

@@ -570,6 +570,9 @@ pub struct World {
     /// The longest ttl clients ask for: the masters' `max-ttl-ms`, raised
     /// when the operator raises it on every master.
     pub ttl_ceiling_ms: u64,
+    /// While above 0, clients ask for leases longer than this (what an
+    /// application asks for once the operator raised `max-ttl-ms` for it).
+    pub ttl_floor_ms: u64,
     events: u64,
 }
 
@@ -618,6 +621,7 @@ impl World {
             dup_burst: vec![None; sc.clients],
             promote_lagging: vec![false; sc.members],
             ttl_ceiling_ms: sc.max_ttl_ms,
+            ttl_floor_ms: 0,
             events: 0,
             sc,
         };
