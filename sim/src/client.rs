@@ -1180,8 +1180,15 @@ impl World {
         let client = &mut self.clients[c];
         client.io.now.set(now);
         client.io.stop_at.set(self.ops_until);
-        client.io.max_ttl_ms.set(self.ttl_ceiling_ms);
-        client.io.ttl_floor_ms.set(self.ttl_floor_ms);
+        let (longer_than, most) = match self.ttl_split {
+            Some((before, longer)) if longer & World::client_bit(c) != 0 => {
+                (before, self.ttl_ceiling_ms)
+            }
+            Some((before, _)) => (0, before),
+            None => (0, self.ttl_ceiling_ms),
+        };
+        client.io.max_ttl_ms.set(most);
+        client.io.ttl_floor_ms.set(longer_than);
         let Some(fut) = client.fut.as_mut() else {
             return;
         };
