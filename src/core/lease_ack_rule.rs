@@ -300,6 +300,13 @@ impl LeaseAck {
         self.held
     }
 
+    /// Whether, with an empty replica set, no lease is held back (what
+    /// [`LeaseAck::check`] answers then without looking at any replica):
+    /// the life is not held and knows no inherited nor ambiguous replica.
+    pub fn free_without_replicas(&self) -> bool {
+        !self.held && self.inherited.is_empty() && self.ambiguous.is_empty()
+    }
+
     /// The announcement waited for, if any.
     pub fn pending(&self) -> Option<Announced> {
         self.pending
@@ -465,7 +472,12 @@ mod tests {
     #[test]
     fn a_master_without_replicas_is_not_held_back() {
         let mut a = LeaseAck::new();
+        assert!(a.free_without_replicas());
         assert_eq!(a.check(5_000, &set(&[]), &[], N), Ok(()));
+        assert!(!LeaseAck::promoted(0, 0, set(&[]), N).free_without_replicas());
+        let mut b = LeaseAck::new();
+        b.saw_ambiguous(["ip:0"]);
+        assert!(!b.free_without_replicas());
     }
 
     #[test]

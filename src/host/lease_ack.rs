@@ -93,11 +93,16 @@ pub fn on_load(ctx: &Context) {
 /// before: its shorter length holds the next run back more, never less;
 /// its sets may lack a replica added since, which the replica set's own
 /// file (`host/sync.rs`) still names, or an ambiguous identity, which the
-/// next scan sees again while it is connected.
+/// next scan sees again while it is connected; but a promotion's "held"
+/// may be lost (logged).
 fn keep() {
     if let Some(path) = ACKED_PATH.get() {
         let text = ack().kept().render();
-        let _ = guard::write_file(path, &text);
+        if let Err(e) = guard::write_file(path, &text) {
+            // A promotion's "held" that is not written lets a restart
+            // before a replica joins start unheld: said in the log.
+            redis_module::logging::log_warning(format!("cannot write {}: {e}", path.display()));
+        }
     }
 }
 
@@ -171,6 +176,11 @@ pub fn check(ttl_ms: u64) -> Result<(), CommandError> {
         return Ok(());
     }
     let known = sync::life_replicas();
+    // The hot path of a master that never had a replica (after a raise of
+    // max-ttl-ms): nothing to read.
+    if known.is_empty() && ack().free_without_replicas() {
+        return Ok(());
+    }
     // The target of the last announcement, read once the master offset
     // moved past the offset before it (a later command than the one that
     // announced).
