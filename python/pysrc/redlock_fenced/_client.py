@@ -17,6 +17,15 @@ from contextlib import (
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 from . import _native
+from ._election import (
+    AsyncElection,
+    AsyncLeadership,
+    AsyncObserver,
+    Election,
+    Leader,
+    Leadership,
+    Observer,
+)
 from ._lock import AcquireContext, AsyncLock, Lock
 from ._lock_set import AsyncLockSet, LockSet, check_names
 from ._shared import LockGuard, StrPath, connect_args, current, lost_error, views
@@ -173,6 +182,26 @@ class Redlock:
     def inspect(self, key: str) -> list[NodeView]:
         """Every member's view of `key` (read-only)."""
         return views(self._client.inspect(check_key(key)))
+
+    def election(self, name: str) -> Election:
+        """The leader election over `name` (its lock is the key `name`):
+        `campaign`, `leader`, `observe`."""
+        return Election(self._client, name)
+
+    def campaign(self, name: str, ttl: Seconds, value: str | None = None) -> Leadership:
+        """Waits until this candidate leads `name` and returns its term
+        (epoch, `lost`, `proclaim`, `resign`); `value` is proclaimed at once
+        when given. Same as `election(name).campaign(ttl, value)`."""
+        return Election(self._client, name).campaign(ttl, value)
+
+    def leader(self, name: str) -> Leader | None:
+        """Who leads `name` now (epoch, time left, value), or None."""
+        return Election(self._client, name).leader()
+
+    def observe(self, name: str) -> Observer:
+        """The leadership changes of `name`, in order: an iterator of
+        `Leader`."""
+        return Election(self._client, name).observe()
 
     def as_async(self) -> AsyncRedlock:
         """An `AsyncRedlock` on the same connections."""
@@ -369,6 +398,26 @@ class AsyncRedlock:
         k = check_key(key)
         rows: list[Any] = await self._client.inspect_async(k)
         return views(rows)
+
+    def election(self, name: str) -> AsyncElection:
+        """The leader election over `name` (asyncio): `campaign`, `leader`,
+        `observe`."""
+        return AsyncElection(self._client, name)
+
+    async def campaign(
+        self, name: str, ttl: Seconds, value: str | None = None
+    ) -> AsyncLeadership:
+        """As `Redlock.campaign`, as a coroutine."""
+        return await AsyncElection(self._client, name).campaign(ttl, value)
+
+    async def leader(self, name: str) -> Leader | None:
+        """As `Redlock.leader`, as a coroutine."""
+        return await AsyncElection(self._client, name).leader()
+
+    def observe(self, name: str) -> AsyncObserver:
+        """The leadership changes of `name`, in order: an async iterator of
+        `Leader`."""
+        return AsyncElection(self._client, name).observe()
 
     def as_sync(self) -> Redlock:
         """A `Redlock` on the same connections (for threads, not coroutines)."""
