@@ -552,3 +552,136 @@ async fn a_set_through_a_sentinel_member_waits_for_both_replicas() {
     }
     assert!(set.release().await.unwrap());
 }
+
+/// Two callers whose sets overlap, listing the names in opposite orders,
+/// each taking its set again and again with `acquire_many_wait` (no
+/// retries: only the nodes' wake-ups): no deadlock, never a name held by
+/// both, and each gets the set in turn (served in the order they started
+/// waiting).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiting_sets_in_opposite_orders_take_turns_without_deadlock() {
+    let nodes = five();
+    const ROUNDS: usize = 20;
+    let record: Arc<Mutex<Holders>> = Arc::default();
+    let turns: Arc<Mutex<Vec<usize>>> = Arc::default();
+    let callers = [
+        (0usize, vec!["wo:a", "wo:b", "wo:c"]),
+        (1usize, vec!["wo:d", "wo:c", "wo:b"]),
+    ];
+    let mut tasks = Vec::new();
+    for (who, names) in callers {
+        let redlock = client(&nodes).await;
+        let (record, turns) = (Arc::clone(&record), Arc::clone(&turns));
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..ROUNDS {
+                let set = redlock
+                    .acquire_many_wait(&names, TTL, Duration::from_secs(30))
+                    .await
+                    .unwrap();
+                {
+                    let mut record = record.lock().unwrap();
+                    for (name, token) in set.tokens() {
+                        let entry = record.entry(name.to_string()).or_insert((None, 0));
+                        assert_eq!(entry.0, None, "{name} held by {:?} and {who}", entry.0);
+                        assert!(token > entry.1, "{name}: {token} after {}", entry.1);
+                        *entry = (Some(who), token);
+                    }
+                    turns.lock().unwrap().push(who);
+                }
+                // Held long enough for the other caller to queue behind.
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                {
+                    let mut record = record.lock().unwrap();
+                    for name in set.names() {
+                        record.get_mut(name.as_str()).unwrap().0 = None;
+                    }
+                }
+                assert!(set.release().await.unwrap());
+            }
+        }));
+    }
+    let started = Instant::now();
+    let results = tokio::time::timeout(
+        Duration::from_secs(60),
+        futures_util::future::join_all(tasks),
+    )
+    .await
+    .expect("both waiting callers finish: no deadlock");
+    for result in results {
+        result.expect("a caller failed");
+    }
+    let turns = turns.lock().unwrap();
+    assert_eq!(turns.len(), 2 * ROUNDS);
+    // In turn: a caller that releases and asks again at once queues behind
+    // the one already waiting, so the holder changes (almost) every round.
+    let changes = turns.windows(2).filter(|w| w[0] != w[1]).count();
+    eprintln!(
+        "{} rounds in {:?}, holder changed {changes} times of {}: {turns:?}",
+        turns.len(),
+        started.elapsed(),
+        turns.len() - 1
+    );
+    assert!(
+        changes >= turns.len() * 3 / 4,
+        "not in turn: {changes} changes in {turns:?}"
+    );
+}
+
+/// A waiting set is woken by the release of a name it waits for (long
+/// before that name's lease would end), gives up at its deadline with
+/// `Busy`, and leaves nothing behind when it gives up or is cancelled.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiting_set_is_woken_gives_up_at_its_deadline_and_leaves_no_grant() {
+    let nodes = five();
+    let redlock = client(&nodes).await;
+    let holder = redlock.acquire("ws:b", TTL).await.unwrap();
+    // The deadline: Busy, and "ws:a" (free) is not left held anywhere.
+    let called = Instant::now();
+    let busy = redlock
+        .acquire_many_wait(&["ws:a", "ws:b"], TTL, Duration::from_millis(300))
+        .await
+        .unwrap_err();
+    assert!(matches!(busy, Error::Busy { .. }), "{busy:?}");
+    assert!(called.elapsed() >= Duration::from_millis(300));
+    assert_eq!(held_after_release(&redlock, "ws:a").await, 0);
+    // Cancelled while it waits: nothing left either.
+    let cancelled = tokio::time::timeout(
+        Duration::from_millis(200),
+        redlock.acquire_many_wait(&["ws:a", "ws:b"], TTL, Duration::from_secs(30)),
+    )
+    .await;
+    assert!(
+        cancelled.is_err(),
+        "the set cannot be had while ws:b is held"
+    );
+    assert_eq!(held_after_release(&redlock, "ws:a").await, 0);
+    // Woken by the release: the 10 s lease of ws:b is far from its end.
+    let waiter = {
+        let redlock = redlock.clone();
+        tokio::spawn(async move {
+            redlock
+                .acquire_many_wait(&["ws:b", "ws:a"], TTL, Duration::from_secs(30))
+                .await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(!waiter.is_finished());
+    let released = Instant::now();
+    let old = holder.token();
+    assert!(holder.release().await.unwrap());
+    let set = tokio::time::timeout(Duration::from_secs(5), waiter)
+        .await
+        .expect("woken long before the lease's end")
+        .unwrap()
+        .unwrap();
+    eprintln!("set taken {:?} after the release", released.elapsed());
+    assert!(set.token("ws:b").unwrap() > old);
+    assert_eq!(held_on(&redlock, "ws:a").await, 5);
+    // The cancelled waiter left nothing: once released, the set is free.
+    assert!(set.release().await.unwrap());
+    assert!(redlock
+        .try_acquire_many(&["ws:a", "ws:b"], TTL)
+        .await
+        .unwrap()
+        .is_some());
+}
