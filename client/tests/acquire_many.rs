@@ -446,11 +446,78 @@ fn redlock_run_takes_a_set_and_passes_a_token_per_name() {
     assert_eq!(out.status.code(), Some(3));
     assert!(!String::from_utf8_lossy(&out.stdout).contains("ran"));
 
-    // A set takes no --guard / --wait; a name twice is refused.
+    // With --wait, the set waits: busy (exit 3) after the wait while
+    // cli:b stays held, and run once cli:b is released (woken by the
+    // nodes, long before its 20 s lease ends).
+    let started = Instant::now();
     let out = redlock_cli(
         &nodes,
         &[
-            "run", "--lock", "x", "--lock", "y", "--wait", "1s", "--", "true",
+            "run", "--lock", "cli:a", "--lock", "cli:b", "--wait", "300ms", "--", "true",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(3));
+    assert!(started.elapsed() >= Duration::from_millis(300));
+    let owner = String::from_utf8_lossy(&held.stdout)
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("owner").map(|o| o.trim().to_string()))
+        .expect("the owner of cli:b");
+    let waiter = {
+        let urls = common::urls(&nodes).join(",");
+        std::thread::spawn(move || {
+            std::process::Command::new(env!("CARGO_BIN_EXE_redlock"))
+                .env("REDLOCK_NODES", urls)
+                .args([
+                    "run",
+                    "--lock",
+                    "cli:a",
+                    "--lock",
+                    "cli:b",
+                    "--wait",
+                    "15s",
+                    "--",
+                    "sh",
+                    "-c",
+                    "echo $REDLOCK_TOKEN_2",
+                ])
+                .stdin(std::process::Stdio::null())
+                .output()
+                .expect("run redlock")
+        })
+    };
+    std::thread::sleep(Duration::from_millis(300));
+    let released = Instant::now();
+    let out = redlock_cli(&nodes, &["release", "cli:b", "--owner", &owner]);
+    assert_eq!(out.status.code(), Some(0));
+    let out = waiter.join().expect("the waiting run");
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        released.elapsed() < Duration::from_secs(10),
+        "woken by the release"
+    );
+    let token: u64 = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap();
+    assert!(token > b);
+
+    // A set takes no --guard; a name twice is refused.
+    let out = redlock_cli(
+        &nodes,
+        &[
+            "run",
+            "--lock",
+            "x",
+            "--lock",
+            "y",
+            "--guard",
+            "g",
+            "--resource",
+            "redis://127.0.0.1:1",
+            "--",
+            "true",
         ],
     );
     assert_eq!(

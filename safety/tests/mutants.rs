@@ -348,5 +348,8 @@ fn mutant_election_without_fencing_is_caught() {
     cfg.fault_budget = 20;
     let r = run(&cfg);
     assert_eq!(r.violations(), 0, "{r:?}");
-    assert!(r.stale_refused > 0, "no deposed leader's write was refused: {r:?}");
+    assert!(
+        r.stale_refused > 0,
+        "no deposed leader's write was refused: {r:?}"
+    );
 }

@@ -107,12 +107,19 @@ class Redlock:
         native = self._client.try_acquire(check_key(key), ttl_seconds(ttl))
         return None if native is None else Lock(native)
 
-    def acquire_many(self, names: Sequence[str], ttl: Seconds) -> LockSet:
+    def acquire_many(
+        self, names: Sequence[str], ttl: Seconds, *, wait: Seconds | None = None
+    ) -> LockSet:
         """Takes every name of `names` at once for `ttl` seconds (all or none
         on each node, in byte order: overlapping sets never deadlock),
         retrying per the `RetryPolicy`; `LockBusyError` when it stays busy,
-        `InvalidArgumentError` for an empty set or a name given twice."""
-        native = _native.acquire_many(self._client, check_names(names), ttl_seconds(ttl))
+        `InvalidArgumentError` for an empty set or a name given twice. With
+        `wait`, waits up to that many seconds for the whole set, woken by
+        the nodes (no polling; waiters served in the order they came);
+        Ctrl-C while it waits leaves no grant."""
+        native = _native.acquire_many(
+            self._client, check_names(names), ttl_seconds(ttl), wait_seconds(wait)
+        )
         assert native is not None
         return LockSet(native)
 
@@ -282,11 +289,14 @@ class AsyncRedlock:
         native: _native.NativeLock | None = await self._client.try_acquire_async(k, t)
         return None if native is None else AsyncLock(native)
 
-    async def acquire_many(self, names: Sequence[str], ttl: Seconds) -> AsyncLockSet:
-        """As `Redlock.acquire_many`, as a coroutine."""
-        n, t = check_names(names), ttl_seconds(ttl)
+    async def acquire_many(
+        self, names: Sequence[str], ttl: Seconds, *, wait: Seconds | None = None
+    ) -> AsyncLockSet:
+        """As `Redlock.acquire_many`, as a coroutine; cancelling a waiting
+        call leaves no grant."""
+        n, t, w = check_names(names), ttl_seconds(ttl), wait_seconds(wait)
         native: _native.NativeLockSet | None = await _native.acquire_many_async(
-            self._client, n, t
+            self._client, n, t, w
         )
         assert native is not None
         return AsyncLockSet(native)
