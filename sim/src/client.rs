@@ -150,6 +150,9 @@ pub struct Io {
     /// The longest ttl the clients ask for (the masters' `max-ttl-ms`,
     /// raised when every master's is raised).
     pub max_ttl_ms: Cell<u64>,
+    /// While above 0, the ttl the client asks for is longer than this (the
+    /// application asks for the longer leases `max-ttl-ms` was raised for).
+    pub ttl_floor_ms: Cell<u64>,
     keys: usize,
     /// No new operation from this true time on.
     stop_at: Cell<Time>,
@@ -968,7 +971,13 @@ async fn program(io: Rc<Io>) {
         }
         let key = io.draw(0, io.keys as u64 - 1) as u8;
         let most = io.max_ttl_ms.get();
-        let ttl_ms = io.draw((most / 8).max(20), most);
+        let longer_than = io.ttl_floor_ms.get().min(most - 1);
+        let least = if longer_than > 0 {
+            longer_than + 1
+        } else {
+            (most / 8).max(20)
+        };
+        let ttl_ms = io.draw(least, most);
         let hold_for = Duration::from_micros(io.draw_skewed(100, ttl_ms * MS * 3 / 2));
         match io.draw(0, 99) {
             0..=29 => {
@@ -1054,6 +1063,7 @@ impl Client {
             next: Cell::new(0),
             life: 0,
             max_ttl_ms: Cell::new(sc.max_ttl_ms),
+            ttl_floor_ms: Cell::new(0),
             keys: sc.keys,
             stop_at: Cell::new(Time::MAX),
             pause_use: if sc.faults.has(FaultKind::ClientPause) {
@@ -1093,6 +1103,7 @@ fn reborn(old: &Io, life: u32) -> Io {
         next: Cell::new(0),
         life,
         max_ttl_ms: Cell::new(old.max_ttl_ms.get()),
+        ttl_floor_ms: Cell::new(old.ttl_floor_ms.get()),
         keys: old.keys,
         stop_at: Cell::new(old.stop_at.get()),
         pause_use: old.pause_use,
@@ -1169,7 +1180,15 @@ impl World {
         let client = &mut self.clients[c];
         client.io.now.set(now);
         client.io.stop_at.set(self.ops_until);
-        client.io.max_ttl_ms.set(self.ttl_ceiling_ms);
+        let (longer_than, most) = match self.ttl_split {
+            Some((before, longer)) if longer & World::client_bit(c) != 0 => {
+                (before, self.ttl_ceiling_ms)
+            }
+            Some((before, _)) => (0, before),
+            None => (0, self.ttl_ceiling_ms),
+        };
+        client.io.max_ttl_ms.set(most);
+        client.io.ttl_floor_ms.set(longer_than);
         let Some(fut) = client.fut.as_mut() else {
             return;
         };

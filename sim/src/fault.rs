@@ -7,7 +7,7 @@ use rand::Rng;
 use crate::rng::{between, chance, skewed};
 use crate::scenario::FaultKind;
 use crate::time::{Time, MS, SEC};
-use crate::world::{Ev, Fault, World};
+use crate::world::{Ev, Fault, RaiseWatch, World};
 
 impl World {
     fn fault_rng(&mut self, k: FaultKind) -> &mut crate::rng::SimRng {
@@ -34,6 +34,7 @@ impl World {
                 | FaultKind::Duplicate
                 | FaultKind::Failover
                 | FaultKind::LaggingPromotion
+                | FaultKind::RaiseFailover
         );
         if !per_second {
             return;
@@ -95,6 +96,7 @@ impl World {
                     self.crash_for(n, down, false);
                 }
             }
+            Fault::WatchLonger { member } => self.watch_longer(member as usize),
             Fault::Bounce { node } => {
                 let n = node as usize;
                 if self.nodes[n].up && !self.healed {
@@ -157,26 +159,52 @@ impl World {
                 // sentinel promotes its least advanced replica (sometimes
                 // restarted inside its promotion window).
                 let m = self.pick(k, self.sc.members);
-                let n = self.members[m].master as usize;
-                if !self.nodes[n].up || self.nodes[n].failing_over || self.promote_lagging[m] {
+                if !self.may_fail_over(m) {
                     return;
                 }
                 self.stats.fault(k);
                 let hold = skewed(self.fault_rng(k), 20 * MS, 600 * MS);
-                self.nodes[n].repl_hold_until = self.now + hold;
-                let spare = self.sc.members - (self.sc.members / 2 + 1);
-                let mut others: Vec<usize> = (0..self.sc.members).filter(|&x| x != m).collect();
-                for _ in 0..spare {
-                    let i = self.pick(k, others.len());
-                    let x = others.swap_remove(i);
-                    let node = self.members[x].master as usize;
-                    let extra = skewed(self.fault_rng(k), MS, 500 * MS);
-                    for c in 0..clients {
-                        self.cut[node][c] = self.cut[node][c].max(self.now + hold + extra);
-                    }
-                }
-                self.promote_lagging[m] = true;
+                self.hold_and_cut(k, m, hold);
                 self.after(hold, Ev::Fault(Fault::CrashMaster { member: m as u8 }));
+            }
+            FaultKind::RaiseFailover => {
+                // The operator raises `redlock.max-ttl-ms` on every master
+                // (not on the replicas first, as the README asks) while one
+                // master's replicas lag behind; the application asks for
+                // the longer leases it was raised for at once. That master
+                // dies before its replicas applied the announcement of the
+                // longer lease or a grant of one, and the sentinel promotes
+                // the least advanced: it knows only the older, shorter
+                // longest lease (`core/lease_ack_rule.rs` is what stops
+                // the longer grants until the replicas acknowledged).
+                let m = self.pick(k, self.sc.members);
+                let cap = 4 * self.sc.max_ttl_ms;
+                if !self.may_fail_over(m) || self.ttl_ceiling_ms >= cap || !self.settled() {
+                    return;
+                }
+                self.stats.fault(k);
+                // A replica lagging by up to a few seconds (a slow link, a
+                // burst of writes): the master's stream is held that long.
+                let hold = skewed(self.fault_rng(k), 100 * MS, 3 * SEC);
+                let before = self.ttl_ceiling_ms;
+                let raise = between(self.fault_rng(k), before, 3 * before).min(cap - before);
+                // The stream is held first: the announcement of the raise
+                // waits behind it.
+                let n = self.members[m].master as usize;
+                self.nodes[n].repl_hold_until = self.now + hold;
+                self.promote_lagging[m] = true;
+                let cut = self.spares(k, m);
+                self.raise_max_ttl(raise);
+                let clients = self.sc.clients;
+                let longer = between(self.fault_rng(k), 1, (1 << clients) - 2) as u32;
+                self.ttl_split = Some((before, longer));
+                self.raise_watch[m] = Some(RaiseWatch {
+                    node: n as u16,
+                    longer_than_ms: before,
+                    until: self.now + hold,
+                    cut,
+                });
+                self.watch_longer(m);
             }
             FaultKind::Pause => {
                 let n = self.pick(k, nodes);
@@ -265,14 +293,7 @@ impl World {
                 self.stats.fault(k);
                 let most = self.sc.max_ttl_ms;
                 let raise = between(self.fault_rng(k), most / 4, most);
-                self.ttl_ceiling_ms += raise;
-                for m in 0..self.sc.members {
-                    let n = self.members[m].master as usize;
-                    self.nodes[n].max_ttl = self.nodes[n].max_ttl.max(self.ttl_ceiling_ms);
-                    if self.nodes[n].up {
-                        self.config_changed(n);
-                    }
-                }
+                self.raise_max_ttl(raise);
             }
             FaultKind::Duplicate => {
                 // A burst: every request of one client gets a late copy
@@ -312,6 +333,120 @@ impl World {
                 self.clients[c].io.set_wall_offset(offset);
             }
             _ => {}
+        }
+    }
+
+    /// Whether member `m`'s master may be made to fail over now: it is up,
+    /// not switching over, and no lagging promotion is pending for it.
+    fn may_fail_over(&self, m: usize) -> bool {
+        let n = self.members[m].master as usize;
+        self.nodes[n].up && !self.nodes[n].failing_over && !self.promote_lagging[m]
+    }
+
+    /// Every master is up and outside its restart or promotion window: a
+    /// deployment in its steady state, where an operator changes its
+    /// configuration (a raise inside a window lengthens the window).
+    fn settled(&self) -> bool {
+        self.members.iter().all(|member| {
+            let n = member.master as usize;
+            let node = &self.nodes[n];
+            node.up
+                && node
+                    .guard
+                    .state(self.settings(n), node.mono(self.now))
+                    .is_none()
+        })
+    }
+
+    /// Member `m`'s master holds its replication stream back for `hold`
+    /// while the members a quorum can do without are cut off from every
+    /// client (so grants land on a bare quorum its replicas never see); the
+    /// sentinel will promote its least advanced replica.
+    fn hold_and_cut(&mut self, k: FaultKind, m: usize, hold: Time) {
+        let clients = self.sc.clients;
+        let n = self.members[m].master as usize;
+        self.nodes[n].repl_hold_until = self.now + hold;
+        let spare = self.sc.members - (self.sc.members / 2 + 1);
+        let mut others: Vec<usize> = (0..self.sc.members).filter(|&x| x != m).collect();
+        for _ in 0..spare {
+            let i = self.pick(k, others.len());
+            let x = others.swap_remove(i);
+            let node = self.members[x].master as usize;
+            let extra = skewed(self.fault_rng(k), MS, 500 * MS);
+            for c in 0..clients {
+                self.cut[node][c] = self.cut[node][c].max(self.now + hold + extra);
+            }
+        }
+        self.promote_lagging[m] = true;
+    }
+
+    /// The members a quorum can do without, other than `m`, as a bit set.
+    fn spares(&mut self, k: FaultKind, m: usize) -> u32 {
+        let spare = self.sc.members - (self.sc.members / 2 + 1);
+        let mut others: Vec<usize> = (0..self.sc.members).filter(|&x| x != m).collect();
+        let mut set = 0;
+        for _ in 0..spare {
+            let i = self.pick(k, others.len());
+            set |= 1 << others.swap_remove(i);
+        }
+        set
+    }
+
+    /// Cuts the masters of the members in `set` off from every client
+    /// until `until` at least.
+    fn cut_members(&mut self, set: u32, until: Time) {
+        for x in (0..self.sc.members).filter(|x| set & 1 << x != 0) {
+            let node = self.members[x].master as usize;
+            for c in 0..self.sc.clients {
+                self.cut[node][c] = self.cut[node][c].max(until);
+            }
+        }
+    }
+
+    /// The watch of [`FaultKind::RaiseFailover`] on member `m`, every 5 ms
+    /// while the master's replicas lag (the members cut off stay cut off):
+    /// once the master holds a lease longer than the longest before the
+    /// raise, it dies within a replication lag (before its replicas heard
+    /// of it), and the members cut off come back a little later; it dies
+    /// anyway when its replicas would catch up.
+    fn watch_longer(&mut self, m: usize) {
+        const EVERY: Time = 5 * MS;
+        let Some(w) = self.raise_watch[m] else {
+            return;
+        };
+        let n = w.node as usize;
+        if self.healed || !self.nodes[n].up || self.members[m].master != w.node {
+            self.raise_watch[m] = None;
+            return;
+        }
+        let mono = self.nodes[n].mono(self.now);
+        let longer = self.nodes[n].keys.iter().flatten().any(|lock| {
+            lock.live_deadline(mono)
+                .is_some_and(|end| end > mono + w.longer_than_ms)
+        });
+        if !longer && self.now < w.until {
+            self.cut_members(w.cut, self.now + EVERY + 1);
+            self.after(EVERY, Ev::Fault(Fault::WatchLonger { member: m as u8 }));
+            return;
+        }
+        self.raise_watch[m] = None;
+        let k = FaultKind::RaiseFailover;
+        let lag = skewed(self.fault_rng(k), MS, 200 * MS).min(w.until.saturating_sub(self.now));
+        let back = self.now + lag + skewed(self.fault_rng(k), MS, 300 * MS);
+        self.cut_members(w.cut, back);
+        self.after(lag, Ev::Fault(Fault::CrashMaster { member: m as u8 }));
+    }
+
+    /// `redlock.max-ttl-ms` raised by `raise` on every master (`CONFIG
+    /// SET`); a master that is down gets it when it is back.
+    fn raise_max_ttl(&mut self, raise: u64) {
+        self.ttl_ceiling_ms += raise;
+        for m in 0..self.sc.members {
+            let n = self.members[m].master as usize;
+            self.nodes[n].max_ttl = self.nodes[n].max_ttl.max(self.ttl_ceiling_ms);
+            if self.nodes[n].up {
+                self.config_changed(n);
+            }
         }
     }
 

@@ -43,7 +43,8 @@ struct Args {
     /// Put a hole back (see --list-mutants).
     #[arg(long)]
     mutant: Option<String>,
-    /// Only these fault kinds (comma-separated, `none`, `all`).
+    /// Only these fault kinds (comma-separated, `none`, `all`, or
+    /// `all,-KIND,…` for every kind but those).
     #[arg(long)]
     faults: Option<String>,
     /// Clients.

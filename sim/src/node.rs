@@ -1495,7 +1495,8 @@ impl World {
             return;
         };
         let failover = self.sc.rate(FaultKind::Failover) > 0.0;
-        let lagging = self.sc.rate(FaultKind::LaggingPromotion) > 0.0;
+        let lagging = self.sc.rate(FaultKind::LaggingPromotion) > 0.0
+            || self.sc.rate(FaultKind::RaiseFailover) > 0.0;
         let down_after = self.sc.down_after_ms * MS;
         if self.healed || (!failover && !lagging) || self.now < since + down_after {
             return;

@@ -64,11 +64,17 @@ pub enum FaultKind {
     ClientClockStep,
     /// Clocks that drift (within the drift factor).
     Drift,
+    /// The operator raises `redlock.max-ttl-ms` on every master (not on
+    /// the replicas) while one master's replicas lag: clients take the
+    /// longer lease at once, the master dies before its replicas heard of
+    /// the raise or the grant, and the sentinel promotes its least advanced
+    /// replica.
+    RaiseFailover,
 }
 
 impl FaultKind {
     /// Every kind, in table order.
-    pub const ALL: [FaultKind; 22] = [
+    pub const ALL: [FaultKind; 23] = [
         FaultKind::Delay,
         FaultKind::DropRequest,
         FaultKind::DropReply,
@@ -91,6 +97,7 @@ impl FaultKind {
         FaultKind::ClientCrash,
         FaultKind::ClientClockStep,
         FaultKind::Drift,
+        FaultKind::RaiseFailover,
     ];
 
     /// Its index in [`FaultKind::ALL`].
@@ -123,6 +130,7 @@ impl FaultKind {
             FaultKind::ClientCrash => "client-crash",
             FaultKind::ClientClockStep => "client-clock-step",
             FaultKind::Drift => "drift",
+            FaultKind::RaiseFailover => "raise-failover",
         }
     }
 
@@ -140,6 +148,7 @@ impl FaultKind {
                 | FaultKind::Failover
                 | FaultKind::LaggingPromotion
                 | FaultKind::Switchover
+                | FaultKind::RaiseFailover
         )
     }
 }
@@ -181,23 +190,28 @@ impl Kinds {
         self.0 == 0
     }
 
-    /// Parses `a,b,c` or `none`.
+    /// Parses `a,b,c`, `none`, `all`, or `all,-a,-b` (every kind but those).
     pub fn parse(text: &str) -> Result<Kinds, String> {
         if text == "none" {
             return Ok(Kinds(0));
         }
-        if text == "all" {
-            return Ok(Kinds::ALL);
-        }
         let mut k = Kinds(0);
         for name in text.split(',').filter(|n| !n.is_empty()) {
+            if name == "all" {
+                k = Kinds::ALL;
+                continue;
+            }
+            let (name, on) = match name.strip_prefix('-') {
+                Some(name) => (name, false),
+                None => (name, true),
+            };
             let kind = FaultKind::named(name).ok_or_else(|| {
                 format!(
                     "unknown fault kind {name:?}; kinds: {}",
                     FaultKind::ALL.map(FaultKind::name).join(", ")
                 )
             })?;
-            k = k.with(kind, true);
+            k = k.with(kind, on);
         }
         Ok(k)
     }
@@ -393,42 +407,32 @@ impl Scenario {
         let allowed = o.faults.unwrap_or(Kinds::ALL);
         let mut faults = Kinds(0);
         let mut rates = [0.0; FaultKind::ALL.len()];
-        for k in FaultKind::ALL {
-            let on = chance(r, 0.5);
-            let rate = match k {
-                FaultKind::Delay => log_between(r, 0.002, 0.05),
-                FaultKind::DropRequest | FaultKind::DropReply => log_between(r, 0.001, 0.03),
-                FaultKind::Duplicate => log_between(r, 0.002, 0.08),
-                FaultKind::Reorder => log_between(r, 0.002, 0.05),
-                FaultKind::Reset => log_between(r, 0.2, 4.0),
-                FaultKind::Partition => log_between(r, 0.2, 2.0),
-                FaultKind::Crash => log_between(r, 0.2, 2.0),
-                FaultKind::Pause => log_between(r, 0.2, 2.0),
-                FaultKind::ClockForward | FaultKind::ClockBack => log_between(r, 0.2, 2.0),
-                FaultKind::DiskLoss => log_between(r, 0.05, 0.5),
-                FaultKind::ReplLag => log_between(r, 0.005, 0.2),
-                FaultKind::ReplBreak => log_between(r, 0.2, 2.0),
-                FaultKind::Failover | FaultKind::LaggingPromotion => log_between(r, 0.2, 1.5),
-                FaultKind::Switchover => log_between(r, 0.1, 1.0),
-                FaultKind::ConfigRaise => log_between(r, 0.1, 1.0),
-                FaultKind::ClientPause => log_between(r, 0.2, 3.0),
-                FaultKind::ClientCrash => log_between(r, 0.05, 0.5),
-                FaultKind::ClientClockStep => log_between(r, 0.2, 2.0),
-                FaultKind::Drift => 1.0,
-            };
+        let usable = |k: FaultKind| {
             // Clients without FLOOR: no fault that loses counters (a lost
             // disk, a replica promoted without its master's last writes).
             let loses_counters = matches!(
                 k,
-                FaultKind::DiskLoss | FaultKind::Failover | FaultKind::LaggingPromotion
+                FaultKind::DiskLoss
+                    | FaultKind::Failover
+                    | FaultKind::LaggingPromotion
+                    | FaultKind::RaiseFailover
             );
             let pointless =
                 (k.needs_replicas() && replicas == 0) || (k == FaultKind::Drift && drift_ppm == 0);
             let refused = mixed_floors && loses_counters;
-            let usable = !(pointless || refused);
-            if on && usable && allowed.has(k) {
+            !(pointless || refused)
+        };
+        let mut enable = |r: &mut SimRng, k: FaultKind| {
+            let on = chance(r, 0.5);
+            let rate = rate_drawn(r, k);
+            if on && usable(k) && allowed.has(k) {
                 faults = faults.with(k, true);
                 rates[k.index()] = rate;
+            }
+        };
+        for k in FaultKind::ALL {
+            if !DRAWN_LAST.contains(&k) {
+                enable(r, k);
             }
         }
         let resending = (0..5)
@@ -439,6 +443,12 @@ impl Scenario {
             .fold(0u32, |acc, c| acc | 1 << c);
         let no_floor = if mixed_floors { no_floor } else { 0 };
         let down_after_ms = skewed(r, 20, 400);
+        // The kinds added later are drawn after everything else: a seed that
+        // leaves them off draws and plays what it did before they existed
+        // (the seeds kept as regression cases).
+        for k in DRAWN_LAST {
+            enable(r, k);
+        }
         Scenario {
             seed,
             members,
@@ -515,6 +525,37 @@ impl Scenario {
     }
 }
 
+/// Fault kinds drawn after the rest of a seed's scenario (added after seeds
+/// were kept as regression cases), in this order.
+const DRAWN_LAST: [FaultKind; 1] = [FaultKind::RaiseFailover];
+
+/// The rate of kind `k` in a seed that enables it: per message for the
+/// network's kinds, per second of the fault phase otherwise.
+fn rate_drawn(r: &mut SimRng, k: FaultKind) -> f64 {
+    match k {
+        FaultKind::Delay => log_between(r, 0.002, 0.05),
+        FaultKind::DropRequest | FaultKind::DropReply => log_between(r, 0.001, 0.03),
+        FaultKind::Duplicate => log_between(r, 0.002, 0.08),
+        FaultKind::Reorder => log_between(r, 0.002, 0.05),
+        FaultKind::Reset => log_between(r, 0.2, 4.0),
+        FaultKind::Partition => log_between(r, 0.2, 2.0),
+        FaultKind::Crash => log_between(r, 0.2, 2.0),
+        FaultKind::Pause => log_between(r, 0.2, 2.0),
+        FaultKind::ClockForward | FaultKind::ClockBack => log_between(r, 0.2, 2.0),
+        FaultKind::DiskLoss => log_between(r, 0.05, 0.5),
+        FaultKind::ReplLag => log_between(r, 0.005, 0.2),
+        FaultKind::ReplBreak => log_between(r, 0.2, 2.0),
+        FaultKind::Failover | FaultKind::LaggingPromotion => log_between(r, 0.2, 1.5),
+        FaultKind::Switchover => log_between(r, 0.1, 1.0),
+        FaultKind::ConfigRaise => log_between(r, 0.1, 1.0),
+        FaultKind::ClientPause => log_between(r, 0.2, 3.0),
+        FaultKind::ClientCrash => log_between(r, 0.05, 0.5),
+        FaultKind::ClientClockStep => log_between(r, 0.2, 2.0),
+        FaultKind::Drift => 1.0,
+        FaultKind::RaiseFailover => log_between(r, 0.3, 1.5),
+    }
+}
+
 fn pick<'a, T>(rng: &mut SimRng, items: &'a [T]) -> &'a T {
     &items[between(rng, 0, items.len() as u64 - 1) as usize]
 }
@@ -526,3 +567,41 @@ fn log_between(rng: &mut SimRng, lo: f64, hi: f64) -> f64 {
 
 /// A second of the fault phase.
 pub const PER_SEC: Time = SEC;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kinds_parse_names_all_and_removals() {
+        let k = Kinds::parse("all,-raise-failover").expect("parses");
+        assert!(!k.has(FaultKind::RaiseFailover));
+        assert_eq!(k.len(), FaultKind::ALL.len() - 1);
+        assert_eq!(Kinds::parse("crash,pause").expect("parses").len(), 2);
+        assert_eq!(Kinds::parse("none").expect("parses"), Kinds(0));
+        assert!(Kinds::parse("all,-nonsense").is_err());
+    }
+
+    /// A kind drawn last leaves the rest of every seed's draw as it was
+    /// without it: a seed kept as a regression case before the kind
+    /// existed plays its old world with the kind filtered out.
+    #[test]
+    fn the_kinds_drawn_last_leave_the_rest_of_the_draw_unchanged() {
+        let without = Overrides {
+            faults: Some(Kinds::parse("all,-raise-failover").expect("parses")),
+            ..Overrides::default()
+        };
+        let mut seen_on = 0;
+        for seed in 0..400 {
+            let mut full = Scenario::draw(seed, &Overrides::default());
+            let filtered = Scenario::draw(seed, &without);
+            if full.faults.has(FaultKind::RaiseFailover) {
+                seen_on += 1;
+                full.faults = full.faults.with(FaultKind::RaiseFailover, false);
+                full.rates.0[FaultKind::RaiseFailover.index()] = 0.0;
+            }
+            assert_eq!(format!("{full:?}"), format!("{filtered:?}"), "seed {seed}");
+        }
+        assert!(seen_on > 40, "raise-failover in {seen_on} of 400 seeds");
+    }
+}

@@ -347,6 +347,14 @@ pub enum Fault {
         /// The member.
         member: u8,
     },
+    /// A master whose replicas lag after a raise of `max-ttl-ms`
+    /// ([`FaultKind::RaiseFailover`]) is looked at: it dies soon after it
+    /// granted a lease longer than before the raise, or when its replicas
+    /// would catch up.
+    WatchLonger {
+        /// The member.
+        member: u8,
+    },
     /// A node is killed and started again at once (inside a window).
     Bounce {
         /// The node.
@@ -430,6 +438,7 @@ fn fault_word(f: &Fault) -> u64 {
         Fault::Switch { member, to, .. } => 800 + u64::from(member) * 64 + u64::from(to),
         Fault::CrashMaster { member } => 1_200 + u64::from(member),
         Fault::Bounce { node } => 1_300 + u64::from(node),
+        Fault::WatchLonger { member } => 1_400 + u64::from(member),
     }
 }
 
@@ -570,7 +579,29 @@ pub struct World {
     /// The longest ttl clients ask for: the masters' `max-ttl-ms`, raised
     /// when the operator raises it on every master.
     pub ttl_ceiling_ms: u64,
+    /// Per member: a master watched after a raise of `max-ttl-ms`
+    /// ([`FaultKind::RaiseFailover`]).
+    pub raise_watch: Vec<Option<RaiseWatch>>,
+    /// After a raise of `max-ttl-ms` ([`FaultKind::RaiseFailover`]): the
+    /// longest lease before it, and the clients (a bit set) that now ask
+    /// for longer leases (the part of the application the raise was for);
+    /// the others go on asking for leases as long as before.
+    pub ttl_split: Option<(u64, u32)>,
     events: u64,
+}
+
+/// A master whose replicas lag behind a raise of `max-ttl-ms`
+/// ([`FaultKind::RaiseFailover`]).
+#[derive(Clone, Copy, Debug)]
+pub struct RaiseWatch {
+    /// The master.
+    pub node: u16,
+    /// The longest lease before the raise, in ms.
+    pub longer_than_ms: u64,
+    /// When its replicas would catch up: it dies then at the latest.
+    pub until: Time,
+    /// The members cut off from the clients meanwhile, as a bit set.
+    pub cut: u32,
 }
 
 /// One client's connection to one member.
@@ -618,6 +649,8 @@ impl World {
             dup_burst: vec![None; sc.clients],
             promote_lagging: vec![false; sc.members],
             ttl_ceiling_ms: sc.max_ttl_ms,
+            ttl_split: None,
+            raise_watch: vec![None; sc.members],
             events: 0,
             sc,
         };
