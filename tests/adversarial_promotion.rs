@@ -555,3 +555,100 @@ fn restore_bypasses_the_lease_ack_check() {
     promote(&mut rc);
     assert_no_second_holder(&mut rc, "L", granted_a, 5000, "R");
 }
+
+/// Finding D, without a pause: the replica sees its link go down when the
+/// master dies (and cannot reconnect: a partition between them), so the
+/// cut-off measures from the right moment; it still compares with the
+/// replica's longest lease (5 s, learned from a run-time raise), while the
+/// master on a new disk waited only for its configured 2 s.
+#[test]
+#[ignore = "open finding: the sync-replicas cut-off compares the link's down time with the replica's longest lease, but a master on a new disk waits only for its configured max-ttl-ms"]
+fn a_replica_cut_off_for_less_than_it_knows_but_more_than_the_new_disk_waits() {
+    use redlock_testkit::proxy::FaultProxy;
+    let synced = |ttl: &str| {
+        Node::builder()
+            .config("redlock.sync-replicas", "1")
+            .config("redlock.restart-grace-ms", "-1")
+            .config("redlock.max-ttl-ms", ttl)
+    };
+    let mut m = synced("2000")
+        .config("redlock.restart-grace-ms", "0")
+        .start();
+    let m_addr: std::net::SocketAddr = m.addr().parse().unwrap();
+    // R reaches M through a path that can be cut.
+    let path = FaultProxy::start(m_addr);
+    let r = synced("2000")
+        .config("redlock.restart-grace-ms", "0")
+        .config("replicaof", &format!("127.0.0.1 {}", path.addr().port()))
+        .start();
+    let mut rc = r.connection();
+    wait_for_link(&mut rc);
+    config_set(&mut rc, "redlock.restart-grace-ms", "-1");
+    let mut mm = m.connection();
+    config_set(&mut mm, "redlock.restart-grace-ms", "-1");
+    config_set(&mut mm, "redlock.max-ttl-ms", "5000");
+    assert!(first_synced_grant(
+        &mut mm,
+        "warm",
+        "x",
+        5000,
+        Instant::now() + Duration::from_secs(10)
+    )
+    .is_some());
+    wait_until(Duration::from_secs(10), "R current, learned 5 s", || {
+        redlock_info(&mut rc, "sync_current") == 1
+            && redlock_info(&mut rc, "longest_lease_ms") >= 5_000
+    });
+    drop(mm);
+    // The path breaks for good: new connections reach nothing.
+    let dead: std::net::SocketAddr = format!("127.0.0.1:{}", redlock_testkit::free_port())
+        .parse()
+        .unwrap();
+    path.set_upstream(dead);
+    m.kill();
+    wait_until(Duration::from_secs(10), "R's link down", || {
+        !link_up(&mut rc)
+    });
+    let down_at = Instant::now();
+    wipe_dir(&m);
+    m.restart(); // its configuration: max-ttl-ms 2000
+    let mut mm = m.connection();
+    config_set(&mut mm, "redlock.restart-grace-ms", "-1");
+    let s = start_replica(&m, synced("2000"));
+    let granted_a = first_synced_grant(
+        &mut mm,
+        "L",
+        "owner-a",
+        2000,
+        Instant::now() + Duration::from_secs(8),
+    );
+    eprintln!(
+        "M (new disk) granted L 2000 with S {:?} after R's link went down",
+        granted_a.map(|g| g - down_at)
+    );
+    let Some(granted_a) = granted_a else {
+        return;
+    };
+    drop(mm);
+    m.kill();
+    promote(&mut rc);
+    eprintln!(
+        "R promoted {:?} after its link went down: last promotion {} (1 at once, 2 rest, 3 guard)",
+        down_at.elapsed(),
+        redlock_info(&mut rc, "sync_last_promotion")
+    );
+    let mut sc = s.connection();
+    replica_of(&mut sc, &r);
+    let until = granted_a + Duration::from_millis(3_000);
+    match first_synced_grant(&mut rc, "L", "owner-b", 1000, until) {
+        None => eprintln!("R did not grant L within 3 s of the 2 s lease"),
+        Some(granted_b) => {
+            let gap = granted_b - granted_a;
+            eprintln!("R granted L {gap:?} after M's 2 s lease began");
+            assert!(
+                gap >= Duration::from_millis(2_000),
+                "two holders: gap {gap:?}"
+            );
+        }
+    }
+}
