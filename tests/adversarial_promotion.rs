@@ -796,3 +796,104 @@ fn replica_of_a_replica_promoted_directly_then_its_old_master_rejoins() {
     );
     assert_no_second_holder(&mut yc, "L", granted_a, 5000, "Y");
 }
+
+/// The incremental AOF file of a node whose `appendfilename` is `name`.
+fn incr_aof(dir: &std::path::Path, name: &str) -> std::path::PathBuf {
+    std::fs::read_dir(dir.join("appendonlydir"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| {
+            let f = p.file_name().unwrap().to_string_lossy().into_owned();
+            f.starts_with(&format!("{name}.")) && f.ends_with(".incr.aof")
+        })
+        .expect("incremental AOF")
+}
+
+/// Finding G: the run record (`redlock-run-state`, which decides whether a
+/// restart is exempt from the guard) lives in `dir/appenddirname`, which
+/// two instances sharing `dir` may share too: Redis 7 names the AOF files
+/// and their manifest after `appendfilename`, so two nodes with their own
+/// `appendfilename` (and `dbfilename`) may keep the default
+/// `appenddirname`.
+///
+/// A and B share `dir` and `appendonlydir` (A: `a.aof`, B: `b.aof`), both
+/// `appendfsync always`. A stops being durable (`CONFIG SET appendfsync
+/// everysec`: its record says so); B then writes its own record (durable,
+/// no window) over it. A grants a 2 s lease, and a crash loses it (the
+/// last second of an `everysec` AOF: here its incremental file cut back).
+/// A restarts, reads B's record, is exempt, and grants the lock again at
+/// once.
+#[test]
+#[ignore = "open finding: two nodes sharing dir and appenddirname (own appendfilename) share the run record: one's durable record exempts the other's restart"]
+fn nodes_sharing_the_aof_directory_share_the_run_record() {
+    crash_after_a_neighbour_wrote_its_run_record("appendonlydir");
+}
+
+/// The control of [`nodes_sharing_the_aof_directory_share_the_run_record`]:
+/// with its own `appenddirname`, B's record is its own and A's restart
+/// waits.
+#[test]
+fn nodes_sharing_dir_with_their_own_aof_directories_keep_their_run_records() {
+    crash_after_a_neighbour_wrote_its_run_record("b-aof");
+}
+
+fn crash_after_a_neighbour_wrote_its_run_record(b_aof_dir: &str) {
+    let durable = |name: &str| {
+        node("2000")
+            .config("appendonly", "yes")
+            .config("appendfsync", "always")
+            .config("appendfilename", &format!("{name}.aof"))
+            .config("dbfilename", &format!("{name}.rdb"))
+    };
+    let mut a = durable("a").start();
+    let dir = a.dir().to_path_buf();
+    let mut ac = a.connection();
+    // A's first window, then its record says: durable, no window.
+    let _ = first_grant(
+        &mut ac,
+        "warm",
+        "x",
+        2000,
+        Instant::now() + Duration::from_secs(10),
+    )
+    .expect("A grants after its first window");
+    config_set(&mut ac, "appendfsync", "everysec");
+    // B in the same directories: its record (durable, no window once its
+    // first window is over) replaces A's.
+    let b = durable("b")
+        .config("dir", dir.to_str().unwrap())
+        .config("appenddirname", b_aof_dir)
+        .start();
+    let mut bc = b.connection();
+    let _ = first_grant(
+        &mut bc,
+        "warm-b",
+        "x",
+        2000,
+        Instant::now() + Duration::from_secs(10),
+    )
+    .expect("B grants after its first window");
+    let record = std::fs::read_to_string(dir.join("appendonlydir").join("redlock-run-state"));
+    eprintln!("the shared run record: {record:?}");
+    // A grants L; a crash loses the write (everysec).
+    let incr = incr_aof(&dir, "a");
+    let before = std::fs::metadata(&incr).unwrap().len();
+    assert!(acquire(&mut ac, "L", "owner-a", 2000).is_some());
+    let granted_a = Instant::now();
+    drop(ac);
+    a.kill();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&incr)
+        .unwrap()
+        .set_len(before)
+        .unwrap();
+    a.restart();
+    let mut ac = a.connection();
+    eprintln!(
+        "A restarted: exempt {}, grace window {}",
+        redlock_info(&mut ac, "restart_exempt"),
+        redlock_info(&mut ac, "grace_window_ms")
+    );
+    assert_no_second_holder(&mut ac, "L", granted_a, 2000, "A");
+}
