@@ -897,3 +897,49 @@ fn crash_after_a_neighbour_wrote_its_run_record(b_aof_dir: &str) {
     );
     assert_no_second_holder(&mut ac, "L", granted_a, 2000, "A");
 }
+
+/// Checked sound: under the replica-sync check, a replica of a replica
+/// (M → X → Y, all `sync-replicas 1`) that applied everything M wrote
+/// (forwarded by X, with M's offsets) is not current: promoted, it keeps
+/// the guard.
+#[test]
+fn replica_of_a_replica_is_not_vouched_by_forwarded_announcements() {
+    let synced = || {
+        Node::builder()
+            .config("redlock.sync-replicas", "1")
+            .config("redlock.restart-grace-ms", "-1")
+            .config("redlock.max-ttl-ms", "2000")
+    };
+    let m = synced().config("redlock.restart-grace-ms", "0").start();
+    let x = start_replica(&m, synced().config("redlock.restart-grace-ms", "0"));
+    let y = start_replica(&x, synced().config("redlock.restart-grace-ms", "0"));
+    let mut xc = x.connection();
+    config_set(&mut xc, "redlock.restart-grace-ms", "-1");
+    let mut yc = y.connection();
+    config_set(&mut yc, "redlock.restart-grace-ms", "-1");
+    let mut mm = m.connection();
+    assert!(first_synced_grant(
+        &mut mm,
+        "warm",
+        "x",
+        2000,
+        Instant::now() + Duration::from_secs(10)
+    )
+    .is_some());
+    wait_until(Duration::from_secs(10), "X current", || {
+        redlock_info(&mut xc, "sync_current") == 1
+    });
+    let offset: u64 = info_field(&mut mm, "replication", "master_repl_offset")
+        .unwrap()
+        .parse()
+        .unwrap();
+    wait_until(Duration::from_secs(10), "Y has everything M wrote", || {
+        info_field(&mut yc, "replication", "slave_repl_offset")
+            .and_then(|v| v.parse::<u64>().ok())
+            .is_some_and(|o| o >= offset)
+            && inspect(&mut yc, "warm").is_some()
+    });
+    assert_eq!(redlock_info(&mut yc, "sync_current"), 0);
+    promote(&mut yc);
+    assert_eq!(redlock_info(&mut yc, "sync_last_promotion"), 3);
+}
