@@ -167,10 +167,21 @@ def check_cli(cli, errors):
     return count
 
 
+# Redis refuses a cluster-enabled port above this (its bus port is the port + 10000).
+CLUSTER_PORT_MAX = 55535
+
+
 def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A free loopback port that a cluster-enabled example may use too: the
+    kernel's ephemeral range reaches past CLUSTER_PORT_MAX, and a guide
+    example with `cluster-enabled yes` then fails to start."""
+    for _ in range(200):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port <= CLUSTER_PORT_MAX:
+            return port
+    raise RuntimeError(f"no free port at or below {CLUSTER_PORT_MAX}")
 
 
 class Server:

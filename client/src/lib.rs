@@ -43,6 +43,7 @@ mod identity;
 mod inspect;
 mod lock;
 mod lock_set;
+mod lock_set_wait;
 mod member;
 pub mod metrics;
 mod node;

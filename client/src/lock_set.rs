@@ -70,7 +70,10 @@ fn set_reply(reply: Result<Value, NodeFailure>) -> SetReply {
 /// The set's names, sorted, or the error that names what is wrong with
 /// them: none, a duplicate, or (with a cluster member) names in different
 /// hash slots.
-fn checked_names<S: AsRef<str>>(nodes: &[Voter], names: &[S]) -> Result<Vec<String>, Error> {
+pub(crate) fn checked_names<S: AsRef<str>>(
+    nodes: &[Voter],
+    names: &[S],
+) -> Result<Vec<String>, Error> {
     let sorted = sorted_names(names).map_err(|e| Error::InvalidArgument(e.to_string()))?;
     if let Some(cluster) = nodes.iter().find(|v| matches!(v, Voter::Cluster(_))) {
         let first = &sorted[0];
@@ -94,8 +97,8 @@ fn checked_names<S: AsRef<str>>(nodes: &[Voter], names: &[S]) -> Result<Vec<Stri
 
 /// What a failed set attempt leaves to release: its nodes, and the
 /// unanswered calls to keep until the release is queued.
-struct SetLeftover {
-    nodes: Vec<usize>,
+pub(crate) struct SetLeftover {
+    pub(crate) nodes: Vec<usize>,
     busy: bool,
     _unanswered: Unanswered,
 }
@@ -232,7 +235,7 @@ impl Quorum {
 
     /// RELEASE of every name of a set for `owner` on `targets`, waiting
     /// for the replies (bounded by the per-node timeout).
-    async fn release_set_on(&self, names: &[String], owner: &str, targets: &[usize]) {
+    pub(crate) async fn release_set_on(&self, names: &[String], owner: &str, targets: &[usize]) {
         if targets.is_empty() {
             return;
         }
@@ -582,7 +585,7 @@ impl Redlock {
         outcome
     }
 
-    async fn attempt_many(
+    pub(crate) async fn attempt_many(
         &self,
         names: &[String],
         ttl: Duration,
@@ -630,7 +633,7 @@ impl Redlock {
 /// Releases a set attempt's owner on every node when the caller is
 /// dropped before the attempt was settled (as `ReleaseIfDropped` for one
 /// name).
-struct ReleaseSetIfDropped<'a> {
+pub(crate) struct ReleaseSetIfDropped<'a> {
     inner: &'a Arc<Inner>,
     names: &'a [String],
     owner: OwnerId,
@@ -638,7 +641,7 @@ struct ReleaseSetIfDropped<'a> {
 }
 
 impl<'a> ReleaseSetIfDropped<'a> {
-    fn new(inner: &'a Arc<Inner>, names: &'a [String], owner: OwnerId) -> Self {
+    pub(crate) fn new(inner: &'a Arc<Inner>, names: &'a [String], owner: OwnerId) -> Self {
         ReleaseSetIfDropped {
             inner,
             names,
@@ -647,7 +650,7 @@ impl<'a> ReleaseSetIfDropped<'a> {
         }
     }
 
-    fn disarm(mut self) {
+    pub(crate) fn disarm(mut self) {
         self.armed = false;
     }
 }

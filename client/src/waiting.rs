@@ -181,7 +181,7 @@ impl Redlock {
 
 /// Sends `REDLOCK.WAIT` to every node and returns once a quorum said the
 /// lock is free, the wait ran out, or too few nodes can still answer.
-async fn wait_for_free(
+pub(crate) async fn wait_for_free(
     quorum: &Quorum,
     key: &str,
     until: Instant,

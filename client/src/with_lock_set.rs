@@ -52,22 +52,69 @@ impl Redlock {
         Fut: Future<Output = T>,
     {
         let set = self.acquire_many(names, ttl).await?;
-        let done = CancellationToken::new();
-        let guard = LockSetGuard {
-            tokens: set
-                .tokens()
-                .map(|(name, token)| (name.to_string(), token))
-                .collect(),
-            owner: set.owner().to_string(),
-            lost: set.lost_token(),
-        };
-        let keeper = tokio::spawn(keep_alive(set, ttl, done.clone()));
-        let stop = done.drop_guard();
-        let value = f(guard).await;
-        drop(stop);
-        let _ = keeper.await;
-        Ok(value)
+        Ok(hold_set(set, ttl, f).await)
     }
+
+    /// As [`Redlock::with_lock_set`], taking the set with
+    /// [`Redlock::acquire_many_wait`]: waits up to `max_wait` for it, woken
+    /// by the nodes.
+    ///
+    /// # Errors
+    ///
+    /// As [`Redlock::acquire_many_wait`]; `f`'s own result is returned
+    /// inside.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # use std::time::Duration;
+    /// # async fn run(redlock: redlock_client::Redlock) -> Result<(), redlock_client::Error> {
+    /// let ttl = Duration::from_secs(10);
+    /// redlock
+    ///     .with_lock_set_wait(&["a", "b"], ttl, Duration::from_secs(60), |guard| async move {
+    ///         println!("{:?}", guard.tokens());
+    ///     })
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn with_lock_set_wait<S, F, Fut, T>(
+        &self,
+        names: &[S],
+        ttl: Duration,
+        max_wait: Duration,
+        f: F,
+    ) -> Result<T, Error>
+    where
+        S: AsRef<str>,
+        F: FnOnce(LockSetGuard) -> Fut,
+        Fut: Future<Output = T>,
+    {
+        let set = self.acquire_many_wait(names, ttl, max_wait).await?;
+        Ok(hold_set(set, ttl, f).await)
+    }
+}
+
+/// Runs `f` while a background task keeps `set` alive, then releases it.
+async fn hold_set<F, Fut, T>(set: LockSet, ttl: Duration, f: F) -> T
+where
+    F: FnOnce(LockSetGuard) -> Fut,
+    Fut: Future<Output = T>,
+{
+    let done = CancellationToken::new();
+    let guard = LockSetGuard {
+        tokens: set
+            .tokens()
+            .map(|(name, token)| (name.to_string(), token))
+            .collect(),
+        owner: set.owner().to_string(),
+        lost: set.lost_token(),
+    };
+    let keeper = tokio::spawn(keep_alive(set, ttl, done.clone()));
+    let stop = done.drop_guard();
+    let value = f(guard).await;
+    drop(stop);
+    let _ = keeper.await;
+    value
 }
 
 /// Extends `set` per the [`KeepAlive`] machine until `done`, fires its lost

@@ -446,11 +446,78 @@ fn redlock_run_takes_a_set_and_passes_a_token_per_name() {
     assert_eq!(out.status.code(), Some(3));
     assert!(!String::from_utf8_lossy(&out.stdout).contains("ran"));
 
-    // A set takes no --guard / --wait; a name twice is refused.
+    // With --wait, the set waits: busy (exit 3) after the wait while
+    // cli:b stays held, and run once cli:b is released (woken by the
+    // nodes, long before its 20 s lease ends).
+    let started = Instant::now();
     let out = redlock_cli(
         &nodes,
         &[
-            "run", "--lock", "x", "--lock", "y", "--wait", "1s", "--", "true",
+            "run", "--lock", "cli:a", "--lock", "cli:b", "--wait", "300ms", "--", "true",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(3));
+    assert!(started.elapsed() >= Duration::from_millis(300));
+    let owner = String::from_utf8_lossy(&held.stdout)
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("owner").map(|o| o.trim().to_string()))
+        .expect("the owner of cli:b");
+    let waiter = {
+        let urls = common::urls(&nodes).join(",");
+        std::thread::spawn(move || {
+            std::process::Command::new(env!("CARGO_BIN_EXE_redlock"))
+                .env("REDLOCK_NODES", urls)
+                .args([
+                    "run",
+                    "--lock",
+                    "cli:a",
+                    "--lock",
+                    "cli:b",
+                    "--wait",
+                    "15s",
+                    "--",
+                    "sh",
+                    "-c",
+                    "echo $REDLOCK_TOKEN_2",
+                ])
+                .stdin(std::process::Stdio::null())
+                .output()
+                .expect("run redlock")
+        })
+    };
+    std::thread::sleep(Duration::from_millis(300));
+    let released = Instant::now();
+    let out = redlock_cli(&nodes, &["release", "cli:b", "--owner", &owner]);
+    assert_eq!(out.status.code(), Some(0));
+    let out = waiter.join().expect("the waiting run");
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        released.elapsed() < Duration::from_secs(10),
+        "woken by the release"
+    );
+    let token: u64 = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap();
+    assert!(token > b);
+
+    // A set takes no --guard; a name twice is refused.
+    let out = redlock_cli(
+        &nodes,
+        &[
+            "run",
+            "--lock",
+            "x",
+            "--lock",
+            "y",
+            "--guard",
+            "g",
+            "--resource",
+            "redis://127.0.0.1:1",
+            "--",
+            "true",
         ],
     );
     assert_eq!(
@@ -551,4 +618,137 @@ async fn a_set_through_a_sentinel_member_waits_for_both_replicas() {
         }
     }
     assert!(set.release().await.unwrap());
+}
+
+/// Two callers whose sets overlap, listing the names in opposite orders,
+/// each taking its set again and again with `acquire_many_wait` (no
+/// retries: only the nodes' wake-ups): no deadlock, never a name held by
+/// both, and each gets the set in turn (served in the order they started
+/// waiting).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiting_sets_in_opposite_orders_take_turns_without_deadlock() {
+    let nodes = five();
+    const ROUNDS: usize = 20;
+    let record: Arc<Mutex<Holders>> = Arc::default();
+    let turns: Arc<Mutex<Vec<usize>>> = Arc::default();
+    let callers = [
+        (0usize, vec!["wo:a", "wo:b", "wo:c"]),
+        (1usize, vec!["wo:d", "wo:c", "wo:b"]),
+    ];
+    let mut tasks = Vec::new();
+    for (who, names) in callers {
+        let redlock = client(&nodes).await;
+        let (record, turns) = (Arc::clone(&record), Arc::clone(&turns));
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..ROUNDS {
+                let set = redlock
+                    .acquire_many_wait(&names, TTL, Duration::from_secs(30))
+                    .await
+                    .unwrap();
+                {
+                    let mut record = record.lock().unwrap();
+                    for (name, token) in set.tokens() {
+                        let entry = record.entry(name.to_string()).or_insert((None, 0));
+                        assert_eq!(entry.0, None, "{name} held by {:?} and {who}", entry.0);
+                        assert!(token > entry.1, "{name}: {token} after {}", entry.1);
+                        *entry = (Some(who), token);
+                    }
+                    turns.lock().unwrap().push(who);
+                }
+                // Held long enough for the other caller to queue behind.
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                {
+                    let mut record = record.lock().unwrap();
+                    for name in set.names() {
+                        record.get_mut(name.as_str()).unwrap().0 = None;
+                    }
+                }
+                assert!(set.release().await.unwrap());
+            }
+        }));
+    }
+    let started = Instant::now();
+    let results = tokio::time::timeout(
+        Duration::from_secs(60),
+        futures_util::future::join_all(tasks),
+    )
+    .await
+    .expect("both waiting callers finish: no deadlock");
+    for result in results {
+        result.expect("a caller failed");
+    }
+    let turns = turns.lock().unwrap();
+    assert_eq!(turns.len(), 2 * ROUNDS);
+    // In turn: a caller that releases and asks again at once queues behind
+    // the one already waiting, so the holder changes (almost) every round.
+    let changes = turns.windows(2).filter(|w| w[0] != w[1]).count();
+    eprintln!(
+        "{} rounds in {:?}, holder changed {changes} times of {}: {turns:?}",
+        turns.len(),
+        started.elapsed(),
+        turns.len() - 1
+    );
+    assert!(
+        changes >= turns.len() * 3 / 4,
+        "not in turn: {changes} changes in {turns:?}"
+    );
+}
+
+/// A waiting set is woken by the release of a name it waits for (long
+/// before that name's lease would end), gives up at its deadline with
+/// `Busy`, and leaves nothing behind when it gives up or is cancelled.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiting_set_is_woken_gives_up_at_its_deadline_and_leaves_no_grant() {
+    let nodes = five();
+    let redlock = client(&nodes).await;
+    let holder = redlock.acquire("ws:b", TTL).await.unwrap();
+    // The deadline: Busy, and "ws:a" (free) is not left held anywhere.
+    let called = Instant::now();
+    let busy = redlock
+        .acquire_many_wait(&["ws:a", "ws:b"], TTL, Duration::from_millis(300))
+        .await
+        .unwrap_err();
+    assert!(matches!(busy, Error::Busy { .. }), "{busy:?}");
+    assert!(called.elapsed() >= Duration::from_millis(300));
+    assert_eq!(held_after_release(&redlock, "ws:a").await, 0);
+    // Cancelled while it waits: nothing left either.
+    let cancelled = tokio::time::timeout(
+        Duration::from_millis(200),
+        redlock.acquire_many_wait(&["ws:a", "ws:b"], TTL, Duration::from_secs(30)),
+    )
+    .await;
+    assert!(
+        cancelled.is_err(),
+        "the set cannot be had while ws:b is held"
+    );
+    assert_eq!(held_after_release(&redlock, "ws:a").await, 0);
+    // Woken by the release: the 10 s lease of ws:b is far from its end.
+    let waiter = {
+        let redlock = redlock.clone();
+        tokio::spawn(async move {
+            redlock
+                .acquire_many_wait(&["ws:b", "ws:a"], TTL, Duration::from_secs(30))
+                .await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(!waiter.is_finished());
+    let released = Instant::now();
+    let old = holder.token();
+    assert!(holder.release().await.unwrap());
+    let set = tokio::time::timeout(Duration::from_secs(5), waiter)
+        .await
+        .expect("woken long before the lease's end")
+        .unwrap()
+        .unwrap();
+    eprintln!("set taken {:?} after the release", released.elapsed());
+    assert!(set.token("ws:b").unwrap() > old);
+    assert_eq!(held_on(&redlock, "ws:a").await, 5);
+    // The cancelled waiter left nothing: once released, the set is free.
+    assert!(set.release().await.unwrap());
+    assert!(redlock
+        .try_acquire_many(&["ws:a", "ws:b"], TTL)
+        .await
+        .unwrap()
+        .is_some());
 }

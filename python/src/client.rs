@@ -165,6 +165,12 @@ impl Client {
         self.get()
     }
 
+    /// The client's connections to resource servers (for the terms of
+    /// `election.rs`).
+    pub(crate) fn resources(&self) -> Arc<Resources> {
+        Arc::clone(&self.resources)
+    }
+
     fn get(&self) -> PyResult<Redlock> {
         self.redlock
             .read()

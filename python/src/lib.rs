@@ -8,6 +8,7 @@
 
 mod bridge;
 mod client;
+mod election;
 mod errors;
 mod fenced;
 mod lock;
@@ -33,6 +34,13 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(lock_set::acquire_many_async, m)?)?;
     m.add_function(wrap_pyfunction!(lock_set::try_acquire_many, m)?)?;
     m.add_function(wrap_pyfunction!(lock_set::try_acquire_many_async, m)?)?;
+    m.add_class::<election::NativeLeadership>()?;
+    m.add_class::<election::NativeObserver>()?;
+    m.add_function(wrap_pyfunction!(election::campaign, m)?)?;
+    m.add_function(wrap_pyfunction!(election::campaign_async, m)?)?;
+    m.add_function(wrap_pyfunction!(election::leader, m)?)?;
+    m.add_function(wrap_pyfunction!(election::leader_async, m)?)?;
+    m.add_function(wrap_pyfunction!(election::observe, m)?)?;
     m.add_function(wrap_pyfunction!(runtime::flush_background, m)?)?;
     m.add_function(wrap_pyfunction!(log::set_log_level, m)?)?;
     m.add_function(wrap_pyfunction!(metrics::metrics, m)?)?;

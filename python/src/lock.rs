@@ -545,7 +545,7 @@ fn fenced_failure(e: Error, info: &LockInfo, lost: &CancellationToken) -> PyErr 
 /// The fenced command `args` (a list of `bytes`) on `resource` with the
 /// lock `info` (an `Arc<LockInfo>` or a `LockGuard`), as a future that owns
 /// what it needs; a stale token sets `lost`.
-fn fenced_future<I: Deref<Target = LockInfo> + Send + 'static>(
+pub(crate) fn fenced_future<I: Deref<Target = LockInfo> + Send + 'static>(
     info: I,
     lost: CancellationToken,
     resources: &Arc<Resources>,
@@ -598,7 +598,7 @@ fn byte_args(args: &Bound<'_, PyList>) -> PyResult<Vec<Vec<u8>>> {
 
 /// `REDLOCK.GUARD` on `resource`, as a future that owns what it needs; a
 /// stale token sets `lost`.
-fn announce_future<I: Deref<Target = LockInfo> + Send + 'static>(
+pub(crate) fn announce_future<I: Deref<Target = LockInfo> + Send + 'static>(
     info: I,
     lost: CancellationToken,
     resources: &Arc<Resources>,
@@ -630,6 +630,13 @@ pub(crate) struct Signal {
 }
 
 impl Signal {
+    /// The event fired by `token` (a leadership's lost token).
+    pub(crate) fn from_token(token: CancellationToken) -> Self {
+        Signal {
+            source: Source::Token(token),
+        }
+    }
+
     /// The token to wait on, with whatever fires it running.
     fn token(&self) -> PyResult<CancellationToken> {
         match &self.source {

@@ -175,9 +175,19 @@ fn acquire_many_impl(
     names: Vec<String>,
     ttl_s: f64,
     one_attempt: bool,
+    wait_s: Option<f64>,
 ) -> PyResult<Py<PyAny>> {
     let redlock = client.redlock()?;
     let ttl = ttl(ttl_s)?;
+    if let Some(wait_s) = wait_s {
+        let wait = errors::duration("wait", wait_s, 0.0, DAY)?;
+        // Dropping acquire_many_wait leaves no grant behind (its docs).
+        return dispatch(py, asyncio, OnCancel::Drop, async move {
+            let set = redlock.acquire_many_wait(&names, ttl, wait).await;
+            set.map(|s| Some(NativeLockSet::new(s)))
+                .map_err(|e| errors::lock_error(e, None))
+        });
+    }
     // A round is never cut mid-way (it could leave grants behind).
     dispatch(py, asyncio, OnCancel::Finish, async move {
         if one_attempt {
@@ -192,26 +202,39 @@ fn acquire_many_impl(
     })
 }
 
-/// Takes every name of `names` at once, retrying while busy (blocking).
+/// Takes every name of `names` at once, retrying while busy, or with
+/// `wait` seconds waiting for the set woken by the nodes (blocking).
 #[pyfunction]
+#[pyo3(signature = (client, names, ttl, wait=None))]
 pub(crate) fn acquire_many(
     py: Python<'_>,
     client: PyRef<'_, Client>,
     names: Vec<String>,
     ttl: f64,
+    wait: Option<f64>,
 ) -> PyResult<Py<PyAny>> {
-    acquire_many_impl(py, None, &client, names, ttl, false)
+    acquire_many_impl(py, None, &client, names, ttl, false, wait)
 }
 
 /// As `acquire_many` (asyncio future).
 #[pyfunction]
+#[pyo3(signature = (client, names, ttl, wait=None))]
 pub(crate) fn acquire_many_async(
     py: Python<'_>,
     client: PyRef<'_, Client>,
     names: Vec<String>,
     ttl: f64,
+    wait: Option<f64>,
 ) -> PyResult<Py<PyAny>> {
-    acquire_many_impl(py, Some(Asyncio::current(py)?), &client, names, ttl, false)
+    acquire_many_impl(
+        py,
+        Some(Asyncio::current(py)?),
+        &client,
+        names,
+        ttl,
+        false,
+        wait,
+    )
 }
 
 /// One attempt at the set: None when busy (blocking).
@@ -222,7 +245,7 @@ pub(crate) fn try_acquire_many(
     names: Vec<String>,
     ttl: f64,
 ) -> PyResult<Py<PyAny>> {
-    acquire_many_impl(py, None, &client, names, ttl, true)
+    acquire_many_impl(py, None, &client, names, ttl, true, None)
 }
 
 /// As `try_acquire_many` (asyncio future).
@@ -233,5 +256,13 @@ pub(crate) fn try_acquire_many_async(
     names: Vec<String>,
     ttl: f64,
 ) -> PyResult<Py<PyAny>> {
-    acquire_many_impl(py, Some(Asyncio::current(py)?), &client, names, ttl, true)
+    acquire_many_impl(
+        py,
+        Some(Asyncio::current(py)?),
+        &client,
+        names,
+        ttl,
+        true,
+        None,
+    )
 }

@@ -3,6 +3,10 @@ extend / release over the set, sync and asyncio."""
 
 from __future__ import annotations
 
+import asyncio
+import threading
+import time
+
 import pytest
 
 import redlock_fenced as rf
@@ -79,3 +83,73 @@ async def test_async_acquire_many(aredlock: rf.AsyncRedlock, key: str) -> None:
     assert again is not None
     assert again.token(a) > tokens[a] and again.token(b) > tokens[b]
     assert await again.release() is True
+
+
+def test_waiting_sets_in_opposite_orders_take_turns(redlock: rf.Redlock, key: str) -> None:
+    """Two callers whose sets overlap, in opposite orders, both waiting
+    (`wait=`, woken by the nodes): a bounded run, no deadlock, never a name
+    held by both, and each gets its set in turn."""
+    import threading
+
+    a, b, c = f"{key}:a", f"{key}:b", f"{key}:c"
+    sets = {0: [a, b, c], 1: [c, b]}
+    rounds = 10
+    holding: dict[str, int | None] = {}
+    turns: list[int] = []
+    errors: list[BaseException] = []
+    state = threading.Lock()
+
+    def caller(who: int) -> None:
+        try:
+            for _ in range(rounds):
+                with redlock.acquire_many(sets[who], 10, wait=30) as lock_set:
+                    with state:
+                        for name in lock_set.names:
+                            assert holding.get(name) is None, (name, holding)
+                            holding[name] = who
+                        turns.append(who)
+                    time.sleep(0.02)
+                    with state:
+                        for name in lock_set.names:
+                            holding[name] = None
+        except BaseException as e:  # reported by the main thread
+            errors.append(e)
+
+    threads = [threading.Thread(target=caller, args=(who,)) for who in sets]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+        assert not t.is_alive(), "a waiting caller never finished: deadlock"
+    assert not errors, errors
+    assert len(turns) == 2 * rounds
+    changes = sum(1 for x, y in zip(turns, turns[1:]) if x != y)
+    assert changes >= len(turns) * 3 // 4, turns
+
+
+async def test_a_waiting_set_is_woken_and_cancelling_it_leaves_no_grant(
+    aredlock: rf.AsyncRedlock, key: str
+) -> None:
+    a, b = f"{key}:a", f"{key}:b"
+    holder = await aredlock.acquire(b, 10)
+    with pytest.raises(rf.LockBusyError):
+        await aredlock.acquire_many([a, b], 5, wait=0.3)
+    task = asyncio.create_task(aredlock.acquire_many([a, b], 5, wait=30))
+    await asyncio.sleep(0.2)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    deadline = time.monotonic() + 2
+    while any(v.held for v in await aredlock.inspect(a)) and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
+    assert not any(v.held for v in await aredlock.inspect(a))
+    waiter = asyncio.create_task(aredlock.acquire_many([b, a], 5, wait=30))
+    await asyncio.sleep(0.2)
+    assert not waiter.done()
+    released = time.monotonic()
+    await holder.release()
+    lock_set = await asyncio.wait_for(waiter, 5)
+    # Woken by the release, long before the holder's 10 s lease would end.
+    assert time.monotonic() - released < 5
+    assert lock_set.token(b) > holder.token
+    await lock_set.release()

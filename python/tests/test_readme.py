@@ -1,5 +1,6 @@
 """Every Python example of python/README.md and of the guide's Python pages
-(docs/guide/client-python.md, docs/guide/many-names.md) runs against the test
+(docs/guide/client-python.md, docs/guide/many-names.md,
+docs/guide/election.md) runs against the test
 nodes."""
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import pytest
 README = Path(__file__).resolve().parents[1] / "README.md"
 GUIDE_PAGE = Path(__file__).resolve().parents[2] / "docs" / "guide" / "client-python.md"
 MANY_PAGE = GUIDE_PAGE.with_name("many-names.md")
+ELECTION_PAGE = GUIDE_PAGE.with_name("election.md")
 
 
 def python_blocks(path: Path) -> list[str]:
@@ -21,6 +23,7 @@ def python_blocks(path: Path) -> list[str]:
 BLOCKS = python_blocks(README)
 GUIDE_BLOCKS = python_blocks(GUIDE_PAGE)
 MANY_BLOCKS = python_blocks(MANY_PAGE)
+ELECTION_BLOCKS = python_blocks(ELECTION_PAGE)
 NODES = re.compile(r"^NODES = \[.*?\]$", flags=re.S | re.M)
 RESOURCE = re.compile(r'^RESOURCE = "[^"]*"', flags=re.M)
 
@@ -34,12 +37,14 @@ def test_the_readme_has_examples() -> None:
 def test_the_guide_page_has_examples() -> None:
     assert len(GUIDE_BLOCKS) >= 1
     assert any("lock.token" in b for b in GUIDE_BLOCKS)
+    assert any("redlock.campaign(" in b for b in ELECTION_BLOCKS)
 
 
 EXAMPLES = (
     [("README.md", b) for b in BLOCKS]
     + [("docs/guide/client-python.md", b) for b in GUIDE_BLOCKS]
     + [("docs/guide/many-names.md", b) for b in MANY_BLOCKS]
+    + [("docs/guide/election.md", b) for b in ELECTION_BLOCKS]
 )
 
 

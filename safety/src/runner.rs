@@ -133,11 +133,19 @@ pub enum FaultType {
     /// copy), and keep using the lock past the end of the first lease
     /// ([`crate::workload::LateCopyPlan`]). No fault on the nodes.
     LateAcquireCopy,
+    /// The election workload ([`crate::election`]): five candidates, one
+    /// per worker process, campaign for one name, and each leader writes
+    /// through the fenced resource with its epoch. Faults, in turn: the
+    /// leader's whole process SIGSTOPped longer than the lease (a leader
+    /// paused past its lease must be fenced out by its epoch), nodes killed
+    /// -9 and restarted (no persistence, the restart guard at its default),
+    /// nodes SIGSTOPped longer than the lease.
+    Election,
 }
 
 impl FaultType {
     /// The matrix `make safety` runs.
-    pub const MATRIX: [FaultType; 22] = [
+    pub const MATRIX: [FaultType; 23] = [
         FaultType::None,
         FaultType::KillNone,
         FaultType::KillEverysec,
@@ -161,6 +169,7 @@ impl FaultType {
         FaultType::PromoteLaggingReplicaValkey,
         FaultType::Sentinel,
         FaultType::SentinelUnchecked,
+        FaultType::Election,
     ];
 
     /// Whether the quick run (`safety --quick`, part of `make test`) has a
@@ -201,6 +210,7 @@ impl FaultType {
             FaultType::PartitionRotate => "partition_rotate",
             FaultType::KillAll => "kill9_all",
             FaultType::LateAcquireCopy => "late_acquire_copy",
+            FaultType::Election => "election",
         }
     }
 
@@ -359,7 +369,8 @@ pub struct RunConfig {
 }
 
 impl RunConfig {
-    /// Defaults for `fault`: 8 tasks in 2 processes, one key, ttl 400 ms
+    /// Defaults for `fault`: 8 tasks in 2 processes (the election: five
+    /// candidates, one per process), one key, ttl 400 ms
     /// (1 s for the restarts that must find a lease still running on the
     /// restarted node: a restart takes a good part of 400 ms).
     pub fn new(fault: FaultType, duration: Duration, worker_exe: PathBuf, out: PathBuf) -> Self {
@@ -370,13 +381,18 @@ impl RunConfig {
             FaultType::Sentinel | FaultType::SentinelUnchecked => 8_000,
             _ => 400,
         };
+        let (workers, tasks) = if fault == FaultType::Election {
+            (Election::CANDIDATES, Election::CANDIDATES)
+        } else {
+            (2, 8)
+        };
         RunConfig {
             name: fault.name().to_string(),
             fault,
             duration,
             keys: 1,
-            workers: 2,
-            tasks: 8,
+            workers,
+            tasks,
             seed: 1,
             ttl_ms,
             max_ttl_ms: ttl_ms.max(2_000),
@@ -401,6 +417,23 @@ impl RunConfig {
             out,
         }
     }
+}
+
+/// Settings of the election workload's runs ([`FaultType::Election`]).
+pub struct Election;
+
+impl Election {
+    /// The faults an election run takes in turn (the leader's pause first:
+    /// the quick run has room for two or three faults).
+    pub const FAULTS: [FaultType; 3] = [
+        FaultType::ProcessPause,
+        FaultType::KillNone,
+        FaultType::NodePause,
+    ];
+
+    /// Candidates: one per worker process, so that a process pause stops
+    /// one candidate (often the leader) and no other.
+    pub const CANDIDATES: usize = 5;
 }
 
 /// Settings of a run that reclaims idle records.
@@ -489,6 +522,9 @@ struct Deployment {
     resource_node: Option<Node>,
     /// The Sentinel group that is the quorum's one member (Sentinel runs).
     group: Option<SentinelGroup>,
+    /// The election workload's note of the leading worker (see
+    /// [`WorkerSpec::leader_file`]).
+    leader_file: Option<PathBuf>,
 }
 
 /// Starts the Redis server of the fenced resource: the module, AOF
@@ -791,6 +827,8 @@ pub fn run(cfg: &RunConfig) -> Result<RunResult, String> {
             sentinel: group
                 .as_ref()
                 .map(|g| (g.name().to_string(), g.sentinel_urls())),
+            election: cfg.fault == FaultType::Election,
+            leader_file: (cfg.fault == FaultType::Election).then(|| parts.join("leader")),
         };
         let json = serde_json::to_string(&spec).map_err(|e| e.to_string())?;
         let child = Command::new(&cfg.worker_exe)
@@ -815,6 +853,7 @@ pub fn run(cfg: &RunConfig) -> Result<RunResult, String> {
         keys,
         resource_node,
         group,
+        leader_file: (cfg.fault == FaultType::Election).then(|| parts.join("leader")),
     };
     // Let the workers connect before the first fault.
     std::thread::sleep(Duration::from_millis(300));
@@ -1224,7 +1263,12 @@ fn inject(cfg: &RunConfig, c: &mut Deployment, rec: &Recorder, pids: &[u32], dea
             break;
         }
         id += 1;
-        match cfg.fault {
+        // The election workload takes the node and process faults in turn.
+        let fault = match cfg.fault {
+            FaultType::Election => Election::FAULTS[count as usize % Election::FAULTS.len()],
+            other => other,
+        };
+        match fault {
             FaultType::ResourceKill => {
                 let Some(node) = c.resource_node.as_mut() else {
                     break;
@@ -1329,7 +1373,15 @@ fn inject(cfg: &RunConfig, c: &mut Deployment, rec: &Recorder, pids: &[u32], dea
                 rec.record(Kind::FaultStop { id });
             }
             FaultType::ProcessPause => {
-                let w = rng.gen_range(0..pids.len().max(1));
+                // An election run pauses the leader's process when it can
+                // tell which it is (a paused leader must be fenced out).
+                let leader = c
+                    .leader_file
+                    .as_ref()
+                    .and_then(|f| std::fs::read_to_string(f).ok())
+                    .and_then(|w| w.trim().parse::<usize>().ok())
+                    .filter(|&w| w < pids.len());
+                let w = leader.unwrap_or_else(|| rng.gen_range(0..pids.len().max(1)));
                 let Some(&pid) = pids.get(w) else { break };
                 let d = ms(ttl + 100, ttl * 3, &mut rng);
                 // SAFETY: signals to our own worker child.
@@ -1619,7 +1671,8 @@ fn inject(cfg: &RunConfig, c: &mut Deployment, rec: &Recorder, pids: &[u32], dea
             | FaultType::LateAcquireCopy
             | FaultType::ClientPauseSend
             | FaultType::ClientPauseUse
-            | FaultType::ClientPauseWrite => {}
+            | FaultType::ClientPauseWrite
+            | FaultType::Election => {}
         }
         count += 1;
     }

@@ -165,6 +165,15 @@ pub struct WorkerSpec {
     /// sentinels' URLs (`nodes` and `clusters` are then empty).
     #[serde(default)]
     pub sentinel: Option<(String, Vec<String>)>,
+    /// The tasks are candidates of an election over the first key
+    /// ([`crate::election`]) instead of lock users.
+    #[serde(default)]
+    pub election: bool,
+    /// Election workload: a file where a candidate writes its worker's
+    /// index when it is elected, so that the runner can pause the leader's
+    /// process.
+    #[serde(default)]
+    pub leader_file: Option<PathBuf>,
 }
 
 /// The key a task uses next: any key, or with [`WorkerSpec::key_phase_ms`]
@@ -230,7 +239,8 @@ pub async fn build_sentinel_client(
     .map_err(|e| e.to_string())
 }
 
-fn classify(e: &redlock_client::Error) -> String {
+/// A failed acquisition's error as the history names it.
+pub fn classify(e: &redlock_client::Error) -> String {
     use redlock_client::Error as E;
     match e {
         E::Busy { .. } => "busy".into(),
@@ -358,20 +368,11 @@ async fn client_task(
     let mut n = 0u64;
     while mono_ns() < spec.deadline_ns {
         if resource.is_none() {
-            match (&spec.resource_url, spec.resource) {
-                (Some(url), _) => match RedisResource::connect(url, spec.fenced_reads).await {
-                    Ok(c) => resource = Some(Res::Redis(c)),
-                    // The resource server is being restarted: try again.
-                    Err(_) => {
-                        tokio::time::sleep(Duration::from_millis(20)).await;
-                        continue;
-                    }
-                },
-                (None, Some(addr)) => match ResourceClient::connect(addr).await {
-                    Ok(c) => resource = Some(Res::Tcp(c)),
-                    Err(e) => return Err(format!("resource: {e}")),
-                },
-                (None, None) => return Err("no resource".into()),
+            resource = Res::connect(spec).await?;
+            if resource.is_none() {
+                // The resource server is being restarted: try again.
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                continue;
             }
         }
         n += 1;
@@ -643,7 +644,7 @@ async fn send_late_copies(
 }
 
 /// The fenced resource as a client task uses it.
-enum Res {
+pub enum Res {
     /// The in-process server (it records the operations itself).
     Tcp(ResourceClient),
     /// The Redis-held resource (the task records the operations).
@@ -651,7 +652,25 @@ enum Res {
 }
 
 impl Res {
-    async fn read(
+    /// Connects to the spec's resource: `None` while the Redis-held
+    /// resource does not answer (it is being restarted).
+    pub async fn connect(spec: &WorkerSpec) -> Result<Option<Res>, String> {
+        match (&spec.resource_url, spec.resource) {
+            (Some(url), _) => Ok(RedisResource::connect(url, spec.fenced_reads)
+                .await
+                .ok()
+                .map(Res::Redis)),
+            (None, Some(addr)) => match ResourceClient::connect(addr).await {
+                Ok(c) => Ok(Some(Res::Tcp(c))),
+                Err(e) => Err(format!("resource: {e}")),
+            },
+            (None, None) => Err("no resource".into()),
+        }
+    }
+
+    /// Reads `key` with `token`: `Some((value, version))`, `None` when
+    /// refused as stale.
+    pub async fn read(
         &mut self,
         rec: &Recorder,
         op: &str,
@@ -664,7 +683,9 @@ impl Res {
         }
     }
 
-    async fn write(
+    /// Writes `value` to `key` with `token`, based on the version read;
+    /// false when refused.
+    pub async fn write(
         &mut self,
         rec: &Recorder,
         op: &str,

@@ -332,3 +332,24 @@ fn sentinel_without_the_check_and_a_live_old_master_is_caught() {
     let r = run(&cfg);
     assert!(r.overlaps_unexplained > 0, "not caught: {r:?}");
 }
+
+#[test]
+#[ignore = "full run only: make safety runs it (make test runs the election workload's quick share)"]
+fn mutant_election_without_fencing_is_caught() {
+    // Five candidates; the leaders' processes are paused past their lease
+    // between a read and a write. With the resource's check off, a deposed
+    // leader's write with its old epoch is accepted after the next leader's.
+    let (mut cfg, _dir) = config("election_fenced_check_off", FaultType::Election, 12);
+    cfg.fenced_check_off = true;
+    cfg.fault_budget = 20;
+    let r = run(&cfg);
+    assert!(r.stale_accepted + r.lost_updates > 0, "not caught: {r:?}");
+    let (mut cfg, _dir) = config("election_control", FaultType::Election, 12);
+    cfg.fault_budget = 20;
+    let r = run(&cfg);
+    assert_eq!(r.violations(), 0, "{r:?}");
+    assert!(
+        r.stale_refused > 0,
+        "no deposed leader's write was refused: {r:?}"
+    );
+}

@@ -265,7 +265,8 @@ enum Command {
     /// deadlock with overlapping sets), extended and lost together. The
     /// command then gets REDLOCK_LOCKS (how many names) and, for i from 1
     /// on in byte order of the names, REDLOCK_KEY_i and REDLOCK_TOKEN_i.
-    /// A set takes no --wait or --guard.
+    /// --wait waits for the whole set (woken by the nodes, first come first
+    /// served); a set takes no --guard.
     Run {
         /// The lock's name.
         #[arg(required_unless_present = "lock")]
@@ -626,10 +627,10 @@ async fn run(cli: Cli, out: Out) -> u8 {
             ..
         } => {
             let names: Vec<String> = key.into_iter().chain(lock).collect();
-            if names.len() > 1 && (guard.is_some() || !wait.is_zero()) {
+            if names.len() > 1 && guard.is_some() {
                 return out.fail(
                     "invalid_argument",
-                    "a set of locks (--lock a --lock b) takes no --wait or --guard",
+                    "a set of locks (--lock a --lock b) takes no --guard",
                     EXIT_USAGE,
                 );
             }
@@ -1132,9 +1133,14 @@ async fn run_command(
                 .with_lock_wait(one, ttl, wait, |g| work(held::Held::One(g)))
                 .await
         }
-        _ => {
+        _ if wait.is_zero() => {
             redlock
                 .with_lock_set(names, ttl, |g| work(held::Held::Set(g)))
+                .await
+        }
+        _ => {
+            redlock
+                .with_lock_set_wait(names, ttl, wait, |g| work(held::Held::Set(g)))
                 .await
         }
     };

@@ -11,6 +11,7 @@ use super::attempt::Next;
 use super::error::NodeFailure;
 use super::rules::Moment;
 use super::tally::AcquireReply;
+use super::waiting::Wake;
 
 /// The per-node step of a set (sent with `EVAL`, `lock_set.rs`): `KEYS`
 /// are the names in byte order, `ARGV` = owner, ttl in ms, then ACQUIRE's
@@ -126,9 +127,50 @@ pub fn combine_next<M: Moment>(decisions: impl IntoIterator<Item = Next<M>>) -> 
     combined
 }
 
+/// A waiting set's round of `REDLOCK.WAIT`, one per name (each name's
+/// own [`Wake`] from a quorum of nodes): the set may be tried once every
+/// name was free; the first name whose wait ran out, or that too few nodes
+/// can answer for, decides the round at once.
+#[derive(Clone, Debug)]
+pub struct SetWake {
+    pending: usize,
+}
+
+impl SetWake {
+    /// A round over `names` names.
+    pub fn new(names: usize) -> Self {
+        SetWake { pending: names }
+    }
+
+    /// A name's wait ended with `wake`; `Some` once the round is decided.
+    pub fn record(&mut self, wake: Wake) -> Option<Wake> {
+        match wake {
+            Wake::Free => {
+                self.pending = self.pending.saturating_sub(1);
+                (self.pending == 0).then_some(Wake::Free)
+            }
+            other => Some(other),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_set_is_free_once_every_name_was_and_stops_at_the_first_failure() {
+        let mut round = SetWake::new(3);
+        assert_eq!(round.record(Wake::Free), None);
+        assert_eq!(round.record(Wake::Free), None);
+        assert_eq!(round.record(Wake::Free), Some(Wake::Free));
+        let mut round = SetWake::new(3);
+        assert_eq!(round.record(Wake::Free), None);
+        assert_eq!(round.record(Wake::TimedOut), Some(Wake::TimedOut));
+        let mut round = SetWake::new(2);
+        let down = Wake::Unreachable(vec![(0, NodeFailure::NotConnected("refused".into()))]);
+        assert_eq!(round.record(down.clone()), Some(down));
+    }
 
     #[test]
     fn names_are_sorted_and_checked() {

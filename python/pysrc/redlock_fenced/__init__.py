@@ -13,12 +13,20 @@ from importlib.metadata import PackageNotFoundError, version
 
 from . import _native
 from ._client import Redlock
+from ._election import Election, Leader, Leadership, Observer
 from ._lock import Lock
 from ._lock_set import AsyncLockSet, LockSet
 from ._metrics import MetricSeries, PrometheusCollector, metrics
 from ._shared import LockGuard, LostSignal, current_guard
 from ._types import Arg, Cluster, Member, NodeView, Resource, RetryPolicy, Seconds, Sentinel
-from .asyncio import AcquireContext, AsyncLock, AsyncRedlock
+from .asyncio import (
+    AcquireContext,
+    AsyncElection,
+    AsyncLeadership,
+    AsyncLock,
+    AsyncObserver,
+    AsyncRedlock,
+)
 from .errors import (
     ExpiredBeforeUseError,
     InvalidArgumentError,
@@ -44,12 +52,18 @@ except PackageNotFoundError:  # pragma: no cover - only without an installed dis
 __all__ = [
     "AcquireContext",
     "Arg",
+    "AsyncElection",
+    "AsyncLeadership",
     "AsyncLock",
     "AsyncLockSet",
+    "AsyncObserver",
     "AsyncRedlock",
     "Cluster",
+    "Election",
     "ExpiredBeforeUseError",
     "InvalidArgumentError",
+    "Leader",
+    "Leadership",
     "Lock",
     "LockBusyError",
     "LockError",
@@ -63,6 +77,7 @@ __all__ = [
     "ModuleNotLoadedError",
     "NoQuorumError",
     "NodeView",
+    "Observer",
     "PermissionDeniedError",
     "PrometheusCollector",
     "Redlock",

@@ -17,6 +17,15 @@ from contextlib import (
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 from . import _native
+from ._election import (
+    AsyncElection,
+    AsyncLeadership,
+    AsyncObserver,
+    Election,
+    Leader,
+    Leadership,
+    Observer,
+)
 from ._lock import AcquireContext, AsyncLock, Lock
 from ._lock_set import AsyncLockSet, LockSet, check_names
 from ._shared import LockGuard, StrPath, connect_args, current, lost_error, views
@@ -98,12 +107,19 @@ class Redlock:
         native = self._client.try_acquire(check_key(key), ttl_seconds(ttl))
         return None if native is None else Lock(native)
 
-    def acquire_many(self, names: Sequence[str], ttl: Seconds) -> LockSet:
+    def acquire_many(
+        self, names: Sequence[str], ttl: Seconds, *, wait: Seconds | None = None
+    ) -> LockSet:
         """Takes every name of `names` at once for `ttl` seconds (all or none
         on each node, in byte order: overlapping sets never deadlock),
         retrying per the `RetryPolicy`; `LockBusyError` when it stays busy,
-        `InvalidArgumentError` for an empty set or a name given twice."""
-        native = _native.acquire_many(self._client, check_names(names), ttl_seconds(ttl))
+        `InvalidArgumentError` for an empty set or a name given twice. With
+        `wait`, waits up to that many seconds for the whole set, woken by
+        the nodes (no polling; waiters served in the order they came);
+        Ctrl-C while it waits leaves no grant."""
+        native = _native.acquire_many(
+            self._client, check_names(names), ttl_seconds(ttl), wait_seconds(wait)
+        )
         assert native is not None
         return LockSet(native)
 
@@ -173,6 +189,26 @@ class Redlock:
     def inspect(self, key: str) -> list[NodeView]:
         """Every member's view of `key` (read-only)."""
         return views(self._client.inspect(check_key(key)))
+
+    def election(self, name: str) -> Election:
+        """The leader election over `name` (its lock is the key `name`):
+        `campaign`, `leader`, `observe`."""
+        return Election(self._client, name)
+
+    def campaign(self, name: str, ttl: Seconds, value: str | None = None) -> Leadership:
+        """Waits until this candidate leads `name` and returns its term
+        (epoch, `lost`, `proclaim`, `resign`); `value` is proclaimed at once
+        when given. Same as `election(name).campaign(ttl, value)`."""
+        return Election(self._client, name).campaign(ttl, value)
+
+    def leader(self, name: str) -> Leader | None:
+        """Who leads `name` now (epoch, time left, value), or None."""
+        return Election(self._client, name).leader()
+
+    def observe(self, name: str) -> Observer:
+        """The leadership changes of `name`, in order: an iterator of
+        `Leader`."""
+        return Election(self._client, name).observe()
 
     def as_async(self) -> AsyncRedlock:
         """An `AsyncRedlock` on the same connections."""
@@ -253,11 +289,14 @@ class AsyncRedlock:
         native: _native.NativeLock | None = await self._client.try_acquire_async(k, t)
         return None if native is None else AsyncLock(native)
 
-    async def acquire_many(self, names: Sequence[str], ttl: Seconds) -> AsyncLockSet:
-        """As `Redlock.acquire_many`, as a coroutine."""
-        n, t = check_names(names), ttl_seconds(ttl)
+    async def acquire_many(
+        self, names: Sequence[str], ttl: Seconds, *, wait: Seconds | None = None
+    ) -> AsyncLockSet:
+        """As `Redlock.acquire_many`, as a coroutine; cancelling a waiting
+        call leaves no grant."""
+        n, t, w = check_names(names), ttl_seconds(ttl), wait_seconds(wait)
         native: _native.NativeLockSet | None = await _native.acquire_many_async(
-            self._client, n, t
+            self._client, n, t, w
         )
         assert native is not None
         return AsyncLockSet(native)
@@ -369,6 +408,26 @@ class AsyncRedlock:
         k = check_key(key)
         rows: list[Any] = await self._client.inspect_async(k)
         return views(rows)
+
+    def election(self, name: str) -> AsyncElection:
+        """The leader election over `name` (asyncio): `campaign`, `leader`,
+        `observe`."""
+        return AsyncElection(self._client, name)
+
+    async def campaign(
+        self, name: str, ttl: Seconds, value: str | None = None
+    ) -> AsyncLeadership:
+        """As `Redlock.campaign`, as a coroutine."""
+        return await AsyncElection(self._client, name).campaign(ttl, value)
+
+    async def leader(self, name: str) -> Leader | None:
+        """As `Redlock.leader`, as a coroutine."""
+        return await AsyncElection(self._client, name).leader()
+
+    def observe(self, name: str) -> AsyncObserver:
+        """The leadership changes of `name`, in order: an async iterator of
+        `Leader`."""
+        return AsyncElection(self._client, name).observe()
 
     def as_sync(self) -> Redlock:
         """A `Redlock` on the same connections (for threads, not coroutines)."""

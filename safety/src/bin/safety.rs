@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 
 use clap::{Parser, Subcommand};
 use redlock_safety::checker::Report;
+use redlock_safety::election;
 use redlock_safety::runner::{self, FaultType, Reclaim, RunConfig};
 use redlock_safety::workload::{self, WorkerSpec};
 
@@ -77,7 +78,12 @@ fn worker(spec: &str) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    match rt.block_on(workload::run_worker(spec)) {
+    let run = if spec.election {
+        rt.block_on(election::run_candidates(spec))
+    } else {
+        rt.block_on(workload::run_worker(spec))
+    };
+    match run {
         Ok(_) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("{e}");
@@ -134,11 +140,20 @@ fn main() -> ExitCode {
         let mut total = Report::default();
         let mut runs = 0;
         for r in 0..runs_per_type {
-            let keys = if (ti + r) % 2 == 0 { 1 } else { 4 };
+            // An election is over one name.
+            let keys = if (ti + r) % 2 == 0 || fault == FaultType::Election {
+                1
+            } else {
+                4
+            };
             // Cluster faults take seconds each (a failover waits for the
             // cluster to settle): a longer quick run, so that each kind runs.
             let secs = if args.quick && fault == FaultType::ClusterShards {
                 10.0
+            } else if args.quick && fault == FaultType::Election {
+                // Room for each of its three faults (node pause, kill -9,
+                // process pause) after the workers connect.
+                5.0
             } else if fault.is_sentinel() {
                 // The group takes a few seconds to form and each failover
                 // two to three.
@@ -161,7 +176,8 @@ fn main() -> ExitCode {
             }
             // Every other run waits for busy locks with `acquire_wait`
             // (woken by the nodes) instead of one attempt per try.
-            let waiting = (ti / 2 + r) % 2 == 1;
+            // (Candidates always wait: a campaign is a waiting acquisition.)
+            let waiting = (ti / 2 + r) % 2 == 1 && fault != FaultType::Election;
             if waiting {
                 // Sentinel runs' leases are long: a wait of three would
                 // outlast the run's end.
