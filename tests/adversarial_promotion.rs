@@ -3,7 +3,27 @@
 //! played on real processes, each asserting the SAFE outcome (no second
 //! holder while the first lease runs, no token issued twice or going back).
 //! A test that fails while its hole is open is marked `#[ignore = "open
-//! finding: …"]`.
+//! finding: …"]`; run them with `-- --ignored`.
+//!
+//! Open findings (each test asserts the safe outcome and fails today):
+//! - A. `master_restarted_without_files_is_not_the_teacher_of_its_replica`:
+//!   the teacher is an address, not a life; a master on a new disk is not
+//!   held back.
+//! - B. `teacher_from_an_earlier_life_as_replica_does_not_teach_the_new_life`:
+//!   the teacher outlives the node's own life as master (switchover and back).
+//! - C. `replica_of_a_replica_promoted_directly_then_its_old_master_rejoins`:
+//!   a promoted life held at 0 is released by an acknowledgement of the
+//!   promoted node's own shorter record.
+//! - D. `a_master_on_a_new_disk_waits_less_than_the_replicas_cut_off`,
+//!   `a_replica_cut_off_for_less_than_it_knows_but_more_than_the_new_disk_waits`:
+//!   the replica-sync cut-off.
+//! - E. `restore_bypasses_the_lease_ack_check`.
+//! - F. `first_replica_promoted_after_loading_a_snapshot_older_than_a_raise`:
+//!   a replica in its first sync is not waited for.
+//! - G. `nodes_sharing_the_aof_directory_share_the_run_record`.
+//!
+//! Checked sound (they pass): `replica_of_a_replica_promoted_directly_…`,
+//! `replica_of_a_replica_is_not_vouched_…`, and the control of G.
 
 mod common;
 
