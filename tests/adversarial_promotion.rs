@@ -1,0 +1,965 @@
+//! Adversarial review of the promotion rules (`src/core/teacher.rs`,
+//! `src/core/lease_ack_rule.rs`, `src/core/guard_rule.rs`): event sequences
+//! played on real processes, each asserting the SAFE outcome (no second
+//! holder while the first lease runs, no token issued twice or going back).
+//! A test that fails while its hole is open is marked `#[ignore = "open
+//! finding: …"]`; run them with `-- --ignored`.
+//!
+//! Open findings (each test asserts the safe outcome and fails today):
+//! - A. `master_restarted_without_files_is_not_the_teacher_of_its_replica`:
+//!   the teacher is an address, not a life; a master on a new disk is not
+//!   held back.
+//! - B. `teacher_from_an_earlier_life_as_replica_does_not_teach_the_new_life`:
+//!   the teacher outlives the node's own life as master (switchover and back).
+//! - C. `replica_of_a_replica_promoted_directly_then_its_old_master_rejoins`:
+//!   a promoted life held at 0 is released by an acknowledgement of the
+//!   promoted node's own shorter record.
+//! - D. `a_master_on_a_new_disk_waits_less_than_the_replicas_cut_off`,
+//!   `a_replica_cut_off_for_less_than_it_knows_but_more_than_the_new_disk_waits`:
+//!   the replica-sync cut-off.
+//! - E. `restore_bypasses_the_lease_ack_check`.
+//! - F. `first_replica_promoted_after_loading_a_snapshot_older_than_a_raise`:
+//!   a replica in its first sync is not waited for.
+//! - G. `nodes_sharing_the_aof_directory_share_the_run_record`.
+//!
+//! Checked sound (they pass): `replica_of_a_replica_promoted_directly_…`,
+//! `replica_of_a_replica_is_not_vouched_…`, and the control of G.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::*;
+
+fn promote(con: &mut redis::Connection) {
+    let _: () = redis::cmd("REPLICAOF")
+        .arg("NO")
+        .arg("ONE")
+        .query(con)
+        .unwrap();
+}
+
+/// Tries `REDLOCK.ACQUIRE` (refused by `GRACE` or `NOSYNC` meanwhile) until
+/// `until`: when it was granted, or `None`.
+fn first_grant(
+    con: &mut redis::Connection,
+    key: &str,
+    owner: &str,
+    ttl: u64,
+    until: Instant,
+) -> Option<Instant> {
+    loop {
+        match acquire_result(con, key, owner, ttl) {
+            Ok(Some(_)) => return Some(Instant::now()),
+            Ok(None) => panic!("held by someone"),
+            Err(e) => assert!(matches!(e.code(), Some("GRACE") | Some("NOSYNC")), "{e}"),
+        }
+        if Instant::now() >= until {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The node behind `con` grants `key` to another owner no earlier than
+/// `lease_ms` after `granted_a` (or not at all until a second after).
+fn assert_no_second_holder(
+    con: &mut redis::Connection,
+    key: &str,
+    granted_a: Instant,
+    lease_ms: u64,
+    who: &str,
+) {
+    let until = granted_a + Duration::from_millis(lease_ms + 1_000);
+    match first_grant(con, key, "owner-b", 1000, until) {
+        None => eprintln!("{who} did not grant {key} within the {lease_ms} ms lease + 1 s"),
+        Some(granted_b) => {
+            let gap = granted_b - granted_a;
+            eprintln!("{who} granted {key} {gap:?} after the {lease_ms} ms lease began");
+            assert!(
+                gap >= Duration::from_millis(lease_ms),
+                "two holders: {who} granted {key} {gap:?} after a {lease_ms} ms lease began"
+            );
+        }
+    }
+}
+
+/// Removes every file of a node's folder but its log: a restart "without
+/// its files" (a new disk).
+fn wipe_dir(node: &Node) {
+    for entry in std::fs::read_dir(node.dir()).unwrap() {
+        let entry = entry.unwrap();
+        if entry.file_name() == "redis.log" {
+            continue;
+        }
+        let path = entry.path();
+        if path.is_dir() {
+            std::fs::remove_dir_all(&path).unwrap();
+        } else {
+            std::fs::remove_file(&path).unwrap();
+        }
+    }
+}
+
+/// Finding A: the teacher is an address, not a life.
+///
+/// M (max-ttl 1000) → R; R learns 1000 from M and is taught by
+/// `127.0.0.1:M`. M restarts without its files (a new disk) and with
+/// `max-ttl-ms` raised to 3000 in its configuration. Its new life has no
+/// replica set and no acknowledged-length file: it is not held
+/// (`LeaseAck::at_load`, "a master that never had a replica"). R reconnects
+/// and asks for a full sync, which waits for `repl-diskless-sync-delay`
+/// (Redis' default, 5 s); a replica waiting for its sync is not in the
+/// master's replica set (only online ones are), so M's restart window
+/// (3 s) ends first and M grants a 3 s lease. M dies; R is promoted. R
+/// still counts as taught (its teacher's address is the address it
+/// follows) and guards for 1 s: it grants while M's 3 s lease runs.
+#[test]
+#[ignore = "open finding: a replica is taught by its master's address, not its life: a master restarted without files (max-ttl raised) grants a longer lease during the replica's first sync and the promoted replica guards for the old length"]
+fn master_restarted_without_files_is_not_the_teacher_of_its_replica() {
+    let mut m = Node::builder()
+        .config("redlock.sync-replicas", "0")
+        .config("redlock.restart-grace-ms", "-1")
+        .config("redlock.max-ttl-ms", "1000")
+        .start();
+    let r = start_replica(
+        &m,
+        Node::builder()
+            .config("redlock.sync-replicas", "0")
+            .config("redlock.restart-grace-ms", "-1")
+            .config("redlock.max-ttl-ms", "1000"),
+    );
+    // M's first start opened a 1 s window.
+    let mut mm = m.connection();
+    let _ = first_grant(
+        &mut mm,
+        "warm",
+        "x",
+        1000,
+        Instant::now() + Duration::from_secs(10),
+    )
+    .expect("warm grant");
+    let _: i64 = redis::cmd("WAIT").arg(1).arg(5000).query(&mut mm).unwrap();
+    let mut rc = r.connection();
+    wait_until(Duration::from_secs(20), "R taught by M", || {
+        redlock_info(&mut rc, "longest_lease_ms") >= 1_000
+            && redlock_info(&mut rc, "taught_by_master") == 1
+    });
+    drop(mm);
+
+    // M: a new disk, max-ttl-ms raised in its configuration, Redis'
+    // default diskless sync delay.
+    m.kill();
+    wipe_dir(&m);
+    m.restart_with(&[
+        ("redlock.max-ttl-ms", "3000"),
+        ("repl-diskless-sync", "yes"),
+        ("repl-diskless-sync-delay", "5"),
+    ]);
+    let mut mm = m.connection();
+    let granted_a = first_grant(
+        &mut mm,
+        "L",
+        "owner-a",
+        3000,
+        Instant::now() + Duration::from_secs(8),
+    );
+    eprintln!(
+        "M after restart: granted {:?}; R link {:?}, taught {}, longest {}",
+        granted_a.map(|g| g.elapsed()),
+        info_field(&mut rc, "replication", "master_link_status"),
+        redlock_info(&mut rc, "taught_by_master"),
+        redlock_info(&mut rc, "longest_lease_ms"),
+    );
+    let Some(granted_a) = granted_a else {
+        // Held back until R acknowledged: safe.
+        return;
+    };
+    drop(mm);
+    m.kill();
+    promote(&mut rc);
+    assert_no_second_holder(&mut rc, "L", granted_a, 3000, "R");
+}
+
+fn node(max_ttl: &str) -> redlock_testkit::NodeBuilder {
+    Node::builder()
+        .config("redlock.sync-replicas", "0")
+        .config("redlock.restart-grace-ms", "-1")
+        .config("redlock.max-ttl-ms", max_ttl)
+}
+
+fn replica_of(con: &mut redis::Connection, master: &Node) {
+    let _: () = redis::cmd("REPLICAOF")
+        .arg("127.0.0.1")
+        .arg(master.port())
+        .query(con)
+        .unwrap();
+}
+
+/// Finding B: the teacher survives a life as master (switchovers back and
+/// forth, no disk lost).
+///
+/// B master, A and C its replicas (1000; A's teacher is B). Switchover to
+/// A: B and C follow A. Switchover back to B: C follows B at once (partial
+/// resync), A (written to meanwhile, so it needs a full sync, which waits
+/// for `repl-diskless-sync-delay`) is pointed at B. A's teacher is still B
+/// from its first life as B's replica, so A counts as taught without any
+/// record of B's new life. `max-ttl-ms` is raised on the new master B; C
+/// acknowledges it; B grants 3 s. B and C are lost; A is promoted and
+/// guards for 1 s.
+#[test]
+#[ignore = "open finding: a node's teacher outlives its own life as master: pointed back at its old teacher it counts as taught before any record of that master's new life"]
+fn teacher_from_an_earlier_life_as_replica_does_not_teach_the_new_life() {
+    let b = node("1000").start();
+    let a = start_replica(&b, node("1000"));
+    let c = start_replica(&b, node("1000"));
+    let mut bc = b.connection();
+    let _ = first_grant(
+        &mut bc,
+        "warm",
+        "x",
+        1000,
+        Instant::now() + Duration::from_secs(10),
+    )
+    .expect("warm grant");
+    let _: i64 = redis::cmd("WAIT").arg(2).arg(5000).query(&mut bc).unwrap();
+    let mut ac = a.connection();
+    let mut cc = c.connection();
+    for con in [&mut ac, &mut cc] {
+        wait_until(Duration::from_secs(20), "taught by B", || {
+            redlock_info(con, "taught_by_master") == 1
+        });
+    }
+    // Switchover to A.
+    promote(&mut ac);
+    replica_of(&mut bc, &a);
+    replica_of(&mut cc, &a);
+    wait_for_link(&mut bc);
+    wait_for_link(&mut cc);
+    for con in [&mut bc, &mut cc] {
+        wait_until(Duration::from_secs(20), "taught by A", || {
+            redlock_info(con, "taught_by_master") == 1
+        });
+    }
+    // Switchover back to B (as Sentinel does: promote, then repoint).
+    config_set(&mut bc, "repl-diskless-sync", "yes");
+    config_set(&mut bc, "repl-diskless-sync-delay", "5");
+    promote(&mut bc);
+    replica_of(&mut cc, &b);
+    wait_for_link(&mut cc);
+    // A took a write after B left it: it needs a full sync.
+    let _: () = redis::cmd("SET").arg("k").arg("v").query(&mut ac).unwrap();
+    replica_of(&mut ac, &b);
+    eprintln!(
+        "A pointed back at B: taught {}, link {:?}",
+        redlock_info(&mut ac, "taught_by_master"),
+        info_field(&mut ac, "replication", "master_link_status")
+    );
+    // The new master's max-ttl-ms is raised; C acknowledges it.
+    let _ = first_grant(
+        &mut bc,
+        "probe",
+        "p",
+        1000,
+        Instant::now() + Duration::from_secs(10),
+    )
+    .expect("B grants after its window");
+    config_set(&mut bc, "redlock.max-ttl-ms", "3000");
+    let granted_a = first_grant(
+        &mut bc,
+        "L",
+        "owner-a",
+        3000,
+        Instant::now() + Duration::from_secs(3),
+    );
+    eprintln!(
+        "B ACQUIRE L 3000 -> {:?}; A link {:?}, taught {}, longest {}",
+        granted_a.map(|g| g.elapsed()),
+        info_field(&mut ac, "replication", "master_link_status"),
+        redlock_info(&mut ac, "taught_by_master"),
+        redlock_info(&mut ac, "longest_lease_ms"),
+    );
+    let Some(granted_a) = granted_a else {
+        return;
+    };
+    drop(bc);
+    drop(cc);
+    let (mut b, mut c) = (b, c);
+    b.kill();
+    c.kill();
+    promote(&mut ac);
+    assert_no_second_holder(&mut ac, "L", granted_a, 3000, "A");
+}
+
+/// Checked sound: a replica of a replica promoted directly.
+///
+/// M → X → Y (1000). Y is cut off (paused, X drops its link); `max-ttl-ms`
+/// is raised on M, X (M's only replica) acknowledges, M grants 5 s. M and
+/// X are lost; Y is promoted (by hand: Sentinel never promotes a replica of
+/// a replica). Y is taught by X and guards for 1 s only, but its life
+/// starts from what X announced its replicas acknowledged: X never was a
+/// master, so 0, and Y refuses every lease (`NOSYNC`) until a replica of its
+/// own acknowledges. Safe while no replica joins it (at the cost of
+/// availability); see `replica_of_a_replica_promoted_directly_then_its_old_master_rejoins`
+/// for what a replica's acknowledgement then does.
+#[test]
+fn replica_of_a_replica_promoted_directly_after_master_and_its_replica_are_lost() {
+    let mut m = node("1000").start();
+    let mut x = start_replica(&m, node("1000"));
+    let y = start_replica(&x, node("1000"));
+    let mut mm = m.connection();
+    let _ = first_grant(
+        &mut mm,
+        "warm",
+        "x",
+        1000,
+        Instant::now() + Duration::from_secs(10),
+    )
+    .expect("warm grant");
+    let _: i64 = redis::cmd("WAIT").arg(1).arg(5000).query(&mut mm).unwrap();
+    let mut yc = y.connection();
+    wait_until(Duration::from_secs(20), "Y taught by X", || {
+        redlock_info(&mut yc, "taught_by_master") == 1
+            && redlock_info(&mut yc, "longest_lease_ms") >= 1_000
+    });
+    drop(yc);
+    y.pause();
+    // X drops its link to Y (Y, paused, sees it on resuming).
+    let mut xc = x.connection();
+    let _: i64 = redis::cmd("CLIENT")
+        .arg("KILL")
+        .arg("TYPE")
+        .arg("replica")
+        .query(&mut xc)
+        .unwrap();
+    drop(xc);
+    config_set(&mut mm, "redlock.max-ttl-ms", "5000");
+    let granted_a = first_grant(
+        &mut mm,
+        "L",
+        "owner-a",
+        5000,
+        Instant::now() + Duration::from_secs(5),
+    );
+    eprintln!("M ACQUIRE L 5000 -> {:?}", granted_a.map(|g| g.elapsed()));
+    let Some(granted_a) = granted_a else {
+        y.resume();
+        return;
+    };
+    drop(mm);
+    m.kill();
+    x.kill();
+    y.resume();
+    let mut yc = y.connection();
+    eprintln!(
+        "Y before promotion: taught {}, longest {}",
+        redlock_info(&mut yc, "taught_by_master"),
+        redlock_info(&mut yc, "longest_lease_ms")
+    );
+    promote(&mut yc);
+    eprintln!(
+        "Y promoted: grace window {}, remaining {}, acked {}",
+        redlock_info(&mut yc, "grace_window_ms"),
+        redlock_info(&mut yc, "grace_remaining_ms"),
+        redlock_info(&mut yc, "longest_lease_acked_ms")
+    );
+    assert_no_second_holder(&mut yc, "L", granted_a, 5000, "Y");
+}
+
+/// `REDLOCK.ACQUIRE key owner ttl SYNC r` then `WAIT r 2000` on the same
+/// connection: the reply (or error) and the acknowledgements.
+fn acquire_synced(
+    con: &mut redis::Connection,
+    key: &str,
+    owner: &str,
+    ttl: u64,
+    r: u64,
+) -> redis::RedisResult<(Option<i64>, i64)> {
+    redis::pipe()
+        .cmd("REDLOCK.ACQUIRE")
+        .arg(key)
+        .arg(owner)
+        .arg(ttl)
+        .arg("SYNC")
+        .arg(r)
+        .cmd("WAIT")
+        .arg(r)
+        .arg(2_000)
+        .query(con)
+}
+
+/// ACQUIRE … SYNC 1 + WAIT 1 until granted with one acknowledgement
+/// (`GRACE`/`NOSYNC` meanwhile) or `until`.
+fn first_synced_grant(
+    con: &mut redis::Connection,
+    key: &str,
+    owner: &str,
+    ttl: u64,
+    until: Instant,
+) -> Option<Instant> {
+    loop {
+        match acquire_synced(con, key, owner, ttl, 1) {
+            Ok((Some(_), acks)) if acks >= 1 => return Some(Instant::now()),
+            Ok((Some(_), acks)) => panic!("granted without its acknowledgement ({acks})"),
+            Ok((None, _)) => panic!("held by someone"),
+            Err(e) => {
+                let text = e.to_string();
+                assert!(text.contains("GRACE") || text.contains("NOSYNC"), "{e}")
+            }
+        }
+        if Instant::now() >= until {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Finding D: the cut-off rule of the replica-sync promotion
+/// (`core/sync_rule.rs::promotion`) measures the link's down time against
+/// the longest lease the *replica* knows, assuming a master that lost its
+/// disk waits that long before granting. It waits only for its own
+/// `max-ttl-ms` (its record file is gone), which may be shorter: here the
+/// old life's 5 s came from a run-time `CONFIG SET` its configuration file
+/// does not have.
+///
+/// M (`sync-replicas 1`, `max-ttl-ms` 2000 in its configuration, raised to
+/// 5000 with CONFIG SET) → R, current, learned 5000. R is cut off (paused:
+/// a partition). M comes back on a new disk with its configuration's 2000;
+/// S (a replacement replica) syncs; after its 2 s restart window M grants a
+/// 2 s lease that S acknowledges (WAIT 1 = 1). M dies; R is promoted: its
+/// link has been down for less than the 5 s it knows, its vouch is fresh,
+/// so it grants at once; S is repointed at R (Sentinel) and R grants the
+/// lock while M's lease runs.
+#[test]
+#[ignore = "open finding: the sync-replicas cut-off compares the link's down time with the replica's longest lease, but a master on a new disk waits only for its configured max-ttl-ms"]
+fn a_master_on_a_new_disk_waits_less_than_the_replicas_cut_off() {
+    let synced = |ttl: &str| {
+        Node::builder()
+            .config("redlock.sync-replicas", "1")
+            .config("redlock.restart-grace-ms", "-1")
+            .config("redlock.max-ttl-ms", ttl)
+    };
+    let mut m = synced("2000")
+        .config("redlock.restart-grace-ms", "0")
+        .start();
+    let r = start_replica(&m, synced("2000").config("redlock.restart-grace-ms", "0"));
+    let mut rc = r.connection();
+    config_set(&mut rc, "redlock.restart-grace-ms", "-1");
+    let mut mm = m.connection();
+    config_set(&mut mm, "redlock.restart-grace-ms", "-1");
+    config_set(&mut mm, "redlock.max-ttl-ms", "5000");
+    assert!(first_synced_grant(
+        &mut mm,
+        "warm",
+        "x",
+        5000,
+        Instant::now() + Duration::from_secs(10)
+    )
+    .is_some());
+    wait_until(Duration::from_secs(10), "R current, learned 5 s", || {
+        redlock_info(&mut rc, "sync_current") == 1
+            && redlock_info(&mut rc, "longest_lease_ms") >= 5_000
+    });
+    drop(mm);
+    drop(rc);
+    // A partition: R hears nothing more of M.
+    r.pause();
+    m.kill();
+    wipe_dir(&m);
+    m.restart(); // its configuration: max-ttl-ms 2000
+    let mut mm = m.connection();
+    config_set(&mut mm, "redlock.restart-grace-ms", "-1");
+    let s = start_replica(&m, synced("2000"));
+    let granted_a = first_synced_grant(
+        &mut mm,
+        "L",
+        "owner-a",
+        2000,
+        Instant::now() + Duration::from_secs(8),
+    );
+    eprintln!(
+        "M (new disk) granted L 2000 with S: {:?}",
+        granted_a.map(|g| g.elapsed())
+    );
+    let Some(granted_a) = granted_a else {
+        r.resume();
+        return;
+    };
+    drop(mm);
+    m.kill();
+    r.resume();
+    let mut rc = r.connection();
+    promote(&mut rc);
+    eprintln!(
+        "R promoted: last promotion {} (1 at once, 2 rest, 3 guard)",
+        redlock_info(&mut rc, "sync_last_promotion")
+    );
+    // Sentinel repoints the other replica at the new master.
+    let mut sc = s.connection();
+    replica_of(&mut sc, &r);
+    let until = granted_a + Duration::from_millis(3_000);
+    match first_synced_grant(&mut rc, "L", "owner-b", 1000, until) {
+        None => eprintln!("R did not grant L within 3 s of the 2 s lease"),
+        Some(granted_b) => {
+            let gap = granted_b - granted_a;
+            eprintln!("R granted L {gap:?} after M's 2 s lease began");
+            assert!(
+                gap >= Duration::from_millis(2_000),
+                "two holders: gap {gap:?}"
+            );
+        }
+    }
+}
+
+/// Finding E: `RESTORE` (what `MIGRATE` sends) puts a lease on a master
+/// without the lease-ack check (`core/lease_ack_rule.rs` gates ACQUIRE and
+/// EXTEND only; `datatype.rs::rdb_load` accepts any lease up to the node's
+/// longest).
+///
+/// M → R (1000). R is cut off (paused, M drops its link). `max-ttl-ms` is
+/// raised to 5000 on M (so that it may take the lock below); an ACQUIRE of
+/// 5 s is refused there (`NOSYNC`: R has not acknowledged), but a lock
+/// holding 5 s, dumped from the node it was granted on, is restored on M.
+/// M dies; R is promoted, guards for the 1 s it knows, and grants the lock
+/// while the restored 5 s lease runs.
+#[test]
+#[ignore = "open finding: RESTORE bypasses the lease-ack check: a master takes a lease longer than its replicas acknowledged knowing"]
+fn restore_bypasses_the_lease_ack_check() {
+    let mut m = node("1000").config("redlock.restart-grace-ms", "0").start();
+    let r = start_replica(&m, node("1000"));
+    let mut mm = m.connection();
+    assert!(acquire(&mut mm, "warm", "x", 1000).is_some());
+    let _: i64 = redis::cmd("WAIT").arg(1).arg(5000).query(&mut mm).unwrap();
+    let mut rc = r.connection();
+    wait_until(Duration::from_secs(20), "R taught by M", || {
+        redlock_info(&mut rc, "taught_by_master") == 1
+            && redlock_info(&mut rc, "longest_lease_ms") >= 1_000
+    });
+    drop(rc);
+    // The node the lock was granted on (another shard, or the old home of
+    // the key).
+    let q = node("5000").config("redlock.restart-grace-ms", "0").start();
+    let mut qc = q.connection();
+    assert!(acquire(&mut qc, "L", "owner-a", 5000).is_some());
+    let granted_a = Instant::now();
+    let payload: Vec<u8> = redis::cmd("DUMP").arg("L").query(&mut qc).unwrap();
+    // R cut off.
+    r.pause();
+    let _: i64 = redis::cmd("CLIENT")
+        .arg("KILL")
+        .arg("TYPE")
+        .arg("replica")
+        .query(&mut mm)
+        .unwrap();
+    config_set(&mut mm, "redlock.max-ttl-ms", "5000");
+    // The lease-ack check holds an ACQUIRE of 5 s back...
+    let refused = acquire_result(&mut mm, "other", "o", 5000);
+    eprintln!("M ACQUIRE other 5000 -> {refused:?}");
+    assert!(refused.is_err(), "{refused:?}");
+    // ... but not a RESTORE of a lock holding 5 s.
+    let restored: redis::RedisResult<()> = redis::cmd("RESTORE")
+        .arg("L")
+        .arg(0)
+        .arg(payload)
+        .query(&mut mm);
+    eprintln!(
+        "M RESTORE L -> {restored:?}; M holds {:?}",
+        inspect(&mut mm, "L")
+    );
+    if restored.is_err() {
+        r.resume();
+        return;
+    }
+    drop(mm);
+    m.kill();
+    r.resume();
+    let mut rc = r.connection();
+    promote(&mut rc);
+    assert_no_second_holder(&mut rc, "L", granted_a, 5000, "R");
+}
+
+/// Finding D, without a pause: the replica sees its link go down when the
+/// master dies (and cannot reconnect: a partition between them), so the
+/// cut-off measures from the right moment; it still compares with the
+/// replica's longest lease (5 s, learned from a run-time raise), while the
+/// master on a new disk waited only for its configured 2 s.
+#[test]
+#[ignore = "open finding: the sync-replicas cut-off compares the link's down time with the replica's longest lease, but a master on a new disk waits only for its configured max-ttl-ms"]
+fn a_replica_cut_off_for_less_than_it_knows_but_more_than_the_new_disk_waits() {
+    use redlock_testkit::proxy::FaultProxy;
+    let synced = |ttl: &str| {
+        Node::builder()
+            .config("redlock.sync-replicas", "1")
+            .config("redlock.restart-grace-ms", "-1")
+            .config("redlock.max-ttl-ms", ttl)
+    };
+    let mut m = synced("2000")
+        .config("redlock.restart-grace-ms", "0")
+        .start();
+    let m_addr: std::net::SocketAddr = m.addr().parse().unwrap();
+    // R reaches M through a path that can be cut.
+    let path = FaultProxy::start(m_addr);
+    let r = synced("2000")
+        .config("redlock.restart-grace-ms", "0")
+        .config("replicaof", &format!("127.0.0.1 {}", path.addr().port()))
+        .start();
+    let mut rc = r.connection();
+    wait_for_link(&mut rc);
+    config_set(&mut rc, "redlock.restart-grace-ms", "-1");
+    let mut mm = m.connection();
+    config_set(&mut mm, "redlock.restart-grace-ms", "-1");
+    config_set(&mut mm, "redlock.max-ttl-ms", "5000");
+    assert!(first_synced_grant(
+        &mut mm,
+        "warm",
+        "x",
+        5000,
+        Instant::now() + Duration::from_secs(10)
+    )
+    .is_some());
+    wait_until(Duration::from_secs(10), "R current, learned 5 s", || {
+        redlock_info(&mut rc, "sync_current") == 1
+            && redlock_info(&mut rc, "longest_lease_ms") >= 5_000
+    });
+    drop(mm);
+    // The path breaks for good: new connections reach nothing.
+    let dead: std::net::SocketAddr = format!("127.0.0.1:{}", redlock_testkit::free_port())
+        .parse()
+        .unwrap();
+    path.set_upstream(dead);
+    m.kill();
+    wait_until(Duration::from_secs(10), "R's link down", || {
+        !link_up(&mut rc)
+    });
+    let down_at = Instant::now();
+    wipe_dir(&m);
+    m.restart(); // its configuration: max-ttl-ms 2000
+    let mut mm = m.connection();
+    config_set(&mut mm, "redlock.restart-grace-ms", "-1");
+    let s = start_replica(&m, synced("2000"));
+    let granted_a = first_synced_grant(
+        &mut mm,
+        "L",
+        "owner-a",
+        2000,
+        Instant::now() + Duration::from_secs(8),
+    );
+    eprintln!(
+        "M (new disk) granted L 2000 with S {:?} after R's link went down",
+        granted_a.map(|g| g - down_at)
+    );
+    let Some(granted_a) = granted_a else {
+        return;
+    };
+    drop(mm);
+    m.kill();
+    promote(&mut rc);
+    eprintln!(
+        "R promoted {:?} after its link went down: last promotion {} (1 at once, 2 rest, 3 guard)",
+        down_at.elapsed(),
+        redlock_info(&mut rc, "sync_last_promotion")
+    );
+    let mut sc = s.connection();
+    replica_of(&mut sc, &r);
+    let until = granted_a + Duration::from_millis(3_000);
+    match first_synced_grant(&mut rc, "L", "owner-b", 1000, until) {
+        None => eprintln!("R did not grant L within 3 s of the 2 s lease"),
+        Some(granted_b) => {
+            let gap = granted_b - granted_a;
+            eprintln!("R granted L {gap:?} after M's 2 s lease began");
+            assert!(
+                gap >= Duration::from_millis(2_000),
+                "two holders: gap {gap:?}"
+            );
+        }
+    }
+}
+
+/// Finding F: a master that never had a replica is not held back while its
+/// first replica syncs (a replica joins the life's set only once online),
+/// and the node record in that replica's snapshot is the one of the fork.
+///
+/// M (1000) has always run alone. R (1000) is pointed at it; M forks the
+/// snapshot (record: 1000) and streams it (diskless, slowly: a large data
+/// set, here `rdb-key-save-delay`). Meanwhile `max-ttl-ms` is raised on M
+/// and M grants a 5 s lease at once (no replica in its life yet). R
+/// receives the whole snapshot and loads it (slowly, `key-load-delay`); M
+/// dies before R's first acknowledgement, after which it would have sent
+/// the stream (with the record of 5 s). R, taught by M (the snapshot's
+/// record), promoted, guards for 1 s, and waits for a replica to
+/// acknowledge (its life starts at 0); the old master comes back as its
+/// replica (Sentinel's reconfiguration), acknowledges, and R grants.
+#[test]
+#[ignore = "open finding: a replica in its first sync is not waited for: a master with no replica before grants a longer lease than the snapshot's record says, and the replica, taught by that snapshot, guards for the shorter one"]
+fn first_replica_promoted_after_loading_a_snapshot_older_than_a_raise() {
+    let mut m = node("1000")
+        .config("redlock.restart-grace-ms", "0")
+        .config("repl-diskless-sync", "yes")
+        .config("rdb-key-save-delay", "20000")
+        .start();
+    let mut mm = m.connection();
+    assert!(acquire(&mut mm, "warm", "x", 1000).is_some());
+    for i in 0..50 {
+        let _: () = redis::cmd("SET")
+            .arg(format!("filler{i}"))
+            .arg("v".repeat(2000))
+            .query(&mut mm)
+            .unwrap();
+    }
+    let r = node("1000")
+        .config("key-load-delay", "30000")
+        .config("loading-process-events-interval-bytes", "1024")
+        .start();
+    let mut rc = r.connection();
+    replica_of(&mut rc, &m);
+    wait_until(Duration::from_secs(10), "M streaming R's snapshot", || {
+        info_field(&mut mm, "replication", "slave0")
+            .is_some_and(|l| l.contains("state=wait_bgsave") || l.contains("state=send_bulk"))
+    });
+    config_set(&mut mm, "redlock.max-ttl-ms", "5000");
+    let granted_a = first_grant(
+        &mut mm,
+        "L",
+        "owner-a",
+        5000,
+        Instant::now() + Duration::from_secs(2),
+    );
+    eprintln!(
+        "M ACQUIRE L 5000 during R's first sync -> {:?}; M's replica line {:?}",
+        granted_a.map(|g| g.elapsed()),
+        info_field(&mut mm, "replication", "slave0")
+    );
+    let Some(granted_a) = granted_a else {
+        return;
+    };
+    wait_until(Duration::from_secs(10), "R loading the snapshot", || {
+        info_field(&mut rc, "persistence", "loading").as_deref() == Some("1")
+    });
+    drop(mm);
+    m.kill();
+    wait_until(Duration::from_secs(10), "R loaded", || {
+        info_field(&mut rc, "persistence", "loading").as_deref() == Some("0")
+    });
+    eprintln!(
+        "R loaded {:?} after the grant: taught {}, longest {}",
+        granted_a.elapsed(),
+        redlock_info(&mut rc, "taught_by_master"),
+        redlock_info(&mut rc, "longest_lease_ms")
+    );
+    promote(&mut rc);
+    // Its life starts from the acknowledged length its teacher announced,
+    // which the snapshot does not carry (0): it waits for a replica. The
+    // old master comes back, and Sentinel makes it a replica of R.
+    m.set_replica_of(Some(r.port()));
+    m.restart();
+    assert_no_second_holder(&mut rc, "L", granted_a, 5000, "R");
+}
+
+/// Finding C: as [`replica_of_a_replica_promoted_directly_after_master_and_its_replica_are_lost`],
+/// but X comes back (restarted with its files) as Y's replica: its
+/// acknowledgement of Y's record (1 s) ends Y's hold, and Y, its 1 s
+/// window over, grants while M's 5 s lease runs.
+#[test]
+#[ignore = "open finding: a promoted life held at 0 is released by any replica's acknowledgement of the promoted node's own (short) record"]
+fn replica_of_a_replica_promoted_directly_then_its_old_master_rejoins() {
+    let mut m = node("1000").start();
+    let mut x = start_replica(&m, node("1000"));
+    let y = start_replica(&x, node("1000"));
+    let mut mm = m.connection();
+    let _ = first_grant(
+        &mut mm,
+        "warm",
+        "x",
+        1000,
+        Instant::now() + Duration::from_secs(10),
+    )
+    .expect("warm grant");
+    let _: i64 = redis::cmd("WAIT").arg(1).arg(5000).query(&mut mm).unwrap();
+    let mut yc = y.connection();
+    wait_until(Duration::from_secs(20), "Y taught by X", || {
+        redlock_info(&mut yc, "taught_by_master") == 1
+            && redlock_info(&mut yc, "longest_lease_ms") >= 1_000
+    });
+    drop(yc);
+    y.pause();
+    let mut xc = x.connection();
+    let _: i64 = redis::cmd("CLIENT")
+        .arg("KILL")
+        .arg("TYPE")
+        .arg("replica")
+        .query(&mut xc)
+        .unwrap();
+    drop(xc);
+    config_set(&mut mm, "redlock.max-ttl-ms", "5000");
+    let granted_a = first_grant(
+        &mut mm,
+        "L",
+        "owner-a",
+        5000,
+        Instant::now() + Duration::from_secs(5),
+    );
+    let Some(granted_a) = granted_a else {
+        y.resume();
+        return;
+    };
+    drop(mm);
+    m.kill();
+    x.kill();
+    y.resume();
+    let mut yc = y.connection();
+    promote(&mut yc);
+    x.set_replica_of(Some(y.port()));
+    x.restart();
+    eprintln!(
+        "X back as Y's replica; Y knows {} ms",
+        redlock_info(&mut yc, "longest_lease_ms")
+    );
+    assert_no_second_holder(&mut yc, "L", granted_a, 5000, "Y");
+}
+
+/// The incremental AOF file of a node whose `appendfilename` is `name`.
+fn incr_aof(dir: &std::path::Path, name: &str) -> std::path::PathBuf {
+    std::fs::read_dir(dir.join("appendonlydir"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| {
+            let f = p.file_name().unwrap().to_string_lossy().into_owned();
+            f.starts_with(&format!("{name}.")) && f.ends_with(".incr.aof")
+        })
+        .expect("incremental AOF")
+}
+
+/// Finding G: the run record (`redlock-run-state`, which decides whether a
+/// restart is exempt from the guard) lives in `dir/appenddirname`, which
+/// two instances sharing `dir` may share too: Redis 7 names the AOF files
+/// and their manifest after `appendfilename`, so two nodes with their own
+/// `appendfilename` (and `dbfilename`) may keep the default
+/// `appenddirname`.
+///
+/// A and B share `dir` and `appendonlydir` (A: `a.aof`, B: `b.aof`), both
+/// `appendfsync always`. A stops being durable (`CONFIG SET appendfsync
+/// everysec`: its record says so); B then writes its own record (durable,
+/// no window) over it. A grants a 2 s lease, and a crash loses it (the
+/// last second of an `everysec` AOF: here its incremental file cut back).
+/// A restarts, reads B's record, is exempt, and grants the lock again at
+/// once.
+#[test]
+#[ignore = "open finding: two nodes sharing dir and appenddirname (own appendfilename) share the run record: one's durable record exempts the other's restart"]
+fn nodes_sharing_the_aof_directory_share_the_run_record() {
+    crash_after_a_neighbour_wrote_its_run_record("appendonlydir");
+}
+
+/// The control of [`nodes_sharing_the_aof_directory_share_the_run_record`]:
+/// with its own `appenddirname`, B's record is its own and A's restart
+/// waits.
+#[test]
+fn nodes_sharing_dir_with_their_own_aof_directories_keep_their_run_records() {
+    crash_after_a_neighbour_wrote_its_run_record("b-aof");
+}
+
+fn crash_after_a_neighbour_wrote_its_run_record(b_aof_dir: &str) {
+    let durable = |name: &str| {
+        node("2000")
+            .config("appendonly", "yes")
+            .config("appendfsync", "always")
+            .config("appendfilename", &format!("{name}.aof"))
+            .config("dbfilename", &format!("{name}.rdb"))
+    };
+    let mut a = durable("a").start();
+    let dir = a.dir().to_path_buf();
+    let mut ac = a.connection();
+    // A's first window, then its record says: durable, no window.
+    let _ = first_grant(
+        &mut ac,
+        "warm",
+        "x",
+        2000,
+        Instant::now() + Duration::from_secs(10),
+    )
+    .expect("A grants after its first window");
+    config_set(&mut ac, "appendfsync", "everysec");
+    // B in the same directories: its record (durable, no window once its
+    // first window is over) replaces A's.
+    let b = durable("b")
+        .config("dir", dir.to_str().unwrap())
+        .config("appenddirname", b_aof_dir)
+        .start();
+    let mut bc = b.connection();
+    let _ = first_grant(
+        &mut bc,
+        "warm-b",
+        "x",
+        2000,
+        Instant::now() + Duration::from_secs(10),
+    )
+    .expect("B grants after its first window");
+    let record = std::fs::read_to_string(dir.join("appendonlydir").join("redlock-run-state"));
+    eprintln!("the shared run record: {record:?}");
+    // A grants L; a crash loses the write (everysec).
+    let incr = incr_aof(&dir, "a");
+    let before = std::fs::metadata(&incr).unwrap().len();
+    assert!(acquire(&mut ac, "L", "owner-a", 2000).is_some());
+    let granted_a = Instant::now();
+    drop(ac);
+    a.kill();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&incr)
+        .unwrap()
+        .set_len(before)
+        .unwrap();
+    a.restart();
+    let mut ac = a.connection();
+    eprintln!(
+        "A restarted: exempt {}, grace window {}",
+        redlock_info(&mut ac, "restart_exempt"),
+        redlock_info(&mut ac, "grace_window_ms")
+    );
+    assert_no_second_holder(&mut ac, "L", granted_a, 2000, "A");
+}
+
+/// Checked sound: under the replica-sync check, a replica of a replica
+/// (M → X → Y, all `sync-replicas 1`) that applied everything M wrote
+/// (forwarded by X, with M's offsets) is not current: promoted, it keeps
+/// the guard.
+#[test]
+fn replica_of_a_replica_is_not_vouched_by_forwarded_announcements() {
+    let synced = || {
+        Node::builder()
+            .config("redlock.sync-replicas", "1")
+            .config("redlock.restart-grace-ms", "-1")
+            .config("redlock.max-ttl-ms", "2000")
+    };
+    let m = synced().config("redlock.restart-grace-ms", "0").start();
+    let x = start_replica(&m, synced().config("redlock.restart-grace-ms", "0"));
+    let y = start_replica(&x, synced().config("redlock.restart-grace-ms", "0"));
+    let mut xc = x.connection();
+    config_set(&mut xc, "redlock.restart-grace-ms", "-1");
+    let mut yc = y.connection();
+    config_set(&mut yc, "redlock.restart-grace-ms", "-1");
+    let mut mm = m.connection();
+    assert!(first_synced_grant(
+        &mut mm,
+        "warm",
+        "x",
+        2000,
+        Instant::now() + Duration::from_secs(10)
+    )
+    .is_some());
+    wait_until(Duration::from_secs(10), "X current", || {
+        redlock_info(&mut xc, "sync_current") == 1
+    });
+    let offset: u64 = info_field(&mut mm, "replication", "master_repl_offset")
+        .unwrap()
+        .parse()
+        .unwrap();
+    wait_until(Duration::from_secs(10), "Y has everything M wrote", || {
+        info_field(&mut yc, "replication", "slave_repl_offset")
+            .and_then(|v| v.parse::<u64>().ok())
+            .is_some_and(|o| o >= offset)
+            && inspect(&mut yc, "warm").is_some()
+    });
+    assert_eq!(redlock_info(&mut yc, "sync_current"), 0);
+    promote(&mut yc);
+    assert_eq!(redlock_info(&mut yc, "sync_last_promotion"), 3);
+}
