@@ -1588,6 +1588,8 @@ impl World {
         let node = &mut self.nodes[to];
         let taught = node.disk.taught.taught_by(was.as_deref(), s.mutants);
         let learned_acked = node.disk.taught.acked_ms(was.as_deref(), s.mutants);
+        // A life as master forgets the teacher (`Taught::became_master`).
+        node.disk.taught.became_master(s.mutants);
         node.master_node = None;
         node.replica = false;
         node.following = None;

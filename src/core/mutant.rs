@@ -76,12 +76,21 @@ pub enum Mutant {
     /// `redlock-lease-learned`, `redlock-untaught-window`) are named per
     /// directory, not per node: nodes sharing a `dir` overwrite each other's.
     SharedNodeFiles = 65536,
+    /// A node keeps its teacher through its own life as master
+    /// (`Taught::became_master`): pointed back at the master that taught
+    /// it before, it counts as taught before any record of that master's
+    /// new life.
+    TeacherOutlivesLife = 131072,
+    /// A `RESTORE` of a held lock on a master skips the lease-ack check
+    /// (`host/datatype.rs::rdb_load`): the master takes a lease longer than
+    /// its replicas acknowledged knowing.
+    RestoreSkipsLeaseAck = 262144,
 }
 
 impl Mutant {
     /// Every mutant with its name (as in `REDLOCK.TESTHOOK MUTANT name 0|1`,
     /// the `REDLOCK_TEST_MUTANTS` variable and the simulator's `--mutant`).
-    pub const ALL: [(&'static str, Mutant); 17] = [
+    pub const ALL: [(&'static str, Mutant); 19] = [
         ("config-exemption", Mutant::ConfigExemption),
         ("disk-lease-from-wall", Mutant::DiskLeaseFromWall),
         ("no-reclaimed-floor", Mutant::NoReclaimedFloor),
@@ -102,6 +111,8 @@ impl Mutant {
             Mutant::AmbiguousReplicasCounted,
         ),
         ("shared-node-files", Mutant::SharedNodeFiles),
+        ("teacher-outlives-life", Mutant::TeacherOutlivesLife),
+        ("restore-skips-lease-ack", Mutant::RestoreSkipsLeaseAck),
     ];
 
     /// The mutant of that name (ASCII case-insensitive).

@@ -95,6 +95,33 @@ impl Taught {
         true
     }
 
+    /// The node became a master (a promotion, or a load that follows no
+    /// master): its teacher is forgotten. `true` when the file must be
+    /// written.
+    ///
+    /// Why: what a teacher taught belongs to that teacher's life as master,
+    /// and this node does not see its later lives while it is not its
+    /// replica. A node that was `B`'s replica, then master itself (a
+    /// switchover to it), then pointed back at `B` (a switchover back) must
+    /// not count as taught by `B` before a record of `B`'s new life: `B`
+    /// may have raised its `max-ttl-ms` meanwhile, and this node's full
+    /// sync may still be under way. Forgotten, it is untaught until `B`'s
+    /// record arrives, and promoted in that window it guards for the
+    /// longest lease any node grants: long, never short. (Under the
+    /// `teacher-outlives-life` mutant the teacher is kept, as before.)
+    pub fn became_master(&mut self, mutants: Mutants) -> bool {
+        // The `taught-by-any` mutant is the rule before the teacher: any
+        // record taught for good.
+        if mutants.on(Mutant::TeacherOutlivesLife)
+            || mutants.on(Mutant::TaughtByAny)
+            || self.teacher.is_none()
+        {
+            return false;
+        }
+        *self = Taught::new();
+        true
+    }
+
     /// The node loaded a node record from its own files: it teaches
     /// nothing (under the `taught-by-any` mutant it counts, as before).
     /// `true` when the file must be written.
@@ -179,6 +206,36 @@ mod tests {
     }
 
     #[test]
+    fn a_life_as_master_forgets_the_teacher() {
+        let mut t = Taught::new();
+        assert!(!t.became_master(Mutants::NONE));
+        t.record_from("b:1");
+        t.acked_from("b:1", 3_000);
+        assert!(t.taught_by(Some("b:1"), Mutants::NONE));
+        // Switched over to this node, then pointed back at b.
+        assert!(t.became_master(Mutants::NONE));
+        assert_eq!(t, Taught::new());
+        assert!(!t.taught_by(Some("b:1"), Mutants::NONE));
+        assert_eq!(t.acked_ms(Some("b:1"), Mutants::NONE), 0);
+        // An acknowledged length of b's new life before its record teaches
+        // nothing; its record does.
+        assert!(!t.acked_from("b:1", 1_000));
+        assert!(t.record_from("b:1"));
+        assert!(t.taught_by(Some("b:1"), Mutants::NONE));
+    }
+
+    /// The mutant keeps the teacher through a life as master.
+    #[cfg(feature = "danger-mutants")]
+    #[test]
+    fn the_mutant_keeps_the_teacher_through_a_life_as_master() {
+        let on = Mutants::NONE.with(Mutant::TeacherOutlivesLife, true);
+        let mut t = Taught::new();
+        t.record_from("b:1");
+        assert!(!t.became_master(on));
+        assert!(t.taught_by(Some("b:1"), on));
+    }
+
+    #[test]
     fn the_file_round_trips_and_the_old_marker_teaches_nothing() {
         let mut t = Taught::new();
         assert_eq!(Taught::parse(Some(&t.render())), Taught::new());
@@ -201,13 +258,13 @@ mod tests {
     }
 
     proptest! {
-        /// Whatever the history of records and acknowledged lengths, a
-        /// node is taught by a master only if the last record it applied
-        /// from the stream came from that master, and knows an
-        /// acknowledged length only from it.
+        /// Whatever the history of records, acknowledged lengths and lives
+        /// as master, a node is taught by a master only if the last record
+        /// it applied from the stream came from that master since its last
+        /// life as master, and knows an acknowledged length only from it.
         #[test]
         fn taught_means_the_last_record_came_from_the_master_followed(
-            events in proptest::collection::vec((0u8..3, 0u8..3, 0u64..10_000), 0..40),
+            events in proptest::collection::vec((0u8..4, 0u8..3, 0u64..10_000), 0..40),
             following in 0u8..3,
         ) {
             let mut t = Taught::new();
@@ -229,8 +286,13 @@ mod tests {
                             last_acked = ms;
                         }
                     }
-                    _ => {
+                    2 => {
                         t.record_from_file(Mutants::NONE);
+                    }
+                    _ => {
+                        t.became_master(Mutants::NONE);
+                        last = None;
+                        last_acked = 0;
                     }
                 }
                 let t2 = Taught::parse(Some(&t.render()));

@@ -89,7 +89,7 @@ extern "C" fn on_role_change(
             let now = mono_now();
             // Taught by the master it followed until now, and what that
             // master's replicas acknowledged knowing (`core/teacher.rs`).
-            let (taught, learned_acked) = teacher::on_promotion();
+            let (taught, learned_acked) = teacher::on_promotion(&ctx);
             let promotion = sync::on_promotion(&ctx, now);
             // A life as master starts from what every replica of the old
             // master acknowledged knowing, held back until its own

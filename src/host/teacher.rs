@@ -46,6 +46,16 @@ pub fn on_load(ctx: &Context) {
     } else {
         None
     };
+    // Loaded as a master: a life as master, which forgets the teacher as
+    // a promotion does ([`Taught::became_master`]).
+    if following().is_none() {
+        let mut t = taught();
+        if t.became_master(mutant::current()) {
+            let copy = t.clone();
+            drop(t);
+            save(ctx, &copy);
+        }
+    }
 }
 
 /// Writes the file (fsynced) before the node goes on; removes it when
@@ -78,15 +88,23 @@ pub fn on_replica_of(_ctx: &Context) {
 
 /// The node was promoted: whether it was taught by the master it followed
 /// until now, and the acknowledged length that master last announced (0
-/// when not taught by it). It follows no master from now on.
-pub fn on_promotion() -> (bool, u64) {
+/// when not taught by it). It follows no master from now on, and forgets
+/// its teacher ([`Taught::became_master`]: a teacher counts only for the
+/// life of it this node followed).
+pub fn on_promotion(ctx: &Context) -> (bool, u64) {
     let was = following().take();
-    let t = taught();
+    let mut t = taught();
     let m = mutant::current();
-    (
+    let learned = (
         t.taught_by(was.as_deref(), m),
         t.acked_ms(was.as_deref(), m),
-    )
+    );
+    if t.became_master(m) {
+        let copy = t.clone();
+        drop(t);
+        save(ctx, &copy);
+    }
+    learned
 }
 
 /// A node record was applied: from the master followed now (its stream, a
