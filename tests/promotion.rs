@@ -440,7 +440,9 @@ fn restore_refuses_a_lease_longer_than_the_nodes_longest_lease() {
 /// `max-ttl-ms` was raised at run time records the lease before accepting
 /// it, so a restart that brings the smaller `max-ttl-ms` back neither cuts
 /// the lease nor shortens the window; the master's replica, still at the
-/// smaller `max-ttl-ms`, takes the same `RESTORE` instead of refusing it.
+/// smaller `max-ttl-ms`, takes the same `RESTORE` instead of refusing it
+/// (once it acknowledged the raise: before, the master refuses the
+/// `RESTORE`, `tests/adversarial_promotion.rs`).
 #[test]
 fn a_restored_lease_is_recorded_and_its_replica_takes_it() {
     let source = Node::builder()
@@ -468,12 +470,19 @@ fn a_restored_lease_is_recorded_and_its_replica_takes_it() {
         .arg("30000")
         .query(&mut t)
         .unwrap();
-    let _: () = redis::cmd("RESTORE")
-        .arg("k")
-        .arg(0)
-        .arg(&payload)
-        .query(&mut t)
-        .unwrap();
+    // Refused (lease-ack check) until the replica acknowledged the raise.
+    wait_until(
+        Duration::from_secs(20),
+        "RESTORE passes once the replica acknowledged the raise",
+        || {
+            redis::cmd("RESTORE")
+                .arg("k")
+                .arg(0)
+                .arg(&payload)
+                .query::<()>(&mut t)
+                .is_ok()
+        },
+    );
     wait_replicated(&mut t);
     let v = inspect(&mut r, "k").expect("the replica refused its master's RESTORE");
     assert!(v.held && v.pttl > 10_000, "replica: {v:?}");

@@ -160,6 +160,39 @@ unsafe fn is_replica(rdb: *mut raw::RedisModuleIO) -> bool {
     !ctx.is_null() && flags(ctx) as u32 & raw::REDISMODULE_CTX_FLAGS_SLAVE != 0
 }
 
+/// The lease-ack check ([`crate::host::lease_ack::check`]) of a lock a
+/// `RESTORE` brings to this master with `left_ms` of its lease left.
+///
+/// Why: an `ACQUIRE` of that length waits until every replica of this
+/// master's life acknowledged knowing it; a restored lease is a lease this
+/// master holds all the same (`MIGRATE` sends `RESTORE`), and a replica
+/// promoted after it guards only for what it knows. Refused, the `RESTORE`
+/// fails and changes nothing; the node record is announced (as after a
+/// refused `ACQUIRE`), so a `RESTORE` again once the replicas acknowledged
+/// it passes. (Under the `restore-skips-lease-ack` mutant it is not
+/// checked, as before.)
+///
+/// # Safety
+/// `rdb` must be the IO handle Redis passed to `rdb_load`.
+unsafe fn restore_lease_ack(
+    rdb: *mut raw::RedisModuleIO,
+    left_ms: u64,
+) -> Result<(), crate::core::error::CommandError> {
+    if mutant::on(Mutant::RestoreSkipsLeaseAck) {
+        return Ok(());
+    }
+    let checked = crate::host::lease_ack::check(left_ms);
+    if crate::host::lease_ack::take_announce_request() {
+        if let Some(context_of) = raw::RedisModule_GetContextFromIO {
+            let ctx = context_of(rdb);
+            if !ctx.is_null() {
+                crate::host::node::announce_soon(&redis_module::Context::new(ctx));
+            }
+        }
+    }
+    checked
+}
+
 unsafe extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *mut c_void {
     if ![ENCODING_VERSION, ENCODING_V2, ENCODING_V1].contains(&encver) {
         return std::ptr::null_mut();
@@ -196,6 +229,9 @@ unsafe extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *m
                         "RESTORE refused: the lock's lease ({left} ms left) is longer than this node's longest lease ({} ms); raise redlock.max-ttl-ms here first",
                         guard::longest_lease()
                     ));
+                    return None;
+                } else if let Err(e) = restore_lease_ack(rdb, left) {
+                    redis_module::logging::log_warning(format!("RESTORE refused: {e}"));
                     return None;
                 } else if let Err(e) = guard::record_lease(left) {
                     // Recorded before it is accepted, so a restart that brings
