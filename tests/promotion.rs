@@ -516,7 +516,10 @@ fn a_node_back_with_another_aof_directory_waits() {
     wait_until(Duration::from_secs(10), "first window end", || {
         acquire_result(&mut con, "k", "a", 100).is_ok()
     });
-    assert!(node.dir().join("appendonlydir/redlock-run-state").exists());
+    assert!(node
+        .dir()
+        .join("appendonlydir/redlock-run-state-appendonly.aof")
+        .exists());
     drop(con);
     node.kill();
     node.restart_with(&[("appenddirname", "elsewhere")]);

@@ -91,7 +91,7 @@ pub struct Disk {
     /// `redlock-lease-acked-PORT`: the longest lease the master's replicas
     /// acknowledged knowing, and whether its life is held.
     pub lease_acked: Option<Kept>,
-    /// `redlock-run-state` (in the AOF directory).
+    /// `redlock-run-state-APPENDFILENAME` (in the AOF directory).
     pub run_state: Option<RunState>,
     /// `redlock-reclaimed-counter`.
     pub reclaimed_file: u64,

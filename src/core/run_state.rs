@@ -67,9 +67,54 @@ pub fn restart_exempt(previous: Option<RunState>, durable_now: bool) -> bool {
     durable_now && previous.is_some_and(|p| p.durable && !p.window_open)
 }
 
+/// The name of the run record of the AOF named `appendfilename`, in its
+/// AOF directory: `redlock-run-state-APPENDFILENAME`.
+///
+/// Why per AOF: the record vouches for one AOF, and two nodes may share one
+/// AOF directory (`appenddirname`) with their own `appendfilename`; under
+/// one name, one node's record (durable, no window) would exempt the other's
+/// restart after a crash that lost its last grants. The name of earlier
+/// versions (`redlock-run-state`) is not read: it may be another node's.
+/// After the upgrade the first restart finds no record and waits for its
+/// window once, as a first start does: long, never short. Under the
+/// `shared-node-files` mutant the name is the shared one of before.
+pub fn file_name(appendfilename: &str, mutants: crate::core::mutant::Mutants) -> String {
+    if mutants.on(crate::core::mutant::Mutant::SharedNodeFiles) || appendfilename.is_empty() {
+        return LEGACY_FILE.to_string();
+    }
+    format!("{LEGACY_FILE}-{appendfilename}")
+}
+
+/// The run record's name before it was named per AOF (and still when the
+/// AOF has no name).
+pub const LEGACY_FILE: &str = "redlock-run-state";
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_record_is_named_per_aof() {
+        use crate::core::mutant::Mutants;
+        assert_eq!(
+            file_name("appendonly.aof", Mutants::NONE),
+            "redlock-run-state-appendonly.aof"
+        );
+        assert_ne!(
+            file_name("a.aof", Mutants::NONE),
+            file_name("b.aof", Mutants::NONE)
+        );
+        assert_eq!(file_name("", Mutants::NONE), LEGACY_FILE);
+    }
+
+    /// The mutant puts the shared name back.
+    #[cfg(feature = "danger-mutants")]
+    #[test]
+    fn the_mutant_shares_the_name() {
+        use crate::core::mutant::{Mutant, Mutants};
+        let on = Mutants::NONE.with(Mutant::SharedNodeFiles, true);
+        assert_eq!(file_name("a.aof", on), file_name("b.aof", on));
+    }
 
     #[test]
     fn only_a_whole_durable_previous_run_without_a_window_exempts() {

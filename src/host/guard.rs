@@ -39,7 +39,7 @@ use redis_module::{Context, ContextFlags};
 use crate::core::error::CommandError;
 use crate::core::guard_rule::{Guard, Settings};
 use crate::core::lock::MonoMillis;
-use crate::core::run_state::RunState;
+use crate::core::run_state::{self, RunState};
 use crate::core::sync_rule::Promotion;
 use crate::host::config::{self, MAX_TTL_LIMIT};
 use crate::host::mutant::{self, Mutant};
@@ -80,10 +80,6 @@ fn save_untaught_window(ctx: &Context, marked: bool) {
         ctx.log_warning(&format!("cannot update {}: {e}", path.display()));
     }
 }
-
-/// File name of the run record ([`crate::core::run_state`]), in the server's
-/// directory.
-pub const RUN_STATE_FILE: &str = "redlock-run-state";
 
 /// The node's guard. The files it asks for are written while it is held,
 /// so they are written in the order of its decisions.
@@ -169,9 +165,16 @@ pub fn on_load(ctx: &Context, now: MonoMillis) {
     // a node that comes back with another (or no) AOF directory has no
     // record and waits, and two instances sharing `dir` (which must use
     // different AOF directories) do not share it.
+    // Named for that AOF's `appendfilename` ([`run_state::file_name`]):
+    // nodes sharing an AOF directory with their own AOF names keep their
+    // own records.
     let aof_dir =
         config::config_get(ctx, "appenddirname").unwrap_or_else(|| "appendonlydir".into());
-    let run_path = dir.join(aof_dir).join(RUN_STATE_FILE);
+    let aof_name =
+        config::config_get(ctx, "appendfilename").unwrap_or_else(|| "appendonly.aof".into());
+    let run_path = dir
+        .join(aof_dir)
+        .join(run_state::file_name(&aof_name, mutant::current()));
     let previous = std::fs::read_to_string(&run_path)
         .ok()
         .and_then(|text| RunState::parse(&text));
