@@ -201,6 +201,10 @@ fn replica_taught_elsewhere_promoted_during_first_sync_with_new_master() {
         .config("redlock.max-ttl-ms", "1000")
         .config("repl-diskless-sync", "yes")
         .config("repl-diskless-sync-delay", "5")
+        // M grants while C syncs, as before the rule that waits for
+        // syncing replicas (`lease_ack_rule::waited_for`): this test is of
+        // the teacher rule behind it.
+        .env("REDLOCK_TEST_MUTANTS", "syncing-replicas-uncounted")
         .start();
     let mut mm = m.connection();
     config_set(&mut mm, "redlock.max-ttl-ms", "5000");
@@ -451,6 +455,10 @@ fn standalone_with_own_data_promoted_during_first_sync() {
         .config("redlock.max-ttl-ms", "1000")
         .config("repl-diskless-sync", "yes")
         .config("repl-diskless-sync-delay", "5")
+        // M grants while S syncs, as before the rule that waits for
+        // syncing replicas (`lease_ack_rule::waited_for`): this test is of
+        // the teacher rule behind it.
+        .env("REDLOCK_TEST_MUTANTS", "syncing-replicas-uncounted")
         .start();
     let mut mm = m.connection();
     config_set(&mut mm, "redlock.max-ttl-ms", "5000");
@@ -502,6 +510,10 @@ fn control_fresh_disk_promoted_during_first_sync() {
         .config("redlock.max-ttl-ms", "1000")
         .config("repl-diskless-sync", "yes")
         .config("repl-diskless-sync-delay", "5")
+        // M grants while S syncs, as before the rule that waits for
+        // syncing replicas (`lease_ack_rule::waited_for`): this test is of
+        // the teacher rule behind it.
+        .env("REDLOCK_TEST_MUTANTS", "syncing-replicas-uncounted")
         .start();
     let mut mm = m.connection();
     config_set(&mut mm, "redlock.max-ttl-ms", "5000");

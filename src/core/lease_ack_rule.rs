@@ -409,12 +409,67 @@ impl LeaseAck {
     }
 }
 
+/// The replicas a lease-ack check waits for: `life`, the replica set of
+/// the master's life (replicas that came online), and `syncing`, the
+/// replicas connected now that are not online yet (`ip:port` of
+/// `INFO replication` lines in `wait_bgsave`, `send_bulk` …: their first
+/// sync is under way).
+///
+/// Why the syncing ones: a replica joins the life's set only once online,
+/// but its snapshot's node record is the one of the fork, and the stream
+/// that would carry a later record starts only once it is online. A master
+/// that grants a longer lease meanwhile (one that never had a replica is
+/// not held) leaves a replica that, promoted right after its load, guards
+/// for the snapshot's shorter length. Waited for, it must come online and
+/// acknowledge an announcement of the longer record first. A syncing client
+/// without a listening port (`ip:0`, a dump or change-data-capture tool) is
+/// not waited for: Sentinel cannot promote it. What is not covered: a
+/// replica not connected at all at the check (it reconnects later, and its
+/// snapshot is forked after the grant, so it holds the record of it).
+/// Under the `syncing-replicas-uncounted` mutant only `life` counts.
+pub fn waited_for(
+    life: &BTreeSet<String>,
+    syncing: &[String],
+    mutants: Mutants,
+) -> BTreeSet<String> {
+    let mut all = life.clone();
+    if !mutants.on(Mutant::SyncingReplicasUncounted) {
+        all.extend(syncing.iter().filter(|id| listens(id)).cloned());
+    }
+    all
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use proptest::prelude::*;
 
     const N: Mutants = Mutants::NONE;
+
+    #[test]
+    fn syncing_replicas_are_waited_for() {
+        let syncing = vec!["127.0.0.1:7001".to_string(), "127.0.0.1:0".to_string()];
+        let all = waited_for(&set(&["127.0.0.1:7000"]), &syncing, N);
+        assert_eq!(all, set(&["127.0.0.1:7000", "127.0.0.1:7001"]));
+        // A master that never had a replica (not held) refuses a longer
+        // lease while its first replica syncs, and waits for it.
+        let mut a = LeaseAck::at_load(None, false, 1_000, N);
+        let all = waited_for(&BTreeSet::new(), &syncing, N);
+        let r = a.check(5_000, &all, &[], N).unwrap_err();
+        assert_eq!(r.acked_ms, 1_000);
+        // Without a syncing replica it grants.
+        let none = waited_for(&BTreeSet::new(), &["127.0.0.1:0".to_string()], N);
+        assert!(a.check(5_000, &none, &[], N).is_ok());
+    }
+
+    /// The mutant counts only the life's set.
+    #[cfg(feature = "danger-mutants")]
+    #[test]
+    fn the_mutant_leaves_syncing_replicas_out() {
+        let on = Mutants::NONE.with(Mutant::SyncingReplicasUncounted, true);
+        let all = waited_for(&BTreeSet::new(), &["127.0.0.1:7001".to_string()], on);
+        assert!(all.is_empty());
+    }
 
     fn set(ids: &[&str]) -> BTreeSet<String> {
         ids.iter().map(|s| s.to_string()).collect()

@@ -85,12 +85,17 @@ pub enum Mutant {
     /// (`host/datatype.rs::rdb_load`): the master takes a lease longer than
     /// its replicas acknowledged knowing.
     RestoreSkipsLeaseAck = 262144,
+    /// The lease-ack check waits only for the replica set of the master's
+    /// life (replicas that came online), not for replicas connected but
+    /// still in their first sync (`waited_for`): a master that never had a
+    /// replica grants a longer lease than its first replica's snapshot says.
+    SyncingReplicasUncounted = 524288,
 }
 
 impl Mutant {
     /// Every mutant with its name (as in `REDLOCK.TESTHOOK MUTANT name 0|1`,
     /// the `REDLOCK_TEST_MUTANTS` variable and the simulator's `--mutant`).
-    pub const ALL: [(&'static str, Mutant); 19] = [
+    pub const ALL: [(&'static str, Mutant); 20] = [
         ("config-exemption", Mutant::ConfigExemption),
         ("disk-lease-from-wall", Mutant::DiskLeaseFromWall),
         ("no-reclaimed-floor", Mutant::NoReclaimedFloor),
@@ -113,6 +118,10 @@ impl Mutant {
         ("shared-node-files", Mutant::SharedNodeFiles),
         ("teacher-outlives-life", Mutant::TeacherOutlivesLife),
         ("restore-skips-lease-ack", Mutant::RestoreSkipsLeaseAck),
+        (
+            "syncing-replicas-uncounted",
+            Mutant::SyncingReplicasUncounted,
+        ),
     ];
 
     /// The mutant of that name (ASCII case-insensitive).

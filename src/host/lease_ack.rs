@@ -18,7 +18,7 @@ use std::sync::{Mutex, OnceLock};
 use redis_module::Context;
 
 use crate::core::error::CommandError;
-use crate::core::lease_ack_rule::{Kept, LeaseAck};
+use crate::core::lease_ack_rule::{waited_for, Kept, LeaseAck};
 use crate::host::{config, guard, mutant, sync};
 
 static ACK: Mutex<LeaseAck> = Mutex::new(LeaseAck::new());
@@ -175,9 +175,16 @@ pub fn check(ttl_ms: u64) -> Result<(), CommandError> {
     if ttl_ms <= ack().acked_ms() {
         return Ok(());
     }
-    let known = sync::life_replicas();
-    // The hot path of a master that never had a replica (after a raise of
-    // max-ttl-ms): nothing to read.
+    // The replicas of this life and those in their first sync
+    // ([`waited_for`]: a replica joins the life's set only once online).
+    // A master that never had a replica reads `INFO replication` here only
+    // for a lease longer than its acknowledged length (after a raise of
+    // max-ttl-ms).
+    let known = waited_for(
+        &sync::life_replicas(),
+        &sync::syncing_replicas(),
+        mutant::current(),
+    );
     if known.is_empty() && ack().free_without_replicas() {
         return Ok(());
     }

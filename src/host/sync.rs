@@ -458,6 +458,17 @@ pub(crate) fn replica_acks() -> Vec<(String, bool, u64)> {
     all
 }
 
+/// The `ip:port` of every replica connected now that is not online yet
+/// (its first sync under way), for the lease-ack check
+/// ([`crate::core::lease_ack_rule::waited_for`]).
+pub(crate) fn syncing_replicas() -> Vec<String> {
+    replica_lines()
+        .into_iter()
+        .filter(|(_, online, _)| !*online)
+        .map(|(id, _, _)| id)
+        .collect()
+}
+
 fn bump() {
     CHANGES.fetch_add(1, Relaxed);
 }
