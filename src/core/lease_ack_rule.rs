@@ -423,9 +423,9 @@ impl LeaseAck {
 /// for the snapshot's shorter length. Waited for, it must come online and
 /// acknowledge an announcement of the longer record first. A syncing client
 /// without a listening port (`ip:0`, a dump or change-data-capture tool) is
-/// not waited for: Sentinel cannot promote it. What is not covered: a
-/// replica not connected at all at the check (it reconnects later, and its
-/// snapshot is forked after the grant, so it holds the record of it).
+/// not waited for: Sentinel cannot promote it. A replica that connects
+/// only after the check needs no wait: its snapshot is forked after the
+/// grant, whose length the node record then holds.
 /// Under the `syncing-replicas-uncounted` mutant only `life` counts.
 pub fn waited_for(
     life: &BTreeSet<String>,
