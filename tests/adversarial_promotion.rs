@@ -5,22 +5,29 @@
 //! A test that fails while its hole is open is marked `#[ignore = "open
 //! finding: …"]`; run them with `-- --ignored`.
 //!
-//! Open findings (each test asserts the safe outcome and fails today):
+//! Findings closed (the test passes; the rule and its mutant are in
+//! `docs/development.md`):
 //! - A. `master_restarted_without_files_is_not_the_teacher_of_its_replica`:
-//!   the teacher is an address, not a life; a master on a new disk is not
-//!   held back.
+//!   the teacher is an address, not a life; a master on a new disk was not
+//!   held back (`LeaseAck::check_joining`, mutant `fresh-trusts-joining`).
 //! - B. `teacher_from_an_earlier_life_as_replica_does_not_teach_the_new_life`:
-//!   the teacher outlives the node's own life as master (switchover and back).
+//!   the teacher outlived the node's own life as master (switchover and
+//!   back; `Taught::became_master`, mutant `teacher-outlives-life`).
+//! - E. `restore_bypasses_the_lease_ack_check` (mutant
+//!   `restore-skips-lease-ack`).
+//! - F. `first_replica_promoted_after_loading_a_snapshot_older_than_a_raise`:
+//!   a replica in its first sync was not waited for (`waited_for`, mutant
+//!   `syncing-replicas-uncounted`).
+//! - G. `nodes_sharing_the_aof_directory_share_the_run_record`
+//!   (`run_state::file_name`, mutant `shared-node-files`).
+//!
+//! Open findings (each test asserts the safe outcome and fails today):
 //! - C. `replica_of_a_replica_promoted_directly_then_its_old_master_rejoins`:
 //!   a promoted life held at 0 is released by an acknowledgement of the
 //!   promoted node's own shorter record.
 //! - D. `a_master_on_a_new_disk_waits_less_than_the_replicas_cut_off`,
 //!   `a_replica_cut_off_for_less_than_it_knows_but_more_than_the_new_disk_waits`:
 //!   the replica-sync cut-off.
-//! - E. `restore_bypasses_the_lease_ack_check`.
-//! - F. `first_replica_promoted_after_loading_a_snapshot_older_than_a_raise`:
-//!   a replica in its first sync is not waited for.
-//! - G. `nodes_sharing_the_aof_directory_share_the_run_record`.
 //!
 //! Checked sound (they pass): `replica_of_a_replica_promoted_directly_…`,
 //! `replica_of_a_replica_is_not_vouched_…`, and the control of G.
@@ -115,7 +122,6 @@ fn wipe_dir(node: &Node) {
 /// still counts as taught (its teacher's address is the address it
 /// follows) and guards for 1 s: it grants while M's 3 s lease runs.
 #[test]
-#[ignore = "open finding: a replica is taught by its master's address, not its life: a master restarted without files (max-ttl raised) grants a longer lease during the replica's first sync and the promoted replica guards for the old length"]
 fn master_restarted_without_files_is_not_the_teacher_of_its_replica() {
     let mut m = Node::builder()
         .config("redlock.sync-replicas", "0")

@@ -45,6 +45,11 @@ fn attach_a_replica_later(rule: &str) -> (usize, usize) {
     let master = Node::builder()
         .config("repl-diskless-sync-delay", "0")
         .config("rdb-key-save-delay", "100000")
+        // A master on its first disk holds every lease while a replica not
+        // of its life syncs (`LeaseAck::check_joining`); this test is of the
+        // replication of effects made during the sync, so it grants them,
+        // as before that rule.
+        .env("REDLOCK_TEST_MUTANTS", "fresh-trusts-joining")
         .start();
     let mut m = master.connection();
     set_rule(&mut m, rule);

@@ -114,6 +114,10 @@ pub struct LeaseAck {
     base_ms: u64,
     /// Identities of this life that cannot be told apart.
     ambiguous: BTreeSet<String>,
+    /// The life began at a load that found no file at all (no acknowledged
+    /// length, no replica set): this may be another run of a master at this
+    /// address ([`LeaseAck::check_joining`]).
+    fresh: bool,
 }
 
 /// What the master's file keeps of a [`LeaseAck`] across a restart.
@@ -194,6 +198,7 @@ impl LeaseAck {
             inherited: BTreeSet::new(),
             base_ms: 0,
             ambiguous: BTreeSet::new(),
+            fresh: false,
         }
     }
 
@@ -235,6 +240,7 @@ impl LeaseAck {
                 .collect(),
             inherited,
             base_ms,
+            fresh: false,
         }
     }
 
@@ -264,6 +270,7 @@ impl LeaseAck {
         if !held {
             return LeaseAck {
                 acked_ms: longest_ms,
+                fresh: kept.is_none(),
                 ..LeaseAck::new()
             };
         }
@@ -275,6 +282,7 @@ impl LeaseAck {
             base_ms: kept.base_ms.min(longest_ms),
             inherited: kept.inherited,
             ambiguous: kept.ambiguous,
+            fresh: false,
         }
     }
 
@@ -347,6 +355,46 @@ impl LeaseAck {
             self.acked_ms = self.acked_ms.max(self.base_ms);
         }
         removed
+    }
+
+    /// Whether this life began at a load that found no file at all.
+    pub fn fresh(&self) -> bool {
+        self.fresh
+    }
+
+    /// The check of a lease of `ttl_ms` on a life begun at a load with no
+    /// file at all, while `joining` replicas (not of this life) are in
+    /// their first sync: refused, whatever its length, until they are
+    /// online (then of this life, and checked as such by [`check`]).
+    ///
+    /// Why: the replica's teacher is an address. A master restarted on a
+    /// new disk is another run at the same address: it never had a replica,
+    /// so it grants up to its own longest lease at once, while a replica of
+    /// its earlier run, reconnecting, still counts as taught by it (its full
+    /// sync waits for `repl-diskless-sync-delay`, and its `INFO` shows no
+    /// sync until the master forks) and, promoted, guards only for what the
+    /// earlier run taught it. This run cannot know what that was: it grants
+    /// nothing until the replica is online, by then holding this run's
+    /// snapshot and its node record. Only such a life pays (a new
+    /// deployment's first replica, one sync); one with files knows its
+    /// replicas. (Under the `fresh-trusts-joining` mutant: not checked.)
+    ///
+    /// [`check`]: LeaseAck::check
+    pub fn check_joining(
+        &self,
+        ttl_ms: u64,
+        joining: &[String],
+        mutants: Mutants,
+    ) -> Result<(), LeaseAckRefusal> {
+        if !self.fresh || joining.is_empty() || mutants.on(Mutant::FreshTrustsJoining) {
+            return Ok(());
+        }
+        Err(LeaseAckRefusal {
+            ttl_ms,
+            acked_ms: 0,
+            waiting: joining.to_vec(),
+            ambiguous: Vec::new(),
+        })
     }
 
     /// Whether a lease of `ttl_ms` may be granted: `known` is the replica
@@ -445,6 +493,33 @@ mod tests {
     use proptest::prelude::*;
 
     const N: Mutants = Mutants::NONE;
+
+    #[test]
+    fn a_fresh_life_grants_nothing_while_a_replica_joins() {
+        let joining = vec!["127.0.0.1:7001".to_string()];
+        let fresh = LeaseAck::at_load(None, false, 3_000, N);
+        assert!(fresh.fresh());
+        assert!(fresh.check_joining(1, &joining, N).is_err());
+        assert!(fresh.check_joining(3_000, &[], N).is_ok());
+        // A life with its file knows its replicas.
+        let kept_life = LeaseAck::at_load(kept(3_000), false, 3_000, N);
+        assert!(!kept_life.fresh());
+        assert!(kept_life.check_joining(3_000, &joining, N).is_ok());
+        // Nor is a promoted life fresh.
+        let promoted = LeaseAck::promoted(0, 3_000, BTreeSet::new(), N);
+        assert!(promoted.check_joining(3_000, &joining, N).is_ok());
+    }
+
+    /// The mutant grants while a replica joins.
+    #[cfg(feature = "danger-mutants")]
+    #[test]
+    fn the_mutant_trusts_a_joining_replica() {
+        let on = Mutants::NONE.with(Mutant::FreshTrustsJoining, true);
+        let fresh = LeaseAck::at_load(None, false, 3_000, on);
+        assert!(fresh
+            .check_joining(3_000, &["127.0.0.1:7001".to_string()], on)
+            .is_ok());
+    }
 
     #[test]
     fn syncing_replicas_are_waited_for() {

@@ -90,12 +90,17 @@ pub enum Mutant {
     /// still in their first sync (`waited_for`): a master that never had a
     /// replica grants a longer lease than its first replica's snapshot says.
     SyncingReplicasUncounted = 524288,
+    /// A master loaded with no files at all grants while a replica that is
+    /// not of its life is in its first sync (`LeaseAck::check_joining`):
+    /// the replica, taught by the address of an earlier run of this
+    /// master, guards once promoted for what that run taught it.
+    FreshTrustsJoining = 1048576,
 }
 
 impl Mutant {
     /// Every mutant with its name (as in `REDLOCK.TESTHOOK MUTANT name 0|1`,
     /// the `REDLOCK_TEST_MUTANTS` variable and the simulator's `--mutant`).
-    pub const ALL: [(&'static str, Mutant); 20] = [
+    pub const ALL: [(&'static str, Mutant); 21] = [
         ("config-exemption", Mutant::ConfigExemption),
         ("disk-lease-from-wall", Mutant::DiskLeaseFromWall),
         ("no-reclaimed-floor", Mutant::NoReclaimedFloor),
@@ -122,6 +127,7 @@ impl Mutant {
             "syncing-replicas-uncounted",
             Mutant::SyncingReplicasUncounted,
         ),
+        ("fresh-trusts-joining", Mutant::FreshTrustsJoining),
     ];
 
     /// The mutant of that name (ASCII case-insensitive).

@@ -19,6 +19,7 @@ use redis_module::Context;
 
 use crate::core::error::CommandError;
 use crate::core::lease_ack_rule::{waited_for, Kept, LeaseAck};
+use crate::core::sync_rule::listens;
 use crate::host::{config, guard, mutant, sync};
 
 static ACK: Mutex<LeaseAck> = Mutex::new(LeaseAck::new());
@@ -169,9 +170,69 @@ pub fn take_announce_request() -> bool {
     ANNOUNCE_REQUESTED.swap(false, Relaxed)
 }
 
+/// Whether a replica not of this life was seen in its first sync at the
+/// last look of [`poll`] (only a fresh life looks: [`LeaseAck::fresh`]).
+static JOINING_SEEN: AtomicBool = AtomicBool::new(false);
+
+/// How often a fresh life looks for replicas joining it. A replica whose
+/// sync begins between two looks is not seen by a grant in between: that
+/// window is this period.
+pub const JOINING_POLL_MS: i64 = 100;
+
+/// Starts the looks of [`poll`] (at module load).
+pub fn start_polling(ctx: &Context) {
+    schedule(ctx.ctx);
+}
+
+fn schedule(ctx: *mut redis_module::raw::RedisModuleCtx) {
+    // SAFETY: ctx is the OnLoad or timer context, valid for this call.
+    unsafe {
+        if let Some(create) = redis_module::raw::RedisModule_CreateTimer {
+            create(ctx, JOINING_POLL_MS, Some(poll), std::ptr::null_mut());
+        }
+    }
+}
+
+/// One look ([`LeaseAck::check_joining`]): on a fresh life, whether a
+/// replica not of it is in its first sync. Reads `INFO replication` only on
+/// a fresh life.
+unsafe extern "C" fn poll(
+    ctx: *mut redis_module::raw::RedisModuleCtx,
+    _data: *mut std::ffi::c_void,
+) {
+    let _ = std::panic::catch_unwind(|| {
+        let seen = ack().fresh() && !joining_now().is_empty();
+        JOINING_SEEN.store(seen, Relaxed);
+    });
+    schedule(ctx);
+}
+
+/// The replicas in their first sync that are not of this life.
+fn joining_now() -> Vec<String> {
+    let life = sync::life_replicas();
+    sync::syncing_replicas()
+        .into_iter()
+        // Without a listening port, Sentinel cannot promote it.
+        .filter(|id| listens(id) && !life.contains(id))
+        .collect()
+}
+
 /// The check of a lease of `ttl_ms` on a master, before it is granted;
 /// see [`take_announce_request`] after a refusal.
 pub fn check(ttl_ms: u64) -> Result<(), CommandError> {
+    if JOINING_SEEN.load(Relaxed) {
+        let joining = joining_now();
+        ack()
+            .check_joining(ttl_ms, &joining, mutant::current())
+            .map_err(|r| CommandError::LeaseUnacked {
+                ttl: r.ttl_ms,
+                acked: r.acked_ms,
+                waiting: format!(
+                    "{} (in its first sync with this master, which loaded with no file of its replicas: a replica of an earlier run at this address may know less)",
+                    r.waiting.join(", ")
+                ),
+            })?;
+    }
     if ttl_ms <= ack().acked_ms() {
         return Ok(());
     }
