@@ -122,7 +122,7 @@ lint:
 	$(CARGO) clippy -p redlock-client --all-targets -- -D warnings
 
 ## python-test: the Python package (python/): built into target/pyvenv (PyPI for the tools), pytest against five local nodes, mypy --strict, stubtest
-.PHONY: python-test python-fault bench-python
+.PHONY: python-test python-fault bench-python bench-election
 PYVENV := $(CURDIR)/target/pyvenv
 PYTHON_BUILD = PATH=$(PYVENV)/bin:$$PATH $(PYVENV)/bin/pip install -q --no-build-isolation --no-deps --force-reinstall ./python
 python-test: deps
@@ -138,6 +138,12 @@ python-test: deps
 PY_FAULT_SECONDS ?= 120
 python-fault: python-test
 	cd python && REDLOCK_MODULE=$(TEST_MODULE) $(PYVENV)/bin/python tests/fault.py --duration $(PY_FAULT_SECONDS) --seed $(SEED)
+
+## bench-election: leader hand-off (resign -> next leader's first fenced write) p50/p99, redlock's election against etcd's (Debian's etcd-server, installed when missing) and polling, one run (release builds); ARGS=rounds (50)
+bench-election: deps
+	./scripts/install-etcd.sh
+	$(CARGO) build --release -p redlock-module
+	REDLOCK_MODULE=$(RELEASE_MODULE) $(CARGO) run --release -p redlock-bench --example election_handoff -- $(ARGS)
 
 ## bench-python: redlock_fenced against pottery (PyPI) and the Rust client, one run on five local nodes (release builds); ARGS=--secs … --rounds …
 bench-python: deps
