@@ -11,7 +11,8 @@
 //!   is a txn that puts only while the new leader's key exists with its
 //!   create revision (etcd's epoch). etcd fsyncs its WAL on every write, so
 //!   it runs twice: its data directory on the disk, then on tmpfs;
-//! - a candidate polling `try_acquire` every 100 ms on the same five nodes.
+//! - a candidate polling `try_acquire` every 100 ms on the same five nodes,
+//!   at a random phase to the release.
 //!
 //! Figures, not pass/fail. `make bench-election`, or
 //! `REDLOCK_MODULE=target/release/libredlock.so cargo run --release -p redlock-bench --example election_handoff [rounds]`
@@ -186,13 +187,17 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
         }
     }
 
-    // Baseline: the next candidate polls try_acquire every 100 ms.
+    // Baseline: the next candidate polls try_acquire every 100 ms, its
+    // tries at a random phase to the release (with a fixed phase the lead
+    // would decide the wait: 250 ms of lead is 50 ms before the third try).
     let mut polling_samples = Vec::with_capacity(rounds);
     for _ in 0..rounds {
         let lock = leader_client.acquire("bench-poll", TTL).await?;
         let next = next_client.clone();
         let mut con = connect(&resource).await;
+        let phase = POLL.mul_f64(rand::random::<f64>());
         let waiting = tokio::spawn(async move {
+            tokio::time::sleep(phase).await;
             loop {
                 if let Some(l) = next.try_acquire("bench-poll", TTL).await? {
                     fenced_write(l.info(), &mut con).await?;
