@@ -11,8 +11,8 @@ use base64::Engine;
 use serde_json::{json, Value};
 
 /// Where the data directory lives: each write is fsynced to its WAL before
-/// etcd answers (etcd 3.4 has no switch to turn that off), so the medium
-/// decides what a write costs.
+/// etcd answers (the bench does not pass `--unsafe-no-fsync`, which etcd
+/// 3.4 does not have), so the medium decides what a write costs.
 #[derive(Clone, Copy, Debug)]
 pub enum DataDir {
     /// The disk (`std::env::temp_dir()`): durable, an fsync per write.

@@ -9,8 +9,9 @@
 //!   binary is on `PATH` (or in `ETCD_BIN`): the waiting candidate's campaign
 //!   returns when etcd's watch sees the leader key deleted; the fenced write
 //!   is a txn that puts only while the new leader's key exists with its
-//!   create revision (etcd's epoch). etcd fsyncs its WAL on every write, so
-//!   it runs twice: its data directory on the disk, then on tmpfs;
+//!   create revision (etcd's epoch). etcd fsyncs its WAL on every write (the
+//!   bench does not pass `--unsafe-no-fsync`), so it runs twice: its data
+//!   directory on the disk, then on tmpfs;
 //! - a candidate polling `try_acquire` every 100 ms on the same five nodes,
 //!   at a random phase to the release.
 //!
@@ -219,8 +220,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     println!("leader hand-off: resign/release -> next leader's first fenced write ({rounds} rounds each)");
     println!(
         "durability: the redlock nodes keep their state in memory (the test kit's nodes: no RDB \
-         snapshots, no AOF); etcd fsyncs its WAL on every write (etcd 3.4 has no switch to turn \
-         it off): on the disk that is a real fsync, on tmpfs it returns at once"
+         snapshots, no AOF); etcd fsyncs its WAL on every write (no --unsafe-no-fsync): on the \
+         disk that is a real fsync, on tmpfs it returns at once"
     );
     let redlock = report("redlock Election (woken by nodes)", election_samples);
     let etcd: Vec<(DataDir, Figures)> = etcd_samples
