@@ -36,10 +36,11 @@ impl DataDir {
     }
 }
 
-/// The `etcd` binary on `PATH` (or in `ETCD_BIN`), if any.
+/// The `etcd` binary named by `ETCD_BIN` when set, else the first on `PATH`;
+/// `None` when that file does not exist.
 pub fn etcd_binary() -> Option<PathBuf> {
     if let Some(bin) = std::env::var_os("ETCD_BIN") {
-        return Some(PathBuf::from(bin));
+        return Some(PathBuf::from(bin)).filter(|p| p.is_file());
     }
     std::env::var_os("PATH").and_then(|paths| {
         std::env::split_paths(&paths)

@@ -169,7 +169,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     // etcd's election, its data directory on the disk and then on tmpfs.
     let mut etcd_samples = Vec::new();
     match etcd::etcd_binary() {
-        None => println!("etcd: no `etcd` binary on PATH (or ETCD_BIN): etcd baseline skipped"),
+        None => println!("etcd: no `etcd` binary (ETCD_BIN, or PATH): the etcd baseline is skipped, polling only"),
         Some(bin) => {
             for data_dir in [DataDir::Disk, DataDir::Tmpfs] {
                 if !data_dir.available() {
@@ -220,9 +220,14 @@ async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     println!("leader hand-off: resign/release -> next leader's first fenced write ({rounds} rounds each)");
     println!(
         "durability: the redlock nodes keep their state in memory (the test kit's nodes: no RDB \
-         snapshots, no AOF); etcd fsyncs its WAL on every write (no --unsafe-no-fsync): on the \
-         disk that is a real fsync, on tmpfs it returns at once"
+         snapshots, no AOF)"
     );
+    if !etcd_samples.is_empty() {
+        println!(
+            "durability: etcd fsyncs its WAL on every write (no --unsafe-no-fsync): on the disk \
+             that is a real fsync, on tmpfs it returns at once"
+        );
+    }
     let redlock = report("redlock Election (woken by nodes)", election_samples);
     let etcd: Vec<(DataDir, Figures)> = etcd_samples
         .into_iter()
