@@ -118,6 +118,7 @@ lint:
 	python3 scripts/check-doc-examples.py
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
+	$(CARGO) clippy -p redlock-bench --all-targets --features etcd-baseline -- -D warnings
 	$(CARGO) clippy -p redlock-module --all-targets --features test-hooks -- -D warnings
 	$(CARGO) clippy -p redlock-client --all-targets -- -D warnings
 
@@ -143,7 +144,7 @@ python-fault: python-test
 bench-election: deps
 	./scripts/install-etcd.sh
 	$(CARGO) build --release -p redlock-module
-	REDLOCK_MODULE=$(RELEASE_MODULE) $(CARGO) run --release -p redlock-bench --example election_handoff -- $(ARGS)
+	REDLOCK_MODULE=$(RELEASE_MODULE) $(CARGO) run --release -p redlock-bench --features etcd-baseline --example election_handoff -- $(ARGS)
 
 ## bench-python: redlock_fenced against pottery (PyPI) and the Rust client, one run on five local nodes (release builds); ARGS=--secs … --rounds …
 bench-python: deps

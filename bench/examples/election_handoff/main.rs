@@ -16,7 +16,7 @@
 //!   at a random phase to the release.
 //!
 //! Figures, not pass/fail. `make bench-election`, or
-//! `REDLOCK_MODULE=target/release/libredlock.so cargo run --release -p redlock-bench --example election_handoff [rounds]`
+//! `REDLOCK_MODULE=target/release/libredlock.so cargo run --release -p redlock-bench --features etcd-baseline --example election_handoff [rounds]` (or `make bench-election`)
 
 mod etcd;
 
