@@ -118,11 +118,12 @@ lint:
 	python3 scripts/check-doc-examples.py
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
+	$(CARGO) clippy -p redlock-bench --all-targets --features etcd-baseline -- -D warnings
 	$(CARGO) clippy -p redlock-module --all-targets --features test-hooks -- -D warnings
 	$(CARGO) clippy -p redlock-client --all-targets -- -D warnings
 
 ## python-test: the Python package (python/): built into target/pyvenv (PyPI for the tools), pytest against five local nodes, mypy --strict, stubtest
-.PHONY: python-test python-fault bench-python
+.PHONY: python-test python-fault bench-python bench-election
 PYVENV := $(CURDIR)/target/pyvenv
 PYTHON_BUILD = PATH=$(PYVENV)/bin:$$PATH $(PYVENV)/bin/pip install -q --no-build-isolation --no-deps --force-reinstall ./python
 python-test: deps
@@ -138,6 +139,12 @@ python-test: deps
 PY_FAULT_SECONDS ?= 120
 python-fault: python-test
 	cd python && REDLOCK_MODULE=$(TEST_MODULE) $(PYVENV)/bin/python tests/fault.py --duration $(PY_FAULT_SECONDS) --seed $(SEED)
+
+## bench-election: leader hand-off (resign -> next leader's first fenced write) p50/p99, redlock's election against etcd's (Debian's etcd-server, installed when missing) and polling, one run (release builds); ARGS=rounds (50)
+bench-election: deps
+	./scripts/install-etcd.sh
+	$(CARGO) build --release -p redlock-module
+	REDLOCK_MODULE=$(RELEASE_MODULE) $(CARGO) run --release -p redlock-bench --features etcd-baseline --example election_handoff -- $(ARGS)
 
 ## bench-python: redlock_fenced against pottery (PyPI) and the Rust client, one run on five local nodes (release builds); ARGS=--secs … --rounds …
 bench-python: deps
