@@ -51,36 +51,6 @@ use std::time::{Duration, Instant};
 
 use common::*;
 
-fn promote(con: &mut redis::Connection) {
-    let _: () = redis::cmd("REPLICAOF")
-        .arg("NO")
-        .arg("ONE")
-        .query(con)
-        .unwrap();
-}
-
-/// Tries `REDLOCK.ACQUIRE` (refused by `GRACE` or `NOSYNC` meanwhile) until
-/// `until`: when it was granted, or `None`.
-fn first_grant(
-    con: &mut redis::Connection,
-    key: &str,
-    owner: &str,
-    ttl: u64,
-    until: Instant,
-) -> Option<Instant> {
-    loop {
-        match acquire_result(con, key, owner, ttl) {
-            Ok(Some(_)) => return Some(Instant::now()),
-            Ok(None) => panic!("held by someone"),
-            Err(e) => assert!(matches!(e.code(), Some("GRACE") | Some("NOSYNC")), "{e}"),
-        }
-        if Instant::now() >= until {
-            return None;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
 /// The node behind `con` grants `key` to another owner no earlier than
 /// `lease_ms` after `granted_a` (or not at all until a second after).
 fn assert_no_second_holder(

@@ -25,14 +25,6 @@ fn promotion_guard(con: &mut redis::Connection, on: u8) {
         .unwrap();
 }
 
-fn promote(con: &mut redis::Connection) {
-    let _: () = redis::cmd("REPLICAOF")
-        .arg("NO")
-        .arg("ONE")
-        .query(con)
-        .unwrap();
-}
-
 /// A replica of `master` whose own load window is over.
 fn settled_replica(master: &Node) -> Node {
     let replica = start_replica(

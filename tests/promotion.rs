@@ -23,14 +23,6 @@ fn replica_with_guard(master: &Node, max_ttl: &str) -> Node {
     replica
 }
 
-fn promote(con: &mut redis::Connection) {
-    let _: () = redis::cmd("REPLICAOF")
-        .arg("NO")
-        .arg("ONE")
-        .query(con)
-        .unwrap();
-}
-
 #[test]
 fn a_promoted_replica_refuses_new_locks_for_the_guard_window() {
     // The replica learns its master's longest lease: both at 2 s here.

@@ -34,36 +34,6 @@ fn replica_builder() -> redlock_testkit::NodeBuilder {
         .config("redlock.max-ttl-ms", "1000")
 }
 
-fn promote(con: &mut redis::Connection) {
-    let _: () = redis::cmd("REPLICAOF")
-        .arg("NO")
-        .arg("ONE")
-        .query(con)
-        .unwrap();
-}
-
-/// Tries `REDLOCK.ACQUIRE` (refused by `GRACE` or `NOSYNC` meanwhile) until
-/// `until`: when it was granted, or `None`.
-fn first_grant(
-    con: &mut redis::Connection,
-    key: &str,
-    owner: &str,
-    ttl: u64,
-    until: Instant,
-) -> Option<Instant> {
-    loop {
-        match acquire_result(con, key, owner, ttl) {
-            Ok(Some(_)) => return Some(Instant::now()),
-            Ok(None) => panic!("held by someone"),
-            Err(e) => assert!(matches!(e.code(), Some("GRACE") | Some("NOSYNC")), "{e}"),
-        }
-        if Instant::now() >= until {
-            return None;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
 /// The promoted node grants `key` no earlier than 5 s after the other
 /// holder's grant (or not at all within 6 s of it).
 fn assert_no_second_holder(con: &mut redis::Connection, key: &str, granted_a: Instant, who: &str) {

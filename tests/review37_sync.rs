@@ -47,14 +47,6 @@ fn wait_current(con: &mut redis::Connection) {
     });
 }
 
-fn promote(con: &mut redis::Connection) {
-    let _: () = redis::cmd("REPLICAOF")
-        .arg("NO")
-        .arg("ONE")
-        .query(con)
-        .unwrap();
-}
-
 /// What a client that follows the node's R relies on: `ACQUIRE … SYNC r`
 /// then `WAIT r` when the node's R is above 0 (and only with `r` acks), a
 /// plain `ACQUIRE` when it is 0. `Some(token)` when the grant counts.

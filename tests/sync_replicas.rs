@@ -70,14 +70,6 @@ fn acquire_synced(
     (token, acks)
 }
 
-fn promote(con: &mut redis::Connection) {
-    let _: () = redis::cmd("REPLICAOF")
-        .arg("NO")
-        .arg("ONE")
-        .query(con)
-        .unwrap();
-}
-
 /// Waits until the replica applied a fresh announcement of its master.
 fn wait_current(con: &mut redis::Connection) {
     wait_until(Duration::from_secs(10), "a fresh announcement", || {
