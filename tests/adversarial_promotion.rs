@@ -41,6 +41,9 @@
 //! - J. `a_grant_right_after_the_replicas_psync_on_a_fresh_master`: the
 //!   100 ms look of A's rule; a grant between the replica's `PSYNC` and the
 //!   next look passes.
+//! - K. `restore_checked_for_the_time_left_but_run_to_the_wall_clock_end`:
+//!   E's check weighs the payload's time left, the load runs the larger
+//!   wall-clock end (up to the longest lease).
 //!
 //! Checked sound (they pass): `replica_of_a_replica_promoted_directly_…`,
 //! `replica_of_a_replica_is_not_vouched_…`, and the control of G.
@@ -1203,4 +1206,70 @@ fn a_grant_right_after_the_replicas_psync_on_a_fresh_master() {
     m.kill();
     promote(&mut rc);
     assert_no_second_holder(&mut rc, "L", granted_a, 3000, "R");
+}
+
+/// Second read, K: E's check of a `RESTORE` weighs the lease as the
+/// payload states it (`stated_left`: the time left), but the lock is loaded
+/// with `lease_left`, which on a `RESTORE` (read as from disk) takes the
+/// larger of the time left and the wall-clock end, up to the node's longest
+/// lease. A dump from a node whose wall clock runs ahead (or a hand-made
+/// payload) passes the check with a short lease and runs a long one.
+///
+/// M (1000) → R (1000), taught. R is cut off (paused, M drops its link);
+/// `max-ttl-ms` is raised to 3000 on M. Q, its wall clock 5 s ahead, grants
+/// L for 500 ms; its dump is restored on M: the check sees 500 ms (R
+/// acknowledged 1000), M runs the lease for 3000 ms, longer than R ever
+/// acknowledged knowing. M dies; R, promoted, guards for 1 s and grants L
+/// while M's lease runs. (The holder was told 500 ms by Q: the overlap is
+/// with the lease M ran and reported by `INSPECT`, and the rule "no lease
+/// longer than the replicas acknowledged" is broken outright.)
+#[test]
+#[ignore = "open finding: the RESTORE lease-ack check weighs the stated time left, the load runs the larger wall-clock end (up to the longest lease)"]
+fn restore_checked_for_the_time_left_but_run_to_the_wall_clock_end() {
+    let mut m = node("1000").config("redlock.restart-grace-ms", "0").start();
+    let r = start_replica(&m, node("1000"));
+    let rc = taught_replica_of(&m, &r);
+    drop(rc);
+    let mut mm = m.connection();
+    let q = node("1000")
+        .config("redlock.restart-grace-ms", "0")
+        .env("REDLOCK_TEST_WALL_OFFSET_MS", "5000")
+        .start();
+    let mut qc = q.connection();
+    r.pause();
+    let _: i64 = redis::cmd("CLIENT")
+        .arg("KILL")
+        .arg("TYPE")
+        .arg("replica")
+        .query(&mut mm)
+        .unwrap();
+    config_set(&mut mm, "redlock.max-ttl-ms", "3000");
+    assert!(
+        acquire_result(&mut mm, "other", "o", 3000).is_err(),
+        "M grants 3 s before R acknowledged"
+    );
+    assert!(acquire(&mut qc, "L", "owner-a", 500).is_some());
+    let payload: Vec<u8> = redis::cmd("DUMP").arg("L").query(&mut qc).unwrap();
+    let restored: redis::RedisResult<()> = redis::cmd("RESTORE")
+        .arg("L")
+        .arg(0)
+        .arg(&payload)
+        .query(&mut mm);
+    let granted_a = Instant::now();
+    let view = inspect(&mut mm, "L");
+    eprintln!(
+        "M RESTORE L (500 ms left, wall-clock end 5.5 s ahead) -> {restored:?}; M holds {view:?}; R acknowledged 1000"
+    );
+    if restored.is_err() {
+        assert!(view.is_none_or(|v| !v.held));
+        r.resume();
+        return;
+    }
+    let held_ms = view.map_or(0, |v| if v.held { v.pttl.max(0) as u64 } else { 0 });
+    drop(mm);
+    m.kill();
+    r.resume();
+    let mut rc = r.connection();
+    promote(&mut rc);
+    assert_no_second_holder(&mut rc, "L", granted_a, held_ms, "R");
 }
