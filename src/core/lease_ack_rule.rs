@@ -472,8 +472,10 @@ impl LeaseAck {
 /// acknowledge an announcement of the longer record first. A syncing client
 /// without a listening port (`ip:0`, a dump or change-data-capture tool) is
 /// not waited for: Sentinel cannot promote it. A replica that connects
-/// only after the check needs no wait: its snapshot is forked after the
-/// grant, whose length the node record then holds.
+/// only after the check gets a snapshot forked after the grant, whose node
+/// record holds its length; promoted before it loads that snapshot, it
+/// still has only what it knew (finding H of `tests/adversarial_promotion.rs`,
+/// open: its teacher names an address, not the master's run).
 /// Under the `syncing-replicas-uncounted` mutant only `life` counts.
 pub fn waited_for(
     life: &BTreeSet<String>,
