@@ -285,19 +285,11 @@ fn teacher_from_an_earlier_life_as_replica_does_not_teach_the_new_life() {
     assert_no_second_holder(&mut ac, "L", granted_a, 3000, "A");
 }
 
-/// Checked sound: a replica of a replica promoted directly.
-///
-/// M → X → Y (1000). Y is cut off (paused, X drops its link); `max-ttl-ms`
-/// is raised on M, X (M's only replica) acknowledges, M grants 5 s. M and
-/// X are lost; Y is promoted (by hand: Sentinel never promotes a replica of
-/// a replica). Y is taught by X and guards for 1 s only, but its life
-/// starts from what X announced its replicas acknowledged: X never was a
-/// master, so 0, and Y refuses every lease (`NOSYNC`) until a replica of its
-/// own acknowledges. Safe while no replica joins it (at the cost of
-/// availability); see `replica_of_a_replica_promoted_directly_then_its_old_master_rejoins`
-/// for what a replica's acknowledgement then does.
-#[test]
-fn replica_of_a_replica_promoted_directly_after_master_and_its_replica_are_lost() {
+/// M → X → Y, Y taught by X with 1 s; Y paused and cut off from X; M
+/// raised to 5 s grants L for 5 s (X acknowledged); M and X killed, Y
+/// resumed. Returns Y, X (stopped, for a rejoin) and when L was granted, or
+/// `None` when M refused the 5 s lease (the safe outcome).
+fn chain_with_the_last_replica_cut_off() -> Option<(Node, Node, Instant)> {
     let mut m = node("1000").start();
     let mut x = start_replica(&m, node("1000"));
     let y = start_replica(&x, node("1000"));
@@ -338,12 +330,31 @@ fn replica_of_a_replica_promoted_directly_after_master_and_its_replica_are_lost(
     eprintln!("M ACQUIRE L 5000 -> {:?}", granted_a.map(|g| g.elapsed()));
     let Some(granted_a) = granted_a else {
         y.resume();
-        return;
+        return None;
     };
     drop(mm);
     m.kill();
     x.kill();
     y.resume();
+    Some((y, x, granted_a))
+}
+
+/// Checked sound: a replica of a replica promoted directly.
+///
+/// M → X → Y (1000). Y is cut off (paused, X drops its link); `max-ttl-ms`
+/// is raised on M, X (M's only replica) acknowledges, M grants 5 s. M and
+/// X are lost; Y is promoted (by hand: Sentinel never promotes a replica of
+/// a replica). Y is taught by X and guards for 1 s only, but its life
+/// starts from what X announced its replicas acknowledged: X never was a
+/// master, so 0, and Y refuses every lease (`NOSYNC`) until a replica of its
+/// own acknowledges. Safe while no replica joins it (at the cost of
+/// availability); see `replica_of_a_replica_promoted_directly_then_its_old_master_rejoins`
+/// for what a replica's acknowledgement then does.
+#[test]
+fn replica_of_a_replica_promoted_directly_after_master_and_its_replica_are_lost() {
+    let Some((y, _x, granted_a)) = chain_with_the_last_replica_cut_off() else {
+        return;
+    };
     let mut yc = y.connection();
     eprintln!(
         "Y before promotion: taught {}, longest {}",
@@ -775,50 +786,9 @@ fn first_replica_promoted_after_loading_a_snapshot_older_than_a_raise() {
 #[test]
 #[ignore = "open finding: a promoted life held at 0 is released by any replica's acknowledgement of the promoted node's own (short) record"]
 fn replica_of_a_replica_promoted_directly_then_its_old_master_rejoins() {
-    let mut m = node("1000").start();
-    let mut x = start_replica(&m, node("1000"));
-    let y = start_replica(&x, node("1000"));
-    let mut mm = m.connection();
-    let _ = first_grant(
-        &mut mm,
-        "warm",
-        "x",
-        1000,
-        Instant::now() + Duration::from_secs(10),
-    )
-    .expect("warm grant");
-    let _: i64 = redis::cmd("WAIT").arg(1).arg(5000).query(&mut mm).unwrap();
-    let mut yc = y.connection();
-    wait_until(Duration::from_secs(20), "Y taught by X", || {
-        redlock_info(&mut yc, "taught_by_master") == 1
-            && redlock_info(&mut yc, "longest_lease_ms") >= 1_000
-    });
-    drop(yc);
-    y.pause();
-    let mut xc = x.connection();
-    let _: i64 = redis::cmd("CLIENT")
-        .arg("KILL")
-        .arg("TYPE")
-        .arg("replica")
-        .query(&mut xc)
-        .unwrap();
-    drop(xc);
-    config_set(&mut mm, "redlock.max-ttl-ms", "5000");
-    let granted_a = first_grant(
-        &mut mm,
-        "L",
-        "owner-a",
-        5000,
-        Instant::now() + Duration::from_secs(5),
-    );
-    let Some(granted_a) = granted_a else {
-        y.resume();
+    let Some((y, mut x, granted_a)) = chain_with_the_last_replica_cut_off() else {
         return;
     };
-    drop(mm);
-    m.kill();
-    x.kill();
-    y.resume();
     let mut yc = y.connection();
     promote(&mut yc);
     x.set_replica_of(Some(y.port()));
