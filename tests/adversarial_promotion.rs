@@ -44,9 +44,12 @@
 //! - J. `a_grant_right_after_the_replicas_psync_on_a_fresh_master`: the
 //!   100 ms look of A's rule; a grant between the replica's `PSYNC` and the
 //!   next look passes.
+//!
+//! Second read, closed:
 //! - K. `restore_checked_for_the_time_left_but_run_to_the_wall_clock_end`:
-//!   E's check weighs the payload's time left, the load runs the larger
-//!   wall-clock end (up to the longest lease).
+//!   E's check weighed the payload's time left while the load runs the
+//!   larger wall-clock end (up to the longest lease); the check now weighs
+//!   the lease the load holds (mutant `restore-checks-stated`).
 //!
 //! Checked sound (they pass): `replica_of_a_replica_promoted_directly_…`,
 //! `replica_of_a_replica_is_not_vouched_…`, and the control of G.
@@ -1197,9 +1200,23 @@ fn a_grant_right_after_the_replicas_psync_on_a_fresh_master() {
 /// with the lease M ran and reported by `INSPECT`, and the rule "no lease
 /// longer than the replicas acknowledged" is broken outright.)
 #[test]
-#[ignore = "open finding: the RESTORE lease-ack check weighs the stated time left, the load runs the larger wall-clock end (up to the longest lease)"]
 fn restore_checked_for_the_time_left_but_run_to_the_wall_clock_end() {
-    let mut m = node("1000").config("redlock.restart-grace-ms", "0").start();
+    restore_checked_for_what_the_load_holds(false);
+}
+
+/// The mutant puts the hole back: checked for the stated time left only.
+#[test]
+#[should_panic(expected = "two holders")]
+fn restore_checked_for_the_time_left_only_under_its_mutant() {
+    restore_checked_for_what_the_load_holds(true);
+}
+
+fn restore_checked_for_what_the_load_holds(mutant: bool) {
+    let mutants = if mutant { "restore-checks-stated" } else { "" };
+    let mut m = node("1000")
+        .config("redlock.restart-grace-ms", "0")
+        .env("REDLOCK_TEST_MUTANTS", mutants)
+        .start();
     let r = start_replica(&m, node("1000"));
     let rc = taught_replica_of(&m, &r);
     drop(rc);

@@ -95,12 +95,18 @@ pub enum Mutant {
     /// the replica, taught by the address of an earlier run of this
     /// master, guards once promoted for what that run taught it.
     FreshTrustsJoining = 1048576,
+    /// A `RESTORE` on a master is checked (lease-ack, the longest lease)
+    /// for the time left its payload states, while the load holds the
+    /// lease to the later of that and its wall-clock end
+    /// (`host/datatype.rs::rdb_load`): a payload from a node whose clock
+    /// runs ahead brings a lease longer than the replicas acknowledged.
+    RestoreChecksStated = 2097152,
 }
 
 impl Mutant {
     /// Every mutant with its name (as in `REDLOCK.TESTHOOK MUTANT name 0|1`,
     /// the `REDLOCK_TEST_MUTANTS` variable and the simulator's `--mutant`).
-    pub const ALL: [(&'static str, Mutant); 21] = [
+    pub const ALL: [(&'static str, Mutant); 22] = [
         ("config-exemption", Mutant::ConfigExemption),
         ("disk-lease-from-wall", Mutant::DiskLeaseFromWall),
         ("no-reclaimed-floor", Mutant::NoReclaimedFloor),
@@ -128,6 +134,7 @@ impl Mutant {
             Mutant::SyncingReplicasUncounted,
         ),
         ("fresh-trusts-joining", Mutant::FreshTrustsJoining),
+        ("restore-checks-stated", Mutant::RestoreChecksStated),
     ];
 
     /// The mutant of that name (ASCII case-insensitive).
