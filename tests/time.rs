@@ -61,6 +61,13 @@ fn replicas_time_leases_from_the_remaining_time() {
             "offset {offset}: master {on_master:?}, full-synced replica {on_late:?}"
         );
 
+        // The master's acknowledged length reaches the replica right after
+        // it came online; promoted before, it would start from 0 and wait
+        // for a replica of its own (`core/lease_ack_rule.rs`).
+        let acked = redlock_info(&mut m, "longest_lease_acked_ms");
+        wait_until(Duration::from_secs(10), "the master's acked length", || {
+            redlock_info(&mut l, "master_acked_ms") >= acked.max(1_000)
+        });
         // Promote the full-synced replica: another owner is refused until
         // the lease really ends (5 s after the grant), then gets it.
         let _: () = redis::cmd("REPLICAOF")

@@ -9,8 +9,9 @@ use std::sync::{Mutex, MutexGuard};
 use redis_module::native_types::RedisType;
 use redis_module::raw;
 
+use crate::core::clock::WallMillis;
 use crate::core::lease_time::{self, Reading};
-use crate::core::lock::LockState;
+use crate::core::lock::{LockState, MonoMillis};
 use crate::core::node_record::{aux_save2_writes, Load, LoadKind};
 use crate::core::record;
 use crate::host::clock::{boot_now, mono_now, wall_now};
@@ -146,8 +147,14 @@ fn restored_lease_ms(p: &persist::Persisted) -> u64 {
 
 /// The time left on a restored lock's lease as the load will hold it
 /// ([`persist::restore`] with [`load_source`]): at most the longest lease.
-fn restored_lease_held_ms(p: &persist::Persisted) -> u64 {
-    let (mono, wall, boot) = (mono_now(), wall_now(), boot_now());
+/// `readings` are the ones the load then restores the record with, so a
+/// master checks exactly the lease it will hold (its clamp does not move
+/// in between: recording a lease never raises it past the longest lease).
+fn restored_lease_held_ms(
+    p: &persist::Persisted,
+    readings: (MonoMillis, WallMillis, Option<lease_time::BootStamp>),
+) -> u64 {
+    let (mono, wall, boot) = readings;
     persist::restore(p, load_source(), mono, wall, boot)
         .live_deadline(mono)
         .map_or(0, |end| end.saturating_sub(mono))
@@ -208,6 +215,10 @@ unsafe extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *m
     }
     let loaded = catch_unwind(AssertUnwindSafe(|| -> Option<LockState> {
         let mut p = persist::read_record(rdb, encver)?;
+        // A RESTORE on a master is checked and restored with one set of
+        // readings; every other load reads the clocks when it restores (a
+        // full sync's remaining time counts from then).
+        let mut checked_with = None;
         if loading() != Loading::Nothing {
             learn_unwritten_node_record(&redis_module::Context::dummy());
         }
@@ -230,10 +241,11 @@ unsafe extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *m
                 // states alone could pass a lease the load then holds longer
                 // (finding K of `tests/adversarial_promotion.rs`).
                 let stated = restored_lease_ms(&p);
+                let readings = (mono_now(), wall_now(), boot_now());
                 let left = if mutant::on(Mutant::RestoreChecksStated) {
                     stated
                 } else {
-                    stated.max(restored_lease_held_ms(&p))
+                    stated.max(restored_lease_held_ms(&p, readings))
                 };
                 if is_replica(rdb) {
                     // From this replica's master, which accepted it: never
@@ -258,12 +270,15 @@ unsafe extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *m
                     // a smaller max-ttl-ms back still covers it.
                     redis_module::logging::log_warning(format!("RESTORE refused: {e}"));
                     return None;
+                } else {
+                    checked_with = Some(readings);
                 }
             }
             Loading::Nothing => {}
         }
         let source = load_source();
-        let (mono, wall, boot) = (mono_now(), wall_now(), boot_now());
+        let (mono, wall, boot) =
+            checked_with.unwrap_or_else(|| (mono_now(), wall_now(), boot_now()));
         if persist::restamp_needed(&p, source, wall, boot) {
             match loading() {
                 // Written again when the load ends, or right after the

@@ -116,6 +116,11 @@ fn write_info(ctx: *mut raw::RedisModuleInfoCtx) {
         );
         add_u64(
             ctx,
+            c"master_acked_ms".as_ptr(),
+            crate::host::teacher::master_acked_now(),
+        );
+        add_u64(
+            ctx,
             c"learned_lease_above_max_ttl".as_ptr(),
             guard::learned_above_own(),
         );

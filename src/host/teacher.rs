@@ -155,6 +155,14 @@ pub fn acked_applied(ctx: &Context, acked_ms: u64) {
     }
 }
 
+/// The acknowledged length of the master this replica follows now, as
+/// its life would start promoted (`INFO redlock`: 0 until that master's
+/// `acked` announcement reached it, right after it came online).
+pub fn master_acked_now() -> u64 {
+    let f = following().clone();
+    taught().acked_ms(f.as_deref(), mutant::current())
+}
+
 /// Whether the node is taught by the master it follows now (`INFO
 /// redlock`).
 pub fn taught_now() -> bool {
