@@ -7,7 +7,7 @@ use rand::Rng;
 use crate::rng::{between, chance, skewed};
 use crate::scenario::FaultKind;
 use crate::time::{Time, MS, SEC};
-use crate::world::{Ev, Fault, RaiseWatch, World};
+use crate::world::{Ev, Fault, RaiseWatch, Repoint, RepointStage, World};
 
 impl World {
     fn fault_rng(&mut self, k: FaultKind) -> &mut crate::rng::SimRng {
@@ -35,6 +35,8 @@ impl World {
                 | FaultKind::Failover
                 | FaultKind::LaggingPromotion
                 | FaultKind::RaiseFailover
+                | FaultKind::SwitchBack
+                | FaultKind::SlowRepoint
         );
         if !per_second {
             return;
@@ -97,6 +99,7 @@ impl World {
                 }
             }
             Fault::WatchLonger { member } => self.watch_longer(member as usize),
+            Fault::Repoint { member } => self.repoint_step(member as usize),
             Fault::Bounce { node } => {
                 let n = node as usize;
                 if self.nodes[n].up && !self.healed {
@@ -203,9 +206,11 @@ impl World {
                     longer_than_ms: before,
                     until: self.now + hold,
                     cut,
+                    kind: k,
                 });
                 self.watch_longer(m);
             }
+            FaultKind::SwitchBack | FaultKind::SlowRepoint => self.start_repoint(k),
             FaultKind::Pause => {
                 let n = self.pick(k, nodes);
                 if !self.nodes[n].up || self.nodes[n].paused_until.is_some() {
@@ -430,7 +435,7 @@ impl World {
             return;
         }
         self.raise_watch[m] = None;
-        let k = FaultKind::RaiseFailover;
+        let k = w.kind;
         let lag = skewed(self.fault_rng(k), MS, 200 * MS).min(w.until.saturating_sub(self.now));
         let back = self.now + lag + skewed(self.fault_rng(k), MS, 300 * MS);
         self.cut_members(w.cut, back);
@@ -503,6 +508,213 @@ impl World {
         }
         self.nodes[n].paused_until = Some(self.now);
         self.node_resume(n);
+    }
+
+    /// Starts a sequence of [`FaultKind::SwitchBack`] or
+    /// [`FaultKind::SlowRepoint`] on a member whose master is settled with
+    /// two replicas online: a switchover to one of them, or its master's
+    /// death (down until after the second promotion).
+    fn start_repoint(&mut self, k: FaultKind) {
+        let m = self.pick(k, self.sc.members);
+        let cap = 4 * self.sc.max_ttl_ms;
+        if !self.may_fail_over(m)
+            || self.repoint[m].is_some()
+            || self.raise_watch[m].is_some()
+            || self.ttl_ceiling_ms >= cap
+            || !self.settled()
+        {
+            return;
+        }
+        let master = self.members[m].master as usize;
+        let online = self.online_replicas(m, master);
+        if online.len() < 2 || self.nodes[master].paused_until.is_some() {
+            return;
+        }
+        self.stats.fault(k);
+        let longest = self.ttl_ceiling_ms * MS;
+        // Seconds: a full sync that waits for `repl-diskless-sync-delay`
+        // and a large snapshot, or Sentinel repointing replicas one at a
+        // time (`parallel-syncs 1`); long enough for the new master's
+        // window and the raise.
+        let slow_for = longest + skewed(self.fault_rng(k), 500 * MS, 3 * SEC);
+        let give_up = self.now + 2 * longest + 4 * SEC;
+        let last = give_up + slow_for + self.sc.down_after_ms * MS + 500 * MS;
+        self.heal_not_before = self.heal_not_before.max(last);
+        if k == FaultKind::SwitchBack {
+            let to = online[self.pick(k, online.len())];
+            self.repoint[m] = Some(Repoint {
+                kind: k,
+                stage: RepointStage::Away,
+                master: master as u16,
+                slow: to as u16,
+                slow_for,
+                give_up,
+            });
+            self.nodes[master].failing_over = true;
+            self.switchover_step(m, to, self.now + SEC);
+        } else {
+            self.repoint[m] = Some(Repoint {
+                kind: k,
+                stage: RepointStage::Failing,
+                master: master as u16,
+                slow: master as u16,
+                slow_for,
+                give_up,
+            });
+            let down = slow_for + skewed(self.fault_rng(k), 1_500 * MS, 3 * SEC);
+            self.crash_for(master, down, false);
+        }
+        self.after(5 * MS, Ev::Fault(Fault::Repoint { member: m as u8 }));
+    }
+
+    /// The replicas of member `m` online on master `n`'s stream now.
+    fn online_replicas(&self, m: usize, n: usize) -> Vec<usize> {
+        let repl_id = self.nodes[n].repl_id;
+        self.members[m]
+            .nodes
+            .iter()
+            .map(|&x| x as usize)
+            .filter(|&x| {
+                let r = &self.nodes[x];
+                x != n
+                    && r.up
+                    && r.replica
+                    && !r.link_down
+                    && r.paused_until.is_none()
+                    && r.acked.is_some_and(|(id, _)| id == repl_id)
+            })
+            .collect()
+    }
+
+    /// A sequence of [`FaultKind::SwitchBack`] or [`FaultKind::SlowRepoint`]
+    /// looks at its member again (every 5 ms): the switchover back once the
+    /// old master follows the new one, then, after the promotion that
+    /// leaves a replica slow to follow, the raise of `max-ttl-ms` and the
+    /// watch of [`FaultKind::RaiseFailover`] (the master dies soon after a
+    /// longer lease, or when the slow replica would catch up; the sentinel
+    /// promotes the least advanced replica, the slow one).
+    fn repoint_step(&mut self, m: usize) {
+        let Some(mut p) = self.repoint[m] else {
+            return;
+        };
+        if self.healed || self.now > p.give_up {
+            self.repoint[m] = None;
+            return;
+        }
+        let again = Ev::Fault(Fault::Repoint { member: m as u8 });
+        if std::env::var("SIMDEBUG").is_ok() {
+            eprintln!("t={} repoint m{} {:?}", self.now, m, p);
+        }
+        let (a, b) = (p.slow as usize, p.master as usize);
+        match p.stage {
+            RepointStage::Away => {
+                if self.members[m].master as usize != a {
+                    if !self.nodes[b].failing_over {
+                        // The switchover gave up.
+                        self.repoint[m] = None;
+                    } else {
+                        self.after(5 * MS, again);
+                    }
+                    return;
+                }
+                let repl_id = self.nodes[a].repl_id;
+                let len = self.nodes[a].backlog.len() as u64;
+                let ready = self.nodes[a].up
+                    && !self.nodes[a].failing_over
+                    && self.nodes[a].paused_until.is_none()
+                    && self.nodes[b].up
+                    && self.nodes[b].replica
+                    && !self.nodes[b].link_down
+                    && self.nodes[b].paused_until.is_none()
+                    && self.nodes[b].following == Some((repl_id, len));
+                if ready {
+                    p.stage = RepointStage::Back;
+                    self.repoint[m] = Some(p);
+                    self.nodes[a].failing_over = true;
+                    self.switchover_step(m, b, self.now + SEC);
+                }
+                self.after(5 * MS, again);
+            }
+            RepointStage::Back => {
+                // The promotion moves the stage on (`repoint_promoted`).
+                if !self.nodes[a].failing_over {
+                    self.repoint[m] = None;
+                } else {
+                    self.after(5 * MS, again);
+                }
+            }
+            RepointStage::Failing => self.after(5 * MS, again),
+            RepointStage::Promoted => {
+                let n = b;
+                if self.members[m].master as usize != n || !self.nodes[n].up {
+                    self.repoint[m] = None;
+                    return;
+                }
+                let waits = self.nodes[n].in_window(self.settings(n), self.now)
+                    || self.nodes[n].paused_until.is_some()
+                    || (p.kind == FaultKind::SwitchBack && self.online_replicas(m, n).is_empty());
+                if waits {
+                    self.after(5 * MS, again);
+                    return;
+                }
+                self.repoint[m] = None;
+                let k = p.kind;
+                let cap = 4 * self.sc.max_ttl_ms;
+                let before = self.ttl_ceiling_ms;
+                if before >= cap || self.raise_watch[m].is_some() {
+                    return;
+                }
+                let raise = between(self.fault_rng(k), before, 3 * before).min(cap - before);
+                self.promote_lagging[m] = true;
+                let cut = self.spares(k, m);
+                self.raise_max_ttl(raise);
+                let clients = self.sc.clients;
+                let longer = between(self.fault_rng(k), 1, (1 << clients) - 2) as u32;
+                self.ttl_split = Some((before, longer));
+                self.raise_watch[m] = Some(RaiseWatch {
+                    node: n as u16,
+                    longer_than_ms: before,
+                    until: self.slow_until[a].max(self.now),
+                    cut,
+                    kind: k,
+                });
+                self.watch_longer(m);
+            }
+        }
+    }
+
+    /// Node `to` is promoted in place of `old` on member `m`: when that is
+    /// the promotion of a sequence under way, the replica it leaves slow to
+    /// follow (connecting no earlier than `slow_until`), and whether that
+    /// replica is pointed at `to` already (a switch-back: it names its new
+    /// master while its full sync waits) or still names `old` (Sentinel
+    /// has not repointed it yet).
+    pub fn repoint_promoted(&mut self, m: usize, to: usize, old: usize) -> Option<(usize, bool)> {
+        let mut p = self.repoint[m]?;
+        let (slow, pointed) = match p.stage {
+            RepointStage::Back if to == p.master as usize && old == p.slow as usize => (old, true),
+            RepointStage::Failing if old == p.master as usize => {
+                let other = self.members[m]
+                    .nodes
+                    .iter()
+                    .map(|&x| x as usize)
+                    .find(|&x| x != to && x != old && self.nodes[x].up);
+                match other {
+                    Some(x) => (x, false),
+                    None => {
+                        self.repoint[m] = None;
+                        return None;
+                    }
+                }
+            }
+            _ => return None,
+        };
+        p.stage = RepointStage::Promoted;
+        p.master = to as u16;
+        p.slow = slow as u16;
+        self.slow_until[slow] = self.now + p.slow_for;
+        self.repoint[m] = Some(p);
+        Some((slow, pointed))
     }
 
     /// `CONFIG SET redlock.max-ttl-ms` raised it (`events.rs::on_config_change`):

@@ -134,6 +134,24 @@ pub const MUTANTS: &[SimMutant] = &[
         known_seed: 69,
     },
     SimMutant {
+        name: "teacher-outlives-life",
+        hole: Hole::Module(Mutant::TeacherOutlivesLife),
+        what: "a node keeps its teacher through its own life as master: switched over to and back, it counts as taught by its old master before any record of that master's new life, and promoted during its full sync guards for less than the leases the master granted since (module, finding B; caught through switch-back)",
+        known_seed: 0,
+    },
+    SimMutant {
+        name: "taught-by-any",
+        hole: Hole::Module(Mutant::TaughtByAny),
+        what: "a replica counts as taught by any node record it applied, from another master or its own files (module, promotion holes 2 and 3; caught through switch-back)",
+        known_seed: 0,
+    },
+    SimMutant {
+        name: "promotion-trusts-longest",
+        hole: Hole::Module(Mutant::PromotionTrustsLongest),
+        what: "a promoted master starts from its own longest lease acknowledged and is not held while its replica set is empty: a raise grants at once while a fellow replica of the old master has not reconnected (module, promotion hole 1; caught through slow-repoint)",
+        known_seed: 0,
+    },
+    SimMutant {
         name: "no-clock-floor",
         hole: Hole::NoClockFloor,
         what: "clients send no FLOOR: a node that lost its counters hands out low tokens again (client setting)",

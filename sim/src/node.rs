@@ -1405,6 +1405,12 @@ impl World {
                 .push_back(Ev::ReplConnect { to: r as u16 });
             return;
         }
+        // A replica slow to follow its new master ([`FaultKind::SwitchBack`],
+        // [`FaultKind::SlowRepoint`]) connects no earlier than then.
+        if self.now < self.slow_until[r] {
+            self.at(self.slow_until[r], Ev::ReplConnect { to: r as u16 });
+            return;
+        }
         let member = self.nodes[r].member as usize;
         let m = self.members[member].master as usize;
         if m == r || !self.nodes[m].up || self.nodes[m].replica {
@@ -1547,7 +1553,9 @@ impl World {
         };
         let failover = self.sc.rate(FaultKind::Failover) > 0.0;
         let lagging = self.sc.rate(FaultKind::LaggingPromotion) > 0.0
-            || self.sc.rate(FaultKind::RaiseFailover) > 0.0;
+            || self.sc.rate(FaultKind::RaiseFailover) > 0.0
+            || self.sc.rate(FaultKind::SwitchBack) > 0.0
+            || self.sc.rate(FaultKind::SlowRepoint) > 0.0;
         let down_after = self.sc.down_after_ms * MS;
         if self.healed || (!failover && !lagging) || self.now < since + down_after {
             return;
@@ -1664,12 +1672,18 @@ impl World {
                 self.reply(&req, Reply::Broken);
             }
         }
+        // A replica left slow to follow (a sequence of `fault.rs`): pointed
+        // at the new master already, or still naming the old one.
+        let slow = self.repoint_promoted(member, to, old);
         for x in self.members[member].nodes.clone() {
             let x = x as usize;
             if x != to && self.nodes[x].up {
                 let link = self.id();
                 self.nodes[x].following = None;
                 self.nodes[x].link = link;
+                if slow == Some((x, true)) {
+                    self.nodes[x].master_node = Some(to as u16);
+                }
                 self.after(MS, Ev::ReplConnect { to: x as u16 });
             }
         }

@@ -70,11 +70,25 @@ pub enum FaultKind {
     /// the raise or the grant, and the sentinel promotes its least advanced
     /// replica.
     RaiseFailover,
+    /// A switchover to a replica and back (Sentinel's `FAILOVER` twice):
+    /// the replica that was master meanwhile is pointed back at its old
+    /// master and its full sync takes seconds; `redlock.max-ttl-ms` is
+    /// raised, the master grants a longer lease once its other replica
+    /// acknowledged it, dies, and the sentinel promotes the replica still in
+    /// its full sync (`core/teacher.rs`: a teacher from an earlier life as
+    /// replica must not teach its later life).
+    SwitchBack,
+    /// After a failover, the sentinel repoints one of the old master's
+    /// replicas only seconds later (it still names the old master);
+    /// `redlock.max-ttl-ms` is raised on the new master, which dies, and the
+    /// sentinel promotes that replica (`LeaseAck::promoted`: a promoted
+    /// master is held while its replica set is empty).
+    SlowRepoint,
 }
 
 impl FaultKind {
     /// Every kind, in table order.
-    pub const ALL: [FaultKind; 23] = [
+    pub const ALL: [FaultKind; 25] = [
         FaultKind::Delay,
         FaultKind::DropRequest,
         FaultKind::DropReply,
@@ -98,6 +112,8 @@ impl FaultKind {
         FaultKind::ClientClockStep,
         FaultKind::Drift,
         FaultKind::RaiseFailover,
+        FaultKind::SwitchBack,
+        FaultKind::SlowRepoint,
     ];
 
     /// Its index in [`FaultKind::ALL`].
@@ -131,6 +147,8 @@ impl FaultKind {
             FaultKind::ClientClockStep => "client-clock-step",
             FaultKind::Drift => "drift",
             FaultKind::RaiseFailover => "raise-failover",
+            FaultKind::SwitchBack => "switch-back",
+            FaultKind::SlowRepoint => "slow-repoint",
         }
     }
 
@@ -149,7 +167,14 @@ impl FaultKind {
                 | FaultKind::LaggingPromotion
                 | FaultKind::Switchover
                 | FaultKind::RaiseFailover
+                | FaultKind::SwitchBack
+                | FaultKind::SlowRepoint
         )
+    }
+
+    /// Kinds that play a master with two replicas.
+    pub fn needs_two_replicas(self) -> bool {
+        matches!(self, FaultKind::SwitchBack | FaultKind::SlowRepoint)
     }
 }
 
@@ -416,9 +441,12 @@ impl Scenario {
                     | FaultKind::Failover
                     | FaultKind::LaggingPromotion
                     | FaultKind::RaiseFailover
+                    | FaultKind::SwitchBack
+                    | FaultKind::SlowRepoint
             );
-            let pointless =
-                (k.needs_replicas() && replicas == 0) || (k == FaultKind::Drift && drift_ppm == 0);
+            let pointless = (k.needs_replicas() && replicas == 0)
+                || (k.needs_two_replicas() && replicas < 2)
+                || (k == FaultKind::Drift && drift_ppm == 0);
             let refused = mixed_floors && loses_counters;
             !(pointless || refused)
         };
@@ -527,7 +555,11 @@ impl Scenario {
 
 /// Fault kinds drawn after the rest of a seed's scenario (added after seeds
 /// were kept as regression cases), in this order.
-const DRAWN_LAST: [FaultKind; 1] = [FaultKind::RaiseFailover];
+const DRAWN_LAST: [FaultKind; 3] = [
+    FaultKind::RaiseFailover,
+    FaultKind::SwitchBack,
+    FaultKind::SlowRepoint,
+];
 
 /// The rate of kind `k` in a seed that enables it: per message for the
 /// network's kinds, per second of the fault phase otherwise.
@@ -553,6 +585,7 @@ fn rate_drawn(r: &mut SimRng, k: FaultKind) -> f64 {
         FaultKind::ClientClockStep => log_between(r, 0.2, 2.0),
         FaultKind::Drift => 1.0,
         FaultKind::RaiseFailover => log_between(r, 0.3, 1.5),
+        FaultKind::SwitchBack | FaultKind::SlowRepoint => log_between(r, 0.5, 2.0),
     }
 }
 
@@ -582,26 +615,36 @@ mod tests {
         assert!(Kinds::parse("all,-nonsense").is_err());
     }
 
-    /// A kind drawn last leaves the rest of every seed's draw as it was
-    /// without it: a seed kept as a regression case before the kind
+    /// The kinds drawn last leave the rest of every seed's draw as it was
+    /// without them: a seed kept as a regression case before a kind
     /// existed plays its old world with the kind filtered out.
     #[test]
     fn the_kinds_drawn_last_leave_the_rest_of_the_draw_unchanged() {
-        let without = Overrides {
-            faults: Some(Kinds::parse("all,-raise-failover").expect("parses")),
-            ..Overrides::default()
-        };
-        let mut seen_on = 0;
-        for seed in 0..400 {
-            let mut full = Scenario::draw(seed, &Overrides::default());
-            let filtered = Scenario::draw(seed, &without);
-            if full.faults.has(FaultKind::RaiseFailover) {
-                seen_on += 1;
-                full.faults = full.faults.with(FaultKind::RaiseFailover, false);
-                full.rates.0[FaultKind::RaiseFailover.index()] = 0.0;
+        let mut later = Vec::new();
+        for k in DRAWN_LAST {
+            later.push(k);
+            let mut names = String::from("all");
+            for k in &later {
+                names.push_str(&format!(",-{}", k.name()));
             }
-            assert_eq!(format!("{full:?}"), format!("{filtered:?}"), "seed {seed}");
+            let without = Overrides {
+                faults: Some(Kinds::parse(&names).expect("parses")),
+                ..Overrides::default()
+            };
+            let mut seen_on = 0;
+            for seed in 0..400 {
+                let mut full = Scenario::draw(seed, &Overrides::default());
+                let filtered = Scenario::draw(seed, &without);
+                for &k in &later {
+                    if full.faults.has(k) {
+                        seen_on += 1;
+                        full.faults = full.faults.with(k, false);
+                        full.rates.0[k.index()] = 0.0;
+                    }
+                }
+                assert_eq!(format!("{full:?}"), format!("{filtered:?}"), "seed {seed}");
+            }
+            assert!(seen_on > 40, "{names}: on in {seen_on} of 400 seeds");
         }
-        assert!(seen_on > 40, "raise-failover in {seen_on} of 400 seeds");
     }
 }

@@ -363,6 +363,12 @@ pub enum Fault {
         /// The node.
         node: u16,
     },
+    /// A sequence of [`FaultKind::SwitchBack`] or
+    /// [`FaultKind::SlowRepoint`] looks at its member again.
+    Repoint {
+        /// The member.
+        member: u8,
+    },
     /// A switchover waits for its replica to catch up.
     Switch {
         /// The member.
@@ -442,6 +448,7 @@ fn fault_word(f: &Fault) -> u64 {
         Fault::CrashMaster { member } => 1_200 + u64::from(member),
         Fault::Bounce { node } => 1_300 + u64::from(node),
         Fault::WatchLonger { member } => 1_400 + u64::from(member),
+        Fault::Repoint { member } => 1_500 + u64::from(member),
     }
 }
 
@@ -590,7 +597,54 @@ pub struct World {
     /// for longer leases (the part of the application the raise was for);
     /// the others go on asking for leases as long as before.
     pub ttl_split: Option<(u64, u32)>,
+    /// Per member: a sequence of [`FaultKind::SwitchBack`] or
+    /// [`FaultKind::SlowRepoint`] under way.
+    pub repoint: Vec<Option<Repoint>>,
+    /// Per node: a replica slow to follow its new master connects no
+    /// earlier than then (its full sync, or Sentinel's repointing, takes
+    /// that long).
+    pub slow_until: Vec<Time>,
+    /// The fault phase ends no earlier than then: a sequence of
+    /// [`FaultKind::SwitchBack`] or [`FaultKind::SlowRepoint`] runs to its
+    /// last promotion.
+    pub heal_not_before: Time,
     events: u64,
+}
+
+/// Where a sequence of [`FaultKind::SwitchBack`] or
+/// [`FaultKind::SlowRepoint`] stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RepointStage {
+    /// Switch-back: the switchover to the replica is under way.
+    Away,
+    /// Switch-back: the switchover back to the old master is under way.
+    Back,
+    /// Slow-repoint: the master is down, the sentinel is to promote one of
+    /// its replicas.
+    Failing,
+    /// The promotion of the sequence happened: once its master is out of
+    /// its window (and, for a switch-back, the other replica acknowledged
+    /// its record), `max-ttl-ms` is raised.
+    Promoted,
+}
+
+/// A sequence of [`FaultKind::SwitchBack`] or [`FaultKind::SlowRepoint`].
+#[derive(Clone, Copy, Debug)]
+pub struct Repoint {
+    /// Which kind.
+    pub kind: FaultKind,
+    /// Where it stands.
+    pub stage: RepointStage,
+    /// The master it returns to (switch-back) or the one that dies first
+    /// (slow-repoint); after the promotion, the new master.
+    pub master: u16,
+    /// Switch-back: the replica switched to and back from; after the
+    /// promotion, the replica slow to follow.
+    pub slow: u16,
+    /// How long that replica is slow to follow.
+    pub slow_for: Time,
+    /// The sequence is dropped if it has not reached its raise by then.
+    pub give_up: Time,
 }
 
 /// A master whose replicas lag behind a raise of `max-ttl-ms`
@@ -605,6 +659,8 @@ pub struct RaiseWatch {
     pub until: Time,
     /// The members cut off from the clients meanwhile, as a bit set.
     pub cut: u32,
+    /// The kind that set the watch (its random stream).
+    pub kind: FaultKind,
 }
 
 /// One client's connection to one member.
@@ -654,6 +710,9 @@ impl World {
             ttl_ceiling_ms: sc.max_ttl_ms,
             ttl_split: None,
             raise_watch: vec![None; sc.members],
+            repoint: vec![None; sc.members],
+            slow_until: vec![0; sc.nodes()],
+            heal_not_before: 0,
             events: 0,
             sc,
         };
@@ -849,6 +908,13 @@ impl World {
     /// flight has landed and every guard window and lease has run out, the
     /// liveness checks start.
     fn heal(&mut self) {
+        // A sequence of [`FaultKind::SwitchBack`] or
+        // [`FaultKind::SlowRepoint`] under way plays to its end first (no
+        // other fault starts meanwhile).
+        if self.now < self.heal_not_before {
+            self.at(self.heal_not_before, Ev::Heal);
+            return;
+        }
         self.healed = true;
         self.heal_at = self.now;
         for n in 0..self.nodes.len() {
