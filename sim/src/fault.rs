@@ -602,9 +602,6 @@ impl World {
             return;
         }
         let again = Ev::Fault(Fault::Repoint { member: m as u8 });
-        if std::env::var("SIMDEBUG").is_ok() {
-            eprintln!("t={} repoint m{} {:?}", self.now, m, p);
-        }
         let (a, b) = (p.slow as usize, p.master as usize);
         match p.stage {
             RepointStage::Away => {

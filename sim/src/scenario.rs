@@ -444,9 +444,9 @@ impl Scenario {
                     | FaultKind::SwitchBack
                     | FaultKind::SlowRepoint
             );
-            let pointless = (k.needs_replicas() && replicas == 0)
-                || (k.needs_two_replicas() && replicas < 2)
-                || (k == FaultKind::Drift && drift_ppm == 0);
+            // (A kind that needs two replicas gets its second below.)
+            let pointless =
+                (k.needs_replicas() && replicas == 0) || (k == FaultKind::Drift && drift_ppm == 0);
             let refused = mixed_floors && loses_counters;
             !(pointless || refused)
         };
@@ -476,6 +476,23 @@ impl Scenario {
         // (the seeds kept as regression cases).
         for k in DRAWN_LAST {
             enable(r, k);
+        }
+        // A seed with one replica per master that draws a kind playing two
+        // gets a second replica per master (drawn last too).
+        let mut replicas = replicas;
+        let mut persistence: Vec<Persistence> = persistence;
+        if replicas == 1 && faults.iter().any(FaultKind::needs_two_replicas) {
+            replicas = 2;
+            let roll = |r: &mut SimRng| match if mix < 4 { mix } else { between(r, 0, 3) } {
+                _ if mixed_floors => Persistence::AofAlways,
+                0 => Persistence::None,
+                1 => Persistence::Rdb,
+                2 => Persistence::AofEverysec,
+                _ => Persistence::AofAlways,
+            };
+            for _ in 0..members {
+                persistence.push(roll(r));
+            }
         }
         Scenario {
             seed,
@@ -635,12 +652,19 @@ mod tests {
             for seed in 0..400 {
                 let mut full = Scenario::draw(seed, &Overrides::default());
                 let filtered = Scenario::draw(seed, &without);
+                let two = full.faults.iter().any(FaultKind::needs_two_replicas);
                 for &k in &later {
                     if full.faults.has(k) {
                         seen_on += 1;
                         full.faults = full.faults.with(k, false);
                         full.rates.0[k.index()] = 0.0;
                     }
+                }
+                if full.replicas != filtered.replicas {
+                    // The second replica a two-replica kind brings, drawn last.
+                    assert!(two && full.replicas == 2 && filtered.replicas == 1);
+                    full.replicas = 1;
+                    full.persistence.truncate(filtered.persistence.len());
                 }
                 assert_eq!(format!("{full:?}"), format!("{filtered:?}"), "seed {seed}");
             }
