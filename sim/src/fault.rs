@@ -37,6 +37,7 @@ impl World {
                 | FaultKind::RaiseFailover
                 | FaultKind::SwitchBack
                 | FaultKind::SlowRepoint
+                | FaultKind::LateReplica
         );
         if !per_second {
             return;
@@ -211,6 +212,7 @@ impl World {
                 self.watch_longer(m);
             }
             FaultKind::SwitchBack | FaultKind::SlowRepoint => self.start_repoint(k),
+            FaultKind::LateReplica => self.start_late_replicas(),
             FaultKind::Pause => {
                 let n = self.pick(k, nodes);
                 if !self.nodes[n].up || self.nodes[n].paused_until.is_some() {
@@ -567,6 +569,85 @@ impl World {
         self.after(5 * MS, Ev::Fault(Fault::Repoint { member: m as u8 }));
     }
 
+    /// [`FaultKind::LateReplica`]: the replicas of the member that started
+    /// without them start, once its master is settled; their first full
+    /// sync takes seconds (`repl-diskless-sync-delay`, a large snapshot).
+    fn start_late_replicas(&mut self) {
+        let k = FaultKind::LateReplica;
+        let Some(m) = self.late_member else {
+            return;
+        };
+        let cap = 4 * self.sc.max_ttl_ms;
+        let master = self.members[m].master as usize;
+        if !self.may_fail_over(m)
+            || self.repoint[m].is_some()
+            || self.raise_watch[m].is_some()
+            || self.late_watch.is_some()
+            || self.ttl_ceiling_ms >= cap
+            || !self.settled()
+            || self.nodes[master].paused_until.is_some()
+        {
+            return;
+        }
+        self.late_member = None;
+        let late: Vec<usize> = self.members[m]
+            .nodes
+            .iter()
+            .map(|&x| x as usize)
+            .filter(|&x| x != master && !self.nodes[x].up)
+            .collect();
+        if late.is_empty() {
+            return;
+        }
+        self.stats.fault(k);
+        let sync = skewed(self.fault_rng(k), 300 * MS, 3 * SEC);
+        for &r in &late {
+            self.sync_extra[r] = sync;
+            self.node_start(r, false);
+        }
+        let give_up = self.now + 100 * MS;
+        let last = self.now + sync + 3 * SEC + self.sc.down_after_ms * MS;
+        self.heal_not_before = self.heal_not_before.max(last);
+        self.repoint[m] = Some(Repoint {
+            kind: k,
+            stage: RepointStage::Joining,
+            master: master as u16,
+            slow: late[0] as u16,
+            slow_for: sync,
+            give_up,
+        });
+        self.after(2 * MS, Ev::Fault(Fault::Repoint { member: m as u8 }));
+    }
+
+    /// A late replica's first full sync landed on replica `r` (its data
+    /// loaded, before it comes online): if its master holds a lease longer
+    /// than before the raise, the master dies before the rest of its
+    /// stream (its next announcement) reaches the replica.
+    pub fn late_sync_landed(&mut self, r: usize) {
+        let Some((m, longer_than_ms)) = self.late_watch else {
+            return;
+        };
+        if self.nodes[r].member as usize != m {
+            return;
+        }
+        self.late_watch = None;
+        let n = self.members[m].master as usize;
+        if !self.nodes[n].up || self.healed {
+            return;
+        }
+        let mono = self.nodes[n].mono(self.now);
+        let longer = self.nodes[n].keys.iter().flatten().any(|lock| {
+            lock.live_deadline(mono)
+                .is_some_and(|end| end > mono + longer_than_ms)
+        });
+        if longer {
+            // It dies as the snapshot lands: the stream it buffered for the
+            // replica behind the snapshot (the announcement of the raise)
+            // is lost with it.
+            self.fault(Fault::CrashMaster { member: m as u8 });
+        }
+    }
+
     /// The replicas of member `m` online on master `n`'s stream now.
     fn online_replicas(&self, m: usize, n: usize) -> Vec<usize> {
         let repl_id = self.nodes[n].repl_id;
@@ -604,6 +685,36 @@ impl World {
         let again = Ev::Fault(Fault::Repoint { member: m as u8 });
         let (a, b) = (p.slow as usize, p.master as usize);
         match p.stage {
+            RepointStage::Joining => {
+                // Once a late replica's sync is under way (its snapshot
+                // forked), `max-ttl-ms` is raised and the members a quorum
+                // can do without are cut off until the sync lands.
+                let n = b;
+                let repl_id = self.nodes[n].repl_id;
+                let syncing = self.nodes[a].up
+                    && self.nodes[a].acked.is_none()
+                    && self.nodes[a].following.is_some_and(|(id, _)| id == repl_id);
+                if !syncing {
+                    self.after(MS, again);
+                    return;
+                }
+                self.repoint[m] = None;
+                let k = p.kind;
+                let cap = 4 * self.sc.max_ttl_ms;
+                let before = self.ttl_ceiling_ms;
+                if before >= cap {
+                    return;
+                }
+                let raise = between(self.fault_rng(k), before, 3 * before).min(cap - before);
+                let cut = self.spares(k, m);
+                let back = self.nodes[a].link_last + skewed(self.fault_rng(k), 50 * MS, 300 * MS);
+                self.cut_members(cut, back);
+                self.raise_max_ttl(raise);
+                let clients = self.sc.clients;
+                let longer = between(self.fault_rng(k), 1, (1 << clients) - 2) as u32;
+                self.ttl_split = Some((before, longer));
+                self.late_watch = Some((m, before));
+            }
             RepointStage::Away => {
                 if self.members[m].master as usize != a {
                     if !self.nodes[b].failing_over {

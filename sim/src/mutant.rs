@@ -152,6 +152,12 @@ pub const MUTANTS: &[SimMutant] = &[
         known_seed: 0,
     },
     SimMutant {
+        name: "syncing-replicas-uncounted",
+        hole: Hole::Module(Mutant::SyncingReplicasUncounted),
+        what: "the lease-ack check waits only for the replicas of the master's life, not for one connected and still in its first sync: a master that never had a replica grants a longer lease than its first replica's snapshot says (module, finding F; caught through late-replica)",
+        known_seed: 0,
+    },
+    SimMutant {
         name: "no-clock-floor",
         hole: Hole::NoClockFloor,
         what: "clients send no FLOOR: a node that lost its counters hands out low tokens again (client setting)",

@@ -10,7 +10,7 @@
 use std::collections::VecDeque;
 
 use redlock_module_rules::core::guard_rule::{Guard, Settings};
-use redlock_module_rules::core::lease_ack_rule::{Kept, LeaseAck};
+use redlock_module_rules::core::lease_ack_rule::{waited_for, Kept, LeaseAck};
 use redlock_module_rules::core::lease_time::BootStamp;
 use redlock_module_rules::core::lock::{
     token_within_reach, Acquired, LockState, MonoMillis, OwnerHash, ReclaimRule,
@@ -969,12 +969,25 @@ impl World {
             })
             .collect();
         let mutants = self.setup.mutants;
+        // With replicas that join late ([`FaultKind::LateReplica`]), those
+        // connected and still in their first sync are waited for too
+        // (`host/lease_ack.rs::check`).
+        let known = if self.sc.rate(FaultKind::LateReplica) > 0.0 {
+            let syncing: Vec<String> = self.members[member]
+                .nodes
+                .iter()
+                .map(|&r| &self.nodes[r as usize])
+                .filter(|r| r.up && r.replica && !r.link_down && r.acked.is_none())
+                .filter(|r| r.following.is_some_and(|(id, _)| id == repl_id))
+                .map(|r| replica_address(r.id))
+                .collect();
+            waited_for(&self.nodes[n].life_replicas, &syncing, mutants)
+        } else {
+            self.nodes[n].life_replicas.clone()
+        };
         let node = &mut self.nodes[n];
         let before = node.lease_ack.acked_ms();
-        let refused = node
-            .lease_ack
-            .check(ttl, &node.life_replicas, &acks, mutants)
-            .is_err();
+        let refused = node.lease_ack.check(ttl, &known, &acks, mutants).is_err();
         if node.lease_ack.acked_ms() > before {
             node.disk.lease_acked = Some(node.lease_ack.kept());
         }
@@ -1443,7 +1456,8 @@ impl World {
                 let offset = self.nodes[m].backlog.len() as u64;
                 self.nodes[r].following = Some((repl_id, offset));
                 let (lo, hi) = self.sc.repl_lag_us;
-                let delay = skewed(&mut self.repl_rng, lo, hi) + 2 * MS;
+                let extra = std::mem::take(&mut self.sync_extra[r]);
+                let delay = skewed(&mut self.repl_rng, lo, hi) + 2 * MS + extra;
                 let at = self.now + delay;
                 self.nodes[r].link_last = at;
                 self.at(
@@ -1504,6 +1518,7 @@ impl World {
         }
         let member = self.nodes[r].member as usize;
         let m = self.members[member].master as usize;
+        self.late_sync_landed(r);
         self.replica_online(m, r);
     }
 
@@ -1555,7 +1570,8 @@ impl World {
         let lagging = self.sc.rate(FaultKind::LaggingPromotion) > 0.0
             || self.sc.rate(FaultKind::RaiseFailover) > 0.0
             || self.sc.rate(FaultKind::SwitchBack) > 0.0
-            || self.sc.rate(FaultKind::SlowRepoint) > 0.0;
+            || self.sc.rate(FaultKind::SlowRepoint) > 0.0
+            || self.sc.rate(FaultKind::LateReplica) > 0.0;
         let down_after = self.sc.down_after_ms * MS;
         if self.healed || (!failover && !lagging) || self.now < since + down_after {
             return;

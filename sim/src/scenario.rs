@@ -84,11 +84,18 @@ pub enum FaultKind {
     /// sentinel promotes that replica (`LeaseAck::promoted`: a promoted
     /// master is held while its replica set is empty).
     SlowRepoint,
+    /// A replica added to a master that never had one (its replicas start
+    /// late, their first full sync takes seconds; the master's lease-ack
+    /// check then waits for replicas in their first sync,
+    /// `lease_ack_rule::waited_for`): `redlock.max-ttl-ms` is raised right
+    /// after the sync's snapshot is forked, and the master dies right after
+    /// the replica loaded it, before its next announcement reaches it.
+    LateReplica,
 }
 
 impl FaultKind {
     /// Every kind, in table order.
-    pub const ALL: [FaultKind; 25] = [
+    pub const ALL: [FaultKind; 26] = [
         FaultKind::Delay,
         FaultKind::DropRequest,
         FaultKind::DropReply,
@@ -114,6 +121,7 @@ impl FaultKind {
         FaultKind::RaiseFailover,
         FaultKind::SwitchBack,
         FaultKind::SlowRepoint,
+        FaultKind::LateReplica,
     ];
 
     /// Its index in [`FaultKind::ALL`].
@@ -149,6 +157,7 @@ impl FaultKind {
             FaultKind::RaiseFailover => "raise-failover",
             FaultKind::SwitchBack => "switch-back",
             FaultKind::SlowRepoint => "slow-repoint",
+            FaultKind::LateReplica => "late-replica",
         }
     }
 
@@ -169,6 +178,7 @@ impl FaultKind {
                 | FaultKind::RaiseFailover
                 | FaultKind::SwitchBack
                 | FaultKind::SlowRepoint
+                | FaultKind::LateReplica
         )
     }
 
@@ -443,6 +453,7 @@ impl Scenario {
                     | FaultKind::RaiseFailover
                     | FaultKind::SwitchBack
                     | FaultKind::SlowRepoint
+                    | FaultKind::LateReplica
             );
             // (A kind that needs two replicas gets its second below.)
             let pointless =
@@ -572,10 +583,11 @@ impl Scenario {
 
 /// Fault kinds drawn after the rest of a seed's scenario (added after seeds
 /// were kept as regression cases), in this order.
-const DRAWN_LAST: [FaultKind; 3] = [
+const DRAWN_LAST: [FaultKind; 4] = [
     FaultKind::RaiseFailover,
     FaultKind::SwitchBack,
     FaultKind::SlowRepoint,
+    FaultKind::LateReplica,
 ];
 
 /// The rate of kind `k` in a seed that enables it: per message for the
@@ -602,7 +614,9 @@ fn rate_drawn(r: &mut SimRng, k: FaultKind) -> f64 {
         FaultKind::ClientClockStep => log_between(r, 0.2, 2.0),
         FaultKind::Drift => 1.0,
         FaultKind::RaiseFailover => log_between(r, 0.3, 1.5),
-        FaultKind::SwitchBack | FaultKind::SlowRepoint => log_between(r, 0.5, 2.0),
+        FaultKind::SwitchBack | FaultKind::SlowRepoint | FaultKind::LateReplica => {
+            log_between(r, 0.5, 2.0)
+        }
     }
 }
 

@@ -17,7 +17,7 @@ use crate::check::{Checker, Violation};
 use crate::client::Client;
 use crate::node::{Node, Snapshot};
 use crate::resource::Resource;
-use crate::rng::{stream, SimRng, Stream};
+use crate::rng::{between, stream, SimRng, Stream};
 use crate::scenario::{FaultKind, Scenario};
 use crate::stats::Stats;
 use crate::time::{Time, MS, SEC};
@@ -608,6 +608,14 @@ pub struct World {
     /// [`FaultKind::SwitchBack`] or [`FaultKind::SlowRepoint`] runs to its
     /// last promotion.
     pub heal_not_before: Time,
+    /// [`FaultKind::LateReplica`]: the member whose replicas start late.
+    pub late_member: Option<usize>,
+    /// Per node: the next full sync takes that much longer.
+    pub sync_extra: Vec<Time>,
+    /// [`FaultKind::LateReplica`]: the member, and the longest lease before
+    /// the raise: its master dies right after a late replica loaded its
+    /// snapshot if it holds a longer lease by then.
+    pub late_watch: Option<(usize, u64)>,
     events: u64,
 }
 
@@ -615,6 +623,8 @@ pub struct World {
 /// [`FaultKind::SlowRepoint`] stands.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum RepointStage {
+    /// Late-replica: the late replicas are to start their first sync.
+    Joining,
     /// Switch-back: the switchover to the replica is under way.
     Away,
     /// Switch-back: the switchover back to the old master is under way.
@@ -713,6 +723,9 @@ impl World {
             repoint: vec![None; sc.members],
             slow_until: vec![0; sc.nodes()],
             heal_not_before: 0,
+            late_member: None,
+            sync_extra: vec![0; sc.nodes()],
+            late_watch: None,
             events: 0,
             sc,
         };
@@ -792,8 +805,18 @@ impl World {
             self.clients.push(client);
         }
         // Start every node (module load), then attach replicas.
+        // A member whose replicas start late ([`FaultKind::LateReplica`]).
+        if sc.rate(FaultKind::LateReplica) > 0.0 {
+            let rng = &mut self.fault_rng[FaultKind::LateReplica.index()];
+            self.late_member = Some(between(rng, 0, sc.members as u64 - 1) as usize);
+        }
         for n in 0..self.nodes.len() {
-            self.node_start(n, false);
+            let late = self.late_member.is_some_and(|m| {
+                self.members[m].nodes.contains(&(n as u16)) && self.members[m].master != n as u16
+            });
+            if !late {
+                self.node_start(n, false);
+            }
         }
         for c in 0..sc.clients {
             self.client_start(c);

@@ -13,16 +13,18 @@ use redlock_sim::world::Setup;
 const QUICK_SEEDS: u64 = 1_000;
 
 /// The draw of the seeds kept before fault kind `raise-failover` existed:
-/// it and the kinds added after it (`switch-back`, `slow-repoint`) are
-/// drawn after everything else, so filtering them out replays their old
-/// worlds exactly (`--faults all,-raise-failover,-switch-back,-slow-repoint`).
+/// it and the kinds added after it (`switch-back`, `slow-repoint`,
+/// `late-replica`) are drawn after everything else, so filtering them out
+/// replays their old worlds exactly (`--faults
+/// all,-raise-failover,-switch-back,-slow-repoint,-late-replica`).
 fn as_kept() -> Overrides {
     Overrides {
         faults: Some(
             Kinds::ALL
                 .with(FaultKind::RaiseFailover, false)
                 .with(FaultKind::SwitchBack, false)
-                .with(FaultKind::SlowRepoint, false),
+                .with(FaultKind::SlowRepoint, false)
+                .with(FaultKind::LateReplica, false),
         ),
         ..Overrides::default()
     }
@@ -129,7 +131,7 @@ fn the_seeds_of_the_demoted_master_queue_leak_pass() {
         let r = redlock_sim::run(seed, &as_kept(), &Setup::default());
         assert!(
             r.violations.is_empty(),
-            "seed {seed}: {:?} (replay: cargo run -p redlock-sim --release -- --seed {seed} --faults all,-raise-failover,-switch-back,-slow-repoint)",
+            "seed {seed}: {:?} (replay: cargo run -p redlock-sim --release -- --seed {seed} --faults all,-raise-failover,-switch-back,-slow-repoint,-late-replica)",
             r.violations.first()
         );
     }
@@ -150,7 +152,7 @@ fn the_seed_of_the_revived_lease_passes_and_fails_without_the_lapse_rule() {
     let clean = redlock_sim::run(seed, &as_kept(), &Setup::default());
     assert!(
         clean.violations.is_empty(),
-        "seed {seed}: {:?} (replay: cargo run -p redlock-sim --release -- --seed {seed} --faults all,-raise-failover,-switch-back,-slow-repoint)",
+        "seed {seed}: {:?} (replay: cargo run -p redlock-sim --release -- --seed {seed} --faults all,-raise-failover,-switch-back,-slow-repoint,-late-replica)",
         clean.violations.first()
     );
     let mutant = redlock_sim::mutant::named("lapsed-extend").expect("the mutant");
@@ -189,7 +191,7 @@ fn a_replica_promoted_before_it_learned_its_masters_longest_lease_keeps_one_hold
         let r = redlock_sim::run(seed, &as_kept(), &Setup::default());
         assert!(
             r.violations.is_empty(),
-            "seed {seed}: {:?} (replay: cargo run -p redlock-sim --release -- --seed {seed} --faults all,-raise-failover,-switch-back,-slow-repoint)",
+            "seed {seed}: {:?} (replay: cargo run -p redlock-sim --release -- --seed {seed} --faults all,-raise-failover,-switch-back,-slow-repoint,-late-replica)",
             r.violations.first()
         );
         let mutated = redlock_sim::run(seed, &as_kept(), &mutant.setup());
