@@ -21,9 +21,10 @@ mod settle;
 
 /// mimalloc for the addon's own allocations (the futures and replies of
 /// every call, made on one thread and freed on the other): glibc's malloc
-/// and free were 10–15 % of both the event loop's and the runtime's samples
-/// under `perf` (with `malloc_consolidate` on every large future); with
-/// mimalloc each thread spends 1–2 us less per acquire + release cycle.
+/// and free were 10–15 % of the runtime's samples under `perf` (with
+/// `malloc_consolidate` for every large future); with mimalloc the runtime
+/// spends about 4 us less per acquire + release cycle (27–32 us against
+/// 32–37 us, `node/bench/profile.mjs`, three runs of each build).
 #[global_allocator]
 static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
@@ -33,12 +34,12 @@ static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 ///
 /// One worker, not one per CPU: a call's work is a few round trips of
 /// small commands, which one thread does for thousands of calls a second,
-/// and the event loop is itself one thread, so a second worker only adds
-/// hand-offs. Measured with `node/bench/profile.mjs` (16 loops, five local
-/// nodes, 2 CPUs): the runtime's CPU per acquire + release went from about
-/// 40 us with two workers to 29 us with one (the workers no longer wake and
-/// steal from each other, and the turn's commands leave in fewer writes),
-/// the nodes' from 29 us to 23 us, and the throughput rose by 15 %.
+/// and the event loop is itself one thread, so a second worker mostly adds
+/// hand-offs. On this 2-CPU machine at load 2 (`node/bench/profile.mjs`, 16 loops,
+/// five local nodes) the runtime's CPU per acquire + release went from
+/// 36–42 us with two workers to 29 us with one (they no longer wake and
+/// steal from each other) and the throughput rose by 15 %; on a machine
+/// already loaded by other work the two differ by less than the noise.
 #[napi_derive::module_init]
 fn init() {
     metrics::install();
