@@ -35,11 +35,13 @@ static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 /// One worker, not one per CPU: a call's work is a few round trips of
 /// small commands, which one thread does for thousands of calls a second,
 /// and the event loop is itself one thread, so a second worker mostly adds
-/// hand-offs. On this 2-CPU machine at load 2 (`node/bench/profile.mjs`, 16 loops,
+/// hand-offs. On this 2-CPU machine (`node/bench/profile.mjs`, 16 loops,
 /// five local nodes) the runtime's CPU per acquire + release went from
-/// 36–42 us with two workers to 29 us with one (they no longer wake and
-/// steal from each other) and the throughput rose by 15 %; on a machine
-/// already loaded by other work the two differ by less than the noise.
+/// 36–42 us with two workers to 29 us with one at load 2 (they no longer
+/// wake and steal from each other) and the throughput rose by 15 %; at
+/// load 7–8 the runtime and the nodes together still spent 5–14 us less
+/// per cycle with one (the turn's commands leave in fewer writes), with
+/// the throughput within the noise.
 #[napi_derive::module_init]
 fn init() {
     metrics::install();
