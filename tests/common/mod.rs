@@ -190,13 +190,47 @@ pub fn wait_for_link(con: &mut redis::Connection) {
     wait_until(Duration::from_secs(20), "replica link up", || link_up(con));
 }
 
-/// Starts a replica of `master` from `builder` and waits for its link.
+/// Starts a replica of `master` from `builder` and waits until both sides
+/// see it synced: its link is up and the master counts it online.
 pub fn start_replica(master: &Node, builder: redlock_testkit::NodeBuilder) -> Node {
     let replica = builder
         .config("replicaof", &format!("127.0.0.1 {}", master.port()))
         .start();
-    wait_for_link(&mut replica.connection());
+    let mut con = replica.connection();
+    wait_for_link(&mut con);
+    // The master lists a replica under the port it announces.
+    let announced: Vec<String> = redis::cmd("CONFIG")
+        .arg("GET")
+        .arg("replica-announce-port")
+        .query(&mut con)
+        .unwrap();
+    let port = match announced.get(1).and_then(|p| p.parse().ok()) {
+        Some(0) | None => replica.port(),
+        Some(p) => p,
+    };
+    wait_online_at_master(&mut master.connection(), port);
     replica
+}
+
+/// Waits until the master behind `con` lists the replica listening on
+/// `port` as `state=online`. The replica's link is up once it loaded the
+/// snapshot; the master puts it online only at its first acknowledgement
+/// after that, and until then counts it in its first sync (a master that
+/// loaded no file refuses leases meanwhile: `NOSYNC`).
+pub fn wait_online_at_master(con: &mut redis::Connection, port: u16) {
+    let entry = format!("port={port},state=online");
+    wait_until(
+        Duration::from_secs(20),
+        "replica online at the master",
+        || {
+            let info: String = redis::cmd("INFO")
+                .arg("replication")
+                .query(con)
+                .unwrap_or_default();
+            info.lines()
+                .any(|l| l.starts_with("slave") && l.contains(&entry))
+        },
+    );
 }
 
 /// A numeric field of `INFO redlock` (without the `redlock_` prefix).
