@@ -12,10 +12,9 @@
 // commands per write). `--rust` measures the Rust client alone the same way
 // (`bench/examples/python_baseline.rs`, release build: its whole process),
 // `--node-redlock` node-redlock 5 in this process. `--cycles N` stops the
-// package's loops after N cycles (for instruction counts under
-// `valgrind --tool=callgrind --separate-threads=yes`, or `perf stat`, taken
-// for two values of N: the difference over the difference of N is the
-// cost of one cycle without start-up, which a loaded machine does not move).
+// package's loops after about N cycles (a fixed amount of work, e.g. under
+// `perf record -g`). The figures come from /proc (clock ticks of 10 ms): run
+// a few seconds at least.
 
 import { execFileSync } from "node:child_process";
 import { readFileSync, readdirSync } from "node:fs";
