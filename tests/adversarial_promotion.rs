@@ -83,23 +83,6 @@ fn assert_no_second_holder(
     }
 }
 
-/// Removes every file of a node's folder but its log: a restart "without
-/// its files" (a new disk).
-fn wipe_dir(node: &Node) {
-    for entry in std::fs::read_dir(node.dir()).unwrap() {
-        let entry = entry.unwrap();
-        if entry.file_name() == "redis.log" {
-            continue;
-        }
-        let path = entry.path();
-        if path.is_dir() {
-            std::fs::remove_dir_all(&path).unwrap();
-        } else {
-            std::fs::remove_file(&path).unwrap();
-        }
-    }
-}
-
 /// Finding A: the teacher is an address, not a life.
 ///
 /// M (max-ttl 1000) → R; R learns 1000 from M and is taught by

@@ -347,8 +347,10 @@ pub fn first_grant(
     until: Instant,
 ) -> Option<Instant> {
     loop {
+        // Read before the request: the lease begins no earlier.
+        let asked = Instant::now();
         match acquire_result(con, key, owner, ttl) {
-            Ok(Some(_)) => return Some(Instant::now()),
+            Ok(Some(_)) => return Some(asked),
             Ok(None) => panic!("held by someone"),
             Err(e) => assert!(matches!(e.code(), Some("GRACE") | Some("NOSYNC")), "{e}"),
         }
@@ -356,5 +358,22 @@ pub fn first_grant(
             return None;
         }
         std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Removes every file of a node's folder but its log: a restart "without
+/// its files" (a new disk).
+pub fn wipe_dir(node: &Node) {
+    for entry in std::fs::read_dir(node.dir()).unwrap() {
+        let entry = entry.unwrap();
+        if entry.file_name() == "redis.log" {
+            continue;
+        }
+        let path = entry.path();
+        if path.is_dir() {
+            std::fs::remove_dir_all(&path).unwrap();
+        } else {
+            std::fs::remove_file(&path).unwrap();
+        }
     }
 }
