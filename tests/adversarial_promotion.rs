@@ -1052,10 +1052,24 @@ fn replica_cut_off_from_a_master_restarted_without_files() {
 /// default diskless sync delay. R reconnects and waits for its full sync
 /// (`wait_bgsave` in M's `INFO`); run 2 grants a 3 s lease, and dies
 /// before forking R's snapshot. R, promoted, guards for 1 s.
+///
+/// Closed: a fresh life's file says it is fresh, and a load of it with no
+/// replica yet is fresh again (`LeaseAck::at_load`); run 2 grants nothing
+/// while R is in its first sync.
 #[test]
-#[ignore = "open finding: a master restarted twice on a new disk is not fresh at its second run and grants above what a replica in its first sync knows"]
 fn a_master_restarted_twice_without_files_before_its_replica_came_online() {
-    let mut m = node("1000").start();
+    restarted_twice_on_a_new_disk("");
+}
+
+/// The mutant puts finding I back: run 2 is not fresh.
+#[test]
+#[should_panic(expected = "two holders")]
+fn a_master_restarted_twice_on_a_new_disk_under_its_mutant() {
+    restarted_twice_on_a_new_disk("fresh-forgotten-at-restart");
+}
+
+fn restarted_twice_on_a_new_disk(mutants: &str) {
+    let mut m = node("1000").env("REDLOCK_TEST_MUTANTS", mutants).start();
     let r = start_replica(&m, node("1000"));
     let rc = taught_replica_of(&m, &r);
     drop(rc);
@@ -1126,10 +1140,24 @@ fn a_master_restarted_twice_without_files_before_its_replica_came_online() {
 /// new disk with `max-ttl-ms` 3000 and serves its restart window; R
 /// reconnects, and the first grant after its `wait_bgsave` line shows is a
 /// 3 s lease. M dies before forking R's snapshot; R, promoted, guards 1 s.
+///
+/// Closed: the fresh master sees the `PSYNC` itself (a command filter,
+/// `host/lease_ack.rs::on_command`) and the next check looks
+/// (`sync_seen`).
 #[test]
-#[ignore = "open finding: a fresh master looks for joining replicas every 100 ms; a grant right after a replica's PSYNC passes"]
 fn a_grant_right_after_the_replicas_psync_on_a_fresh_master() {
-    let mut m = node("1000").start();
+    grant_right_after_psync("");
+}
+
+/// The mutant puts finding J back: the `PSYNC` is seen 100 ms late.
+#[test]
+#[should_panic(expected = "two holders")]
+fn a_grant_right_after_the_replicas_psync_under_its_mutant() {
+    grant_right_after_psync("joining-seen-late");
+}
+
+fn grant_right_after_psync(mutants: &str) {
+    let mut m = node("1000").env("REDLOCK_TEST_MUTANTS", mutants).start();
     let r = start_replica(&m, node("1000"));
     let rc = taught_replica_of(&m, &r);
     drop(rc);
