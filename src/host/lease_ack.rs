@@ -267,7 +267,7 @@ pub fn check(ttl_ms: u64) -> Result<(), CommandError> {
                 ttl: r.ttl_ms,
                 acked: r.acked_ms,
                 waiting: format!(
-                    "{} (in its first sync with this master, which loaded with no file of its replicas: a replica of an earlier run at this address may know less)",
+                    "{} (in its first sync with this master, which started on a disk with no file of its replicas and has had no replica online since: a replica of a run at this address before that disk may know less)",
                     r.waiting.join(", ")
                 ),
             })?;
