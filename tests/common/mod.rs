@@ -190,13 +190,39 @@ pub fn wait_for_link(con: &mut redis::Connection) {
     wait_until(Duration::from_secs(20), "replica link up", || link_up(con));
 }
 
-/// Starts a replica of `master` from `builder` and waits for its link.
+/// Starts a replica of `master` from `builder` and waits for its link, and
+/// for the master to count it online ([`wait_replicas_online`]).
 pub fn start_replica(master: &Node, builder: redlock_testkit::NodeBuilder) -> Node {
     let replica = builder
         .config("replicaof", &format!("127.0.0.1 {}", master.port()))
         .start();
     wait_for_link(&mut replica.connection());
+    wait_replicas_online(&mut master.connection());
     replica
+}
+
+/// Waits until the master behind `mc` counts every replica line of its
+/// `INFO replication` online (a replica may announce another address than
+/// its own port). A replica's link is up once it loaded the snapshot, a
+/// moment before the master reads its first acknowledgement; meanwhile a
+/// master on an empty disk refuses every lease (`LeaseAck::check_joining`:
+/// a replica in its first sync).
+pub fn wait_replicas_online(mc: &mut redis::Connection) {
+    wait_until(
+        Duration::from_secs(20),
+        "master counts its replicas online",
+        || {
+            let text: String = redis::cmd("INFO")
+                .arg("replication")
+                .query(mc)
+                .unwrap_or_default();
+            let states: Vec<&str> = text
+                .lines()
+                .filter(|l| l.starts_with("slave") && l.contains("state="))
+                .collect();
+            !states.is_empty() && states.iter().all(|l| l.contains("state=online"))
+        },
+    );
 }
 
 /// A numeric field of `INFO redlock` (without the `redlock_` prefix).
