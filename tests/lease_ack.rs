@@ -92,8 +92,9 @@ fn a_replica_promoted_while_it_lagged_behind_a_raised_max_ttl_keeps_one_holder()
         .query(&mut m)
         .unwrap();
     config_set(&mut m, "redlock.max-ttl-ms", "5000");
-    let a = acquire_result(&mut m, "L", "owner-a", 5_000);
+    // Read before the request: the lease ends no earlier than this + its ttl.
     let granted = Instant::now();
+    let a = acquire_result(&mut m, "L", "owner-a", 5_000);
     drop(m);
     master.kill();
     replica.resume();

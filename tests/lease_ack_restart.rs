@@ -39,8 +39,9 @@ fn a_master_restarted_with_a_larger_max_ttl_keeps_one_holder_after_a_promotion()
     replica.pause();
     master.restart_with(&[("redlock.max-ttl-ms", "5000")]);
     let mut m = master.connection();
-    let a = acquire_result(&mut m, "L", "owner-a", 5_000);
+    // Read before the request: the lease ends no earlier than this + its ttl.
     let granted = Instant::now();
+    let a = acquire_result(&mut m, "L", "owner-a", 5_000);
     drop(m);
     master.kill();
     replica.resume();

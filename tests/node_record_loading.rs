@@ -62,8 +62,9 @@ fn an_aof_preamble_without_the_node_record_does_not_shorten_the_restart_guard() 
         .config("aof-use-rdb-preamble", "yes")
         .start();
     let mut con = node.connection();
-    assert!(acquire(&mut con, "L", "owner-a", 10_000).is_some());
+    // Read before the request: the lease ends no earlier than this + its ttl.
     let granted = Instant::now();
+    assert!(acquire(&mut con, "L", "owner-a", 10_000).is_some());
     let _: String = redis::cmd("BGREWRITEAOF").query(&mut con).unwrap();
     wait_for_no_child(&mut con);
     drop(con);
@@ -152,8 +153,9 @@ fn a_max_ttl_raised_on_the_master_reaches_the_replica_before_a_grant_it_misses()
         .arg("replica")
         .query(&mut m)
         .unwrap();
-    assert!(acquire(&mut m, "L", "owner-a", 4_000).is_some());
+    // Read before the request: the lease ends no earlier than this + its ttl.
     let granted = Instant::now();
+    assert!(acquire(&mut m, "L", "owner-a", 4_000).is_some());
     drop(m);
     master.kill();
     replica.resume();
@@ -214,8 +216,9 @@ fn a_replica_learns_a_restarted_masters_larger_max_ttl() {
 fn an_rdb_file_without_the_node_record_guards_for_the_baseline() {
     let mut node = Node::start();
     let mut con = node.connection();
-    assert!(acquire(&mut con, "L", "owner-a", 4_000).is_some());
+    // Read before the request: the lease ends no earlier than this + its ttl.
     let granted = Instant::now();
+    assert!(acquire(&mut con, "L", "owner-a", 4_000).is_some());
     let _: () = redis::cmd("SAVE").query(&mut con).unwrap();
     drop(con);
     node.kill();

@@ -368,14 +368,7 @@ async fn tokens_keep_increasing_through_the_client_after_reclamation() {
 }
 
 fn replica_of(master: &Node, builder: NodeBuilder) -> Node {
-    let replica = builder
-        .config("replicaof", &format!("127.0.0.1 {}", master.port()))
-        .start();
-    let mut r = replica.connection();
-    wait_until(Duration::from_secs(20), "replica link up", || {
-        info_field(&mut r, "replication", "master_link_status").as_deref() == Some("up")
-    });
-    replica
+    common::start_replica(master, builder)
 }
 
 fn wait_replicated(master: &mut redis::Connection) {

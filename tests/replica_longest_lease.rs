@@ -53,8 +53,9 @@ fn grant_unseen_then_promote(
         .arg("replica")
         .query(&mut m)
         .unwrap();
-    assert!(acquire(&mut m, key, owner, ttl_ms).is_some());
+    // Read before the request: the lease ends no earlier than this + its ttl.
     let granted = Instant::now();
+    assert!(acquire(&mut m, key, owner, ttl_ms).is_some());
     drop(m);
     master.kill();
     replica.resume();

@@ -101,8 +101,9 @@ fn a_restart_after_a_suspend_keeps_the_lease_the_running_node_would_keep() {
     }
     let mut node = durable_node("suspend");
     let mut con = node.connection();
-    assert_eq!(acquire(&mut con, "k", "alice", 20_000), Some(1));
+    // Read before the request: the lease ends no earlier than this + its ttl.
     let granted = Instant::now();
+    assert_eq!(acquire(&mut con, "k", "alice", 20_000), Some(1));
     drop(con);
     // A 30 s suspend, then the node restarts (an AOF-always restart is
     // exempt from the restart guard; the test nodes have it off anyway).
@@ -136,8 +137,9 @@ fn a_restart_inside_a_time_namespace_reads_the_hosts_boot_clock() {
     }
     let mut node = durable_node("namespace");
     let mut con = node.connection();
-    assert_eq!(acquire(&mut con, "k", "alice", 20_000), Some(1));
+    // Read before the request: the lease ends no earlier than this + its ttl.
     let granted = Instant::now();
+    assert_eq!(acquire(&mut con, "k", "alice", 20_000), Some(1));
     drop(con);
     restart_ahead(&mut node, "namespace", 30, 30_000);
     let mut con = node.connection();

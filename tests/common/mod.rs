@@ -190,37 +190,45 @@ pub fn wait_for_link(con: &mut redis::Connection) {
     wait_until(Duration::from_secs(20), "replica link up", || link_up(con));
 }
 
-/// Starts a replica of `master` from `builder` and waits for its link, and
-/// for the master to count it online ([`wait_replicas_online`]).
+/// Starts a replica of `master` from `builder` and waits until both sides
+/// see it synced: its link is up and the master counts it online.
 pub fn start_replica(master: &Node, builder: redlock_testkit::NodeBuilder) -> Node {
     let replica = builder
         .config("replicaof", &format!("127.0.0.1 {}", master.port()))
         .start();
-    wait_for_link(&mut replica.connection());
-    wait_replicas_online(&mut master.connection());
+    let mut con = replica.connection();
+    wait_for_link(&mut con);
+    // The master lists a replica under the port it announces.
+    let announced: Vec<String> = redis::cmd("CONFIG")
+        .arg("GET")
+        .arg("replica-announce-port")
+        .query(&mut con)
+        .unwrap();
+    let port = match announced.get(1).and_then(|p| p.parse().ok()) {
+        Some(0) | None => replica.port(),
+        Some(p) => p,
+    };
+    wait_online_at_master(&mut master.connection(), port);
     replica
 }
 
-/// Waits until the master behind `mc` counts every replica line of its
-/// `INFO replication` online (a replica may announce another address than
-/// its own port). A replica's link is up once it loaded the snapshot, a
-/// moment before the master reads its first acknowledgement; meanwhile a
-/// master on an empty disk refuses every lease (`LeaseAck::check_joining`:
-/// a replica in its first sync).
-pub fn wait_replicas_online(mc: &mut redis::Connection) {
+/// Waits until the master behind `con` lists the replica listening on
+/// `port` as `state=online`. The replica's link is up once it loaded the
+/// snapshot; the master puts it online only at its first acknowledgement
+/// after that, and until then counts it in its first sync (a master that
+/// loaded no file refuses leases meanwhile: `NOSYNC`).
+pub fn wait_online_at_master(con: &mut redis::Connection, port: u16) {
+    let entry = format!("port={port},state=online");
     wait_until(
         Duration::from_secs(20),
-        "master counts its replicas online",
+        "replica online at the master",
         || {
-            let text: String = redis::cmd("INFO")
+            let info: String = redis::cmd("INFO")
                 .arg("replication")
-                .query(mc)
+                .query(con)
                 .unwrap_or_default();
-            let states: Vec<&str> = text
-                .lines()
-                .filter(|l| l.starts_with("slave") && l.contains("state="))
-                .collect();
-            !states.is_empty() && states.iter().all(|l| l.contains("state=online"))
+            info.lines()
+                .any(|l| l.starts_with("slave") && l.contains(&entry))
         },
     );
 }
