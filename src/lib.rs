@@ -194,7 +194,7 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
     host::teacher::on_load(ctx);
     sync::on_load(ctx, clock::mono_now());
     host::lease_ack::on_load(ctx);
-    host::lease_ack::start_polling(ctx);
+    host::lease_ack::register_sync_filter(ctx);
     redis_module::raw::register_info_function(ctx.ctx, Some(info::info));
     events::subscribe(ctx);
     replication::check_server(ctx);

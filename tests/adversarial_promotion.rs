@@ -36,16 +36,20 @@
 //!   is lost still counts as taught by the address; and
 //!   `replica_restarted_after_the_grant_of_a_master_restarted_without_files`:
 //!   one that was down (a reboot) and reconnects right after the grant,
-//!   then loses the master before its snapshot arrives.
-//! - I. `a_master_restarted_twice_without_files_before_its_replica_came_online`:
-//!   the first run on the new disk writes its file at load, so the second
-//!   is not fresh, starts from its own longest lease, and F's check (reached
-//!   only above the acknowledged length) lets the syncing replica through.
-//! - J. `a_grant_right_after_the_replicas_psync_on_a_fresh_master`: the
-//!   100 ms look of A's rule; a grant between the replica's `PSYNC` and the
-//!   next look passes.
+//!   then loses the master before its snapshot arrives. In both the
+//!   replica hears nothing of the new run before its promotion, so a
+//!   teacher naming the master's run would not close it either
+//!   (`docs/development.md`).
 //!
 //! Second read, closed:
+//! - I. `a_master_restarted_twice_without_files_before_its_replica_came_online`:
+//!   the first run on the new disk wrote its file at load, so the second
+//!   was not fresh. A fresh life's file now says so (`Kept::fresh`, mutant
+//!   `fresh-forgotten-at-restart`).
+//! - J. `a_grant_right_after_the_replicas_psync_on_a_fresh_master`: the
+//!   100 ms look of A's rule; a grant between the replica's `PSYNC` and the
+//!   next look passed. The fresh master now sees the `PSYNC` in a command
+//!   filter (`sync_seen`, mutant `joining-seen-late`).
 //! - K. `restore_checked_for_the_time_left_but_run_to_the_wall_clock_end`:
 //!   E's check weighed the payload's time left while the load runs the
 //!   larger wall-clock end (up to the longest lease); the check now weighs
@@ -967,7 +971,7 @@ fn taught_replica_of(m: &Node, r: &Node) -> redis::Connection {
 /// (its link has been down for seconds, well inside Sentinel's validity
 /// window) and guards for the 1 s M's earlier run taught it.
 #[test]
-#[ignore = "open finding: a replica that cannot reach the master restarted on a new disk still counts as taught by its address (finding A's rule needs it to connect)"]
+#[ignore = "open finding: a replica that never reaches the master restarted on a new disk still counts as taught by its address; the new run never sees it, and it hears nothing of the new run"]
 fn replica_cut_off_from_a_master_restarted_without_files() {
     use redlock_testkit::proxy::FaultProxy;
     let mut m = node("1000").start();
@@ -1035,10 +1039,24 @@ fn replica_cut_off_from_a_master_restarted_without_files() {
 /// default diskless sync delay. R reconnects and waits for its full sync
 /// (`wait_bgsave` in M's `INFO`); run 2 grants a 3 s lease, and dies
 /// before forking R's snapshot. R, promoted, guards for 1 s.
+///
+/// Closed: a fresh life's file says it is fresh, and a load of it with no
+/// replica yet is fresh again (`LeaseAck::at_load`); run 2 grants nothing
+/// while R is in its first sync.
 #[test]
-#[ignore = "open finding: a master restarted twice on a new disk is not fresh at its second run and grants above what a replica in its first sync knows"]
 fn a_master_restarted_twice_without_files_before_its_replica_came_online() {
-    let mut m = node("1000").start();
+    restarted_twice_on_a_new_disk("");
+}
+
+/// The mutant puts finding I back: run 2 is not fresh.
+#[test]
+#[should_panic(expected = "two holders")]
+fn a_master_restarted_twice_on_a_new_disk_under_its_mutant() {
+    restarted_twice_on_a_new_disk("fresh-forgotten-at-restart");
+}
+
+fn restarted_twice_on_a_new_disk(mutants: &str) {
+    let mut m = node("1000").env("REDLOCK_TEST_MUTANTS", mutants).start();
     let r = start_replica(&m, node("1000"));
     let rc = taught_replica_of(&m, &r);
     drop(rc);
@@ -1109,10 +1127,24 @@ fn a_master_restarted_twice_without_files_before_its_replica_came_online() {
 /// new disk with `max-ttl-ms` 3000 and serves its restart window; R
 /// reconnects, and the first grant after its `wait_bgsave` line shows is a
 /// 3 s lease. M dies before forking R's snapshot; R, promoted, guards 1 s.
+///
+/// Closed: the fresh master sees the `PSYNC` itself (a command filter,
+/// `host/lease_ack.rs::on_command`) and the next check looks
+/// (`sync_seen`).
 #[test]
-#[ignore = "open finding: a fresh master looks for joining replicas every 100 ms; a grant right after a replica's PSYNC passes"]
 fn a_grant_right_after_the_replicas_psync_on_a_fresh_master() {
-    let mut m = node("1000").start();
+    grant_right_after_psync("");
+}
+
+/// The mutant puts finding J back: the `PSYNC` is seen 100 ms late.
+#[test]
+#[should_panic(expected = "two holders")]
+fn a_grant_right_after_the_replicas_psync_under_its_mutant() {
+    grant_right_after_psync("joining-seen-late");
+}
+
+fn grant_right_after_psync(mutants: &str) {
+    let mut m = node("1000").env("REDLOCK_TEST_MUTANTS", mutants).start();
     let r = start_replica(&m, node("1000"));
     let rc = taught_replica_of(&m, &r);
     drop(rc);
@@ -1260,7 +1292,7 @@ fn restore_checked_for_what_the_load_holds(mutant: bool) {
 /// lease after its window. R starts again, reconnects (its sync waiting in
 /// `wait_bgsave`); M dies; R, promoted, guards 1 s.
 #[test]
-#[ignore = "open finding: a replica that reconnects to a master restarted on a new disk after its grant still counts as taught by the address until it loads the new snapshot"]
+#[ignore = "open finding: a replica that reconnects to a master restarted on a new disk after its grant still counts as taught by its file until it loads the new snapshot; the grant came before the new run could see it"]
 fn replica_restarted_after_the_grant_of_a_master_restarted_without_files() {
     let mut m = node("1000").start();
     let mut r = start_replica(&m, node("1000"));

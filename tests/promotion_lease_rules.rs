@@ -171,10 +171,15 @@ fn replica_taught_elsewhere_promoted_during_first_sync_with_new_master() {
         .config("redlock.max-ttl-ms", "1000")
         .config("repl-diskless-sync", "yes")
         .config("repl-diskless-sync-delay", "5")
-        // M grants while C syncs, as before the rule that waits for
-        // syncing replicas (`lease_ack_rule::waited_for`): this test is of
-        // the teacher rule behind it.
-        .env("REDLOCK_TEST_MUTANTS", "syncing-replicas-uncounted")
+        // M grants while C syncs, as before the rules that wait for
+        // syncing replicas (`lease_ack_rule::waited_for`) and, on a master
+        // with no file (fresh), for one joining (`LeaseAck::check_joining`;
+        // without this switch M refused, and the test returned early since
+        // that rule landed): this test is of the teacher rule behind them.
+        .env(
+            "REDLOCK_TEST_MUTANTS",
+            "syncing-replicas-uncounted,fresh-trusts-joining",
+        )
         .start();
     let mut mm = m.connection();
     config_set(&mut mm, "redlock.max-ttl-ms", "5000");
@@ -425,10 +430,15 @@ fn standalone_with_own_data_promoted_during_first_sync() {
         .config("redlock.max-ttl-ms", "1000")
         .config("repl-diskless-sync", "yes")
         .config("repl-diskless-sync-delay", "5")
-        // M grants while S syncs, as before the rule that waits for
-        // syncing replicas (`lease_ack_rule::waited_for`): this test is of
-        // the teacher rule behind it.
-        .env("REDLOCK_TEST_MUTANTS", "syncing-replicas-uncounted")
+        // M grants while S syncs, as before the rules that wait for
+        // syncing replicas (`lease_ack_rule::waited_for`) and, on a master
+        // with no file (fresh), for one joining (`LeaseAck::check_joining`,
+        // which sees its PSYNC at once): this test is of the teacher rule
+        // behind them.
+        .env(
+            "REDLOCK_TEST_MUTANTS",
+            "syncing-replicas-uncounted,fresh-trusts-joining",
+        )
         .start();
     let mut mm = m.connection();
     config_set(&mut mm, "redlock.max-ttl-ms", "5000");
@@ -480,10 +490,15 @@ fn control_fresh_disk_promoted_during_first_sync() {
         .config("redlock.max-ttl-ms", "1000")
         .config("repl-diskless-sync", "yes")
         .config("repl-diskless-sync-delay", "5")
-        // M grants while S syncs, as before the rule that waits for
-        // syncing replicas (`lease_ack_rule::waited_for`): this test is of
-        // the teacher rule behind it.
-        .env("REDLOCK_TEST_MUTANTS", "syncing-replicas-uncounted")
+        // M grants while S syncs, as before the rules that wait for
+        // syncing replicas (`lease_ack_rule::waited_for`) and, on a master
+        // with no file (fresh), for one joining (`LeaseAck::check_joining`,
+        // which sees its PSYNC at once): this test is of the teacher rule
+        // behind them.
+        .env(
+            "REDLOCK_TEST_MUTANTS",
+            "syncing-replicas-uncounted,fresh-trusts-joining",
+        )
         .start();
     let mut mm = m.connection();
     config_set(&mut mm, "redlock.max-ttl-ms", "5000");

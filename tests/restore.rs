@@ -1651,6 +1651,7 @@ fn fuzz_round(run: &mut Run, first: usize, cases: usize) {
             replica.restart();
             r = replica.connection();
             wait_for_link(&mut r);
+            wait_online_at_master(&mut m, replica.port());
             assert_ne!(
                 full_syncs(&mut m),
                 before,

@@ -115,7 +115,8 @@ pub struct LeaseAck {
     /// Identities of this life that cannot be told apart.
     ambiguous: BTreeSet<String>,
     /// The life began at a load that found no file at all (no acknowledged
-    /// length, no replica set): this may be another run of a master at this
+    /// length, no replica set), or at a load of the file of such a life
+    /// that had no replica yet: this may be another run of a master at this
     /// address ([`LeaseAck::check_joining`]).
     fresh: bool,
 }
@@ -133,12 +134,20 @@ pub struct Kept {
     pub inherited: BTreeSet<String>,
     /// See [`LeaseAck`].
     pub ambiguous: BTreeSet<String>,
+    /// The life was fresh ([`LeaseAck::fresh`]): a restart before its
+    /// first replica came online is fresh again (finding I).
+    pub fresh: bool,
 }
 
 impl Kept {
     /// Parses the file: version 2 (`redlock-lease-acked 2` and one `name
     /// value` line each), or the bare number of version 1 (the acknowledged
     /// length alone). `None`: unreadable.
+    ///
+    /// The line `fresh 1` is written only by a fresh life: a build before
+    /// it finds a name it does not know and reads no file at all, which
+    /// makes its life fresh too (and, with replicas, held at 0): the same
+    /// or the safe side.
     pub fn parse(text: &str) -> Option<Kept> {
         let mut lines = text.lines();
         let first = lines.next()?.trim();
@@ -164,6 +173,7 @@ impl Kept {
                 "ambiguous" => {
                     kept.ambiguous.insert(value.to_string());
                 }
+                "fresh" => kept.fresh = value == "1",
                 _ => return None,
             }
         }
@@ -183,6 +193,9 @@ impl Kept {
         }
         for id in &self.ambiguous {
             text.push_str(&format!("ambiguous {id}\n"));
+        }
+        if self.fresh {
+            text.push_str("fresh 1\n");
         }
         text
     }
@@ -258,6 +271,16 @@ impl LeaseAck {
     /// first longer lease waits for one acknowledgement round. A master
     /// that never had a replica starts from its longest lease (a replica
     /// that joins later learns it with its full sync).
+    ///
+    /// Such a life is *fresh* ([`LeaseAck::check_joining`]) when no file
+    /// was found, and also when the file is that of a fresh life and no
+    /// replica came online since (finding I): the first run on a new disk
+    /// writes its file at load, and a replica of the run before the disk
+    /// was lost that had not reached it is no less a stranger to the second
+    /// run. A fresh life whose replica came online loads with replicas,
+    /// held, and is fresh no more: its replica set names who it waits for.
+    /// (Under the `fresh-forgotten-at-restart` mutant only a missing file
+    /// makes a life fresh.)
     pub fn at_load(
         kept: Option<Kept>,
         had_replicas: bool,
@@ -268,9 +291,13 @@ impl LeaseAck {
             kept.as_ref().is_some_and(|k| k.held) && !mutants.on(Mutant::PromotionTrustsLongest);
         let held = had_replicas || kept_held;
         if !held {
+            let fresh = match &kept {
+                None => true,
+                Some(k) => k.fresh && !mutants.on(Mutant::FreshForgottenAtRestart),
+            };
             return LeaseAck {
                 acked_ms: longest_ms,
-                fresh: kept.is_none(),
+                fresh,
                 ..LeaseAck::new()
             };
         }
@@ -294,6 +321,7 @@ impl LeaseAck {
             base_ms: self.base_ms,
             inherited: self.inherited.clone(),
             ambiguous: self.ambiguous.clone(),
+            fresh: self.fresh,
         }
     }
 
@@ -357,7 +385,8 @@ impl LeaseAck {
         removed
     }
 
-    /// Whether this life began at a load that found no file at all.
+    /// Whether this life began at a load that found no file at all (or the
+    /// file of such a life that had no replica yet, [`LeaseAck::at_load`]).
     pub fn fresh(&self) -> bool {
         self.fresh
     }
@@ -457,6 +486,33 @@ impl LeaseAck {
     }
 }
 
+/// How late a replica's `PSYNC` is seen under the `joining-seen-late`
+/// mutant: the period of the look at `INFO replication` that found joining
+/// replicas before finding J.
+pub const JOINING_SEEN_LATE_MS: u64 = 100;
+
+/// Whether a fresh life's check must look for joining replicas
+/// ([`LeaseAck::check_joining`]): a replica's `PSYNC` (or `SYNC`) arrived
+/// at `sync_began_at` (`None`: none since the last look found no replica
+/// joining), and the check runs at `now` (the same monotonic clock).
+///
+/// Why at the `PSYNC` itself: a replica is in its first sync from that
+/// command on (`wait_bgsave` in `INFO replication`), and a grant in a
+/// later command must see it. The look before was a 100 ms timer, and a
+/// grant between the `PSYNC` and the next look passed (finding J). The
+/// host sees the command in a command filter, in the same event loop
+/// turn, before any later command runs. (Under the `joining-seen-late`
+/// mutant it is seen only [`JOINING_SEEN_LATE_MS`] later.)
+pub fn sync_seen(sync_began_at: Option<u64>, now: u64, mutants: Mutants) -> bool {
+    match sync_began_at {
+        None => false,
+        Some(at) if mutants.on(Mutant::JoiningSeenLate) => {
+            now.saturating_sub(at) >= JOINING_SEEN_LATE_MS
+        }
+        Some(_) => true,
+    }
+}
+
 /// The replicas a lease-ack check waits for: `life`, the replica set of
 /// the master's life (replicas that came online), and `syncing`, the
 /// replicas connected now that are not online yet (`ip:port` of
@@ -510,6 +566,69 @@ mod tests {
         // Nor is a promoted life fresh.
         let promoted = LeaseAck::promoted(0, 3_000, BTreeSet::new(), N);
         assert!(promoted.check_joining(3_000, &joining, N).is_ok());
+    }
+
+    /// Finding I: the first run on a new disk writes its file at load; the
+    /// second run, with that file and still no replica, is fresh too. Once
+    /// a replica came online, the next load (with replicas) is held, not
+    /// fresh.
+    #[test]
+    fn a_fresh_life_stays_fresh_across_restarts_until_a_replica_came_online() {
+        let joining = vec!["127.0.0.1:7001".to_string()];
+        let run1 = LeaseAck::at_load(None, false, 3_000, N);
+        let text = run1.kept().render();
+        assert!(text.contains("fresh 1"), "{text}");
+        let run2 = LeaseAck::at_load(Kept::parse(&text), false, 3_000, N);
+        assert!(run2.fresh());
+        assert!(run2.check_joining(1, &joining, N).is_err());
+        let run3 = LeaseAck::at_load(Kept::parse(&run2.kept().render()), false, 3_000, N);
+        assert!(run3.fresh());
+        // A replica came online in a fresh run: the next load has replicas.
+        let with_replicas = LeaseAck::at_load(Kept::parse(&run3.kept().render()), true, 3_000, N);
+        assert!(!with_replicas.fresh());
+        assert!(with_replicas.held());
+        assert!(!with_replicas.kept().render().contains("fresh"));
+        // A file of a life that was never fresh (also every file of the
+        // builds before this line) does not make a fresh life.
+        let old = "redlock-lease-acked 2\nacked 3000\nheld 0\nbase 0\n";
+        assert!(!LeaseAck::at_load(Kept::parse(old), false, 3_000, N).fresh());
+        assert!(!LeaseAck::at_load(Kept::parse("3000\n"), false, 3_000, N).fresh());
+    }
+
+    /// The mutant forgets freshness at a restart.
+    #[cfg(feature = "danger-mutants")]
+    #[test]
+    fn the_mutant_forgets_a_fresh_life_at_restart() {
+        let on = Mutants::NONE.with(Mutant::FreshForgottenAtRestart, true);
+        let run1 = LeaseAck::at_load(None, false, 3_000, on);
+        assert!(run1.fresh());
+        let run2 = LeaseAck::at_load(Kept::parse(&run1.kept().render()), false, 3_000, on);
+        assert!(!run2.fresh());
+        assert!(run2
+            .check_joining(3_000, &["127.0.0.1:7001".to_string()], on)
+            .is_ok());
+    }
+
+    /// Finding J: a `PSYNC` is seen by the next check, however soon.
+    #[test]
+    fn a_sync_is_seen_by_the_next_check() {
+        assert!(!sync_seen(None, 1_000, N));
+        assert!(sync_seen(Some(1_000), 1_000, N));
+        assert!(sync_seen(Some(1_000), 5_000, N));
+    }
+
+    /// The mutant sees it a poll period late.
+    #[cfg(feature = "danger-mutants")]
+    #[test]
+    fn the_mutant_sees_a_sync_late() {
+        let on = Mutants::NONE.with(Mutant::JoiningSeenLate, true);
+        assert!(!sync_seen(Some(1_000), 1_000, on));
+        assert!(!sync_seen(
+            Some(1_000),
+            1_000 + JOINING_SEEN_LATE_MS - 1,
+            on
+        ));
+        assert!(sync_seen(Some(1_000), 1_000 + JOINING_SEEN_LATE_MS, on));
     }
 
     /// The mutant grants while a replica joins.
@@ -596,8 +715,11 @@ mod tests {
             base_ms: 5,
             inherited: set(&["a:1"]),
             ambiguous: set(&["a#2:1", "b:0"]),
+            fresh: false,
         };
-        assert_eq!(Kept::parse(&k.render()), Some(k));
+        assert_eq!(Kept::parse(&k.render()), Some(k.clone()));
+        let f = Kept { fresh: true, ..k };
+        assert_eq!(Kept::parse(&f.render()), Some(f));
         assert_eq!(Kept::parse("garbage"), None);
     }
 

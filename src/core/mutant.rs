@@ -101,12 +101,24 @@ pub enum Mutant {
     /// (`host/datatype.rs::rdb_load`): a payload from a node whose clock
     /// runs ahead brings a lease longer than the replicas acknowledged.
     RestoreChecksStated = 2097152,
+    /// A master loaded with no files at all sees a replica's `PSYNC` (or
+    /// `SYNC`) only [`crate::core::lease_ack_rule::JOINING_SEEN_LATE_MS`]
+    /// after it arrived (the 100 ms look at `INFO replication` before
+    /// finding J): a grant right after the replica's sync began passes
+    /// `LeaseAck::check_joining`.
+    JoiningSeenLate = 4194304,
+    /// A master's fresh life (begun on a disk with no file at all) is
+    /// forgotten at its next restart (finding I): its file, written at the
+    /// first load, makes the second run look like one that knows its
+    /// replicas, and a replica of a run before the lost disk joins it
+    /// unchecked.
+    FreshForgottenAtRestart = 8388608,
 }
 
 impl Mutant {
     /// Every mutant with its name (as in `REDLOCK.TESTHOOK MUTANT name 0|1`,
     /// the `REDLOCK_TEST_MUTANTS` variable and the simulator's `--mutant`).
-    pub const ALL: [(&'static str, Mutant); 22] = [
+    pub const ALL: [(&'static str, Mutant); 24] = [
         ("config-exemption", Mutant::ConfigExemption),
         ("disk-lease-from-wall", Mutant::DiskLeaseFromWall),
         ("no-reclaimed-floor", Mutant::NoReclaimedFloor),
@@ -135,6 +147,11 @@ impl Mutant {
         ),
         ("fresh-trusts-joining", Mutant::FreshTrustsJoining),
         ("restore-checks-stated", Mutant::RestoreChecksStated),
+        ("joining-seen-late", Mutant::JoiningSeenLate),
+        (
+            "fresh-forgotten-at-restart",
+            Mutant::FreshForgottenAtRestart,
+        ),
     ];
 
     /// The mutant of that name (ASCII case-insensitive).

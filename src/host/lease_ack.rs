@@ -18,7 +18,7 @@ use std::sync::{Mutex, OnceLock};
 use redis_module::Context;
 
 use crate::core::error::CommandError;
-use crate::core::lease_ack_rule::{waited_for, Kept, LeaseAck};
+use crate::core::lease_ack_rule::{sync_seen, waited_for, Kept, LeaseAck};
 use crate::core::sync_rule::listens;
 use crate::host::{config, guard, mutant, sync};
 
@@ -108,6 +108,8 @@ fn keep() {
 }
 
 fn begin(start: LeaseAck) {
+    FRESH.store(start.fresh(), Relaxed);
+    SYNC_BEGAN_AT.store(u64::MAX, Relaxed);
     *ack() = start;
     ANNOUNCED_MS.store(0, Relaxed);
     ANNOUNCED_AT.store(u64::MAX, Relaxed);
@@ -170,41 +172,71 @@ pub fn take_announce_request() -> bool {
     ANNOUNCE_REQUESTED.swap(false, Relaxed)
 }
 
-/// Whether a replica not of this life was seen in its first sync at the
-/// last look of [`poll`] (only a fresh life looks: [`LeaseAck::fresh`]).
-static JOINING_SEEN: AtomicBool = AtomicBool::new(false);
+/// Whether this life is fresh ([`LeaseAck::fresh`]), for the command
+/// filter, which runs before every command and reads only this.
+static FRESH: AtomicBool = AtomicBool::new(false);
 
-/// How often a fresh life looks for replicas joining it. A replica whose
-/// sync begins between two looks is not seen by a grant in between: that
-/// window is this period.
-pub const JOINING_POLL_MS: i64 = 100;
+/// When (monotonic ms) a replica's `PSYNC` or `SYNC` arrived on a fresh
+/// life, not looked at since (`u64::MAX`: none): the next check reads
+/// `INFO replication` for replicas joining ([`sync_seen`]).
+static SYNC_BEGAN_AT: AtomicU64 = AtomicU64::new(u64::MAX);
 
-/// Starts the looks of [`poll`] (at module load).
-pub fn start_polling(ctx: &Context) {
-    schedule(ctx.ctx);
-}
-
-fn schedule(ctx: *mut redis_module::raw::RedisModuleCtx) {
-    // SAFETY: ctx is the OnLoad or timer context, valid for this call.
+/// Registers the command filter that sees a replica's `PSYNC` or `SYNC`
+/// (at module load). It runs before every command; on a life that is not
+/// fresh it reads one atomic and returns.
+pub fn register_sync_filter(ctx: &Context) {
+    // SAFETY: ctx is the OnLoad context; the filter lives as long as the
+    // module.
     unsafe {
-        if let Some(create) = redis_module::raw::RedisModule_CreateTimer {
-            create(ctx, JOINING_POLL_MS, Some(poll), std::ptr::null_mut());
+        if let Some(register) = redis_module::raw::RedisModule_RegisterCommandFilter {
+            let filter = register(
+                ctx.ctx,
+                Some(on_command),
+                redis_module::raw::REDISMODULE_CMDFILTER_NOSELF as i32,
+            );
+            if filter.is_null() {
+                ctx.log_warning("cannot register the command filter that sees a replica's first sync: a master on a new disk refuses nothing to a joining replica");
+            }
         }
     }
 }
 
-/// One look ([`LeaseAck::check_joining`]): on a fresh life, whether a
-/// replica not of it is in its first sync. Reads `INFO replication` only on
-/// a fresh life.
-unsafe extern "C" fn poll(
-    ctx: *mut redis_module::raw::RedisModuleCtx,
-    _data: *mut std::ffi::c_void,
-) {
+/// The command filter: on a fresh life, a `PSYNC` or `SYNC` (a replica
+/// begins a sync) is noted for the next check, before that command runs
+/// and so before any later command can grant.
+unsafe extern "C" fn on_command(fctx: *mut redis_module::raw::RedisModuleCommandFilterCtx) {
+    if !FRESH.load(Relaxed) {
+        return;
+    }
     let _ = std::panic::catch_unwind(|| {
-        let seen = ack().fresh() && !joining_now().is_empty();
-        JOINING_SEEN.store(seen, Relaxed);
+        // SAFETY: fctx is the filter context of this call; the argument
+        // string is owned by the command and read only here.
+        let name = unsafe {
+            let (Some(count), Some(arg_get), Some(ptr_len)) = (
+                redis_module::raw::RedisModule_CommandFilterArgsCount,
+                redis_module::raw::RedisModule_CommandFilterArgGet,
+                redis_module::raw::RedisModule_StringPtrLen,
+            ) else {
+                return;
+            };
+            if count(fctx) < 1 {
+                return;
+            }
+            let arg = arg_get(fctx, 0);
+            if arg.is_null() {
+                return;
+            }
+            let mut len = 0usize;
+            let ptr = ptr_len(arg, &mut len);
+            if ptr.is_null() {
+                return;
+            }
+            std::slice::from_raw_parts(ptr as *const u8, len)
+        };
+        if name.eq_ignore_ascii_case(b"psync") || name.eq_ignore_ascii_case(b"sync") {
+            SYNC_BEGAN_AT.store(crate::host::clock::mono_now(), Relaxed);
+        }
     });
-    schedule(ctx);
 }
 
 /// The replicas in their first sync that are not of this life.
@@ -220,15 +252,22 @@ fn joining_now() -> Vec<String> {
 /// The check of a lease of `ttl_ms` on a master, before it is granted;
 /// see [`take_announce_request`] after a refusal.
 pub fn check(ttl_ms: u64) -> Result<(), CommandError> {
-    if JOINING_SEEN.load(Relaxed) {
+    let began = SYNC_BEGAN_AT.load(Relaxed);
+    let began = (began != u64::MAX).then_some(began);
+    if sync_seen(began, crate::host::clock::mono_now(), mutant::current()) {
         let joining = joining_now();
+        if joining.is_empty() {
+            // Online (of this life now, checked below) or gone: a
+            // reconnection is another PSYNC.
+            SYNC_BEGAN_AT.store(u64::MAX, Relaxed);
+        }
         ack()
             .check_joining(ttl_ms, &joining, mutant::current())
             .map_err(|r| CommandError::LeaseUnacked {
                 ttl: r.ttl_ms,
                 acked: r.acked_ms,
                 waiting: format!(
-                    "{} (in its first sync with this master, which loaded with no file of its replicas: a replica of an earlier run at this address may know less)",
+                    "{} (in its first sync with this master, which started on a disk with no file of its replicas and has had no replica online since: a replica of a run at this address before that disk may know less)",
                     r.waiting.join(", ")
                 ),
             })?;
