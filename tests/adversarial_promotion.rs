@@ -6,7 +6,7 @@
 //! finding: …"]`; run them with `-- --ignored`.
 //!
 //! Findings closed (the test passes; the rule and its mutant are in
-//! `docs/development.md`):
+//! `docs/findings.md`):
 //! - A. `master_restarted_without_files_is_not_the_teacher_of_its_replica`:
 //!   the teacher is an address, not a life; a master on a new disk was not
 //!   held back (`LeaseAck::check_joining`, mutant `fresh-trusts-joining`).
@@ -39,7 +39,7 @@
 //!   then loses the master before its snapshot arrives. In both the
 //!   replica hears nothing of the new run before its promotion, so a
 //!   teacher naming the master's run would not close it either
-//!   (`docs/development.md`).
+//!   (`docs/findings.md`).
 //!
 //! Second read, closed:
 //! - I. `a_master_restarted_twice_without_files_before_its_replica_came_online`:
