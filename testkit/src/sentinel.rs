@@ -241,14 +241,19 @@ impl SentinelGroup {
     /// Waits until master `master` has at least `n` replicas online.
     pub fn wait_online(&self, master: usize, n: usize) {
         self.wait_until(&format!("{n} replicas online at node {master}"), || {
-            let mut con = self.try_connection(master)?;
-            let info: String = redis::cmd("INFO").arg("replication").query(&mut con).ok()?;
-            let online = info
-                .lines()
-                .filter(|l| l.starts_with("slave") && l.contains("state=online"))
-                .count();
-            (online >= n).then_some(())
+            (self.online_replicas(master)? >= n).then_some(())
         });
+    }
+
+    /// How many replicas data node `i` lists online (`None`: unreachable).
+    fn online_replicas(&self, i: usize) -> Option<usize> {
+        let mut con = self.try_connection(i)?;
+        let info: String = redis::cmd("INFO").arg("replication").query(&mut con).ok()?;
+        Some(
+            info.lines()
+                .filter(|l| l.starts_with("slave") && l.contains("state=online"))
+                .count(),
+        )
     }
 
     fn try_connection(&self, i: usize) -> Option<redis::Connection> {
@@ -349,17 +354,27 @@ impl SentinelGroup {
     }
 
     /// Waits until the sentinels agree on a master that says so and every
-    /// running data node is its replica, online.
+    /// running data node is its replica, online. The master is asked again
+    /// at every look: under load the sentinels may fail over once more
+    /// while the replicas catch up.
     pub fn settle(&self) -> usize {
-        let master = self.master_index();
-        let running = self
-            .nodes
-            .iter()
-            .enumerate()
-            .filter(|(i, n)| *i != master && n.pid().is_some())
-            .count();
-        self.wait_online(master, running);
-        master
+        self.wait_until(
+            "every running node a replica, online, of the master",
+            || {
+                let port = self.sentinel_master_port()?;
+                let master = self.index_of_port(port)?;
+                if self.role(master).as_deref() != Some("master") {
+                    return None;
+                }
+                let running = self
+                    .nodes
+                    .iter()
+                    .enumerate()
+                    .filter(|(i, n)| *i != master && n.pid().is_some())
+                    .count();
+                (self.online_replicas(master)? >= running).then_some(master)
+            },
+        )
     }
 
     fn wait_until<T>(&self, what: &str, mut check: impl FnMut() -> Option<T>) -> T {
