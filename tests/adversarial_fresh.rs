@@ -410,3 +410,96 @@ fn a_fresh_master_forgets_a_joining_replica_whose_link_dropped() {
     promote(&mut rc);
     assert_no_second_holder(&mut rc, "L", asked, 6000, "R");
 }
+
+/// Third read, J‴: the module loaded at run time (`MODULE LOAD`/`LOADEX`)
+/// into a master with a replica already in its first sync. Its life is
+/// fresh (no file at all), but the replica's `PSYNC` came before the
+/// filter existed, and the filter's mark starts empty at load
+/// (`lease_ack::begin`): no check ever reads `INFO replication` for
+/// joining replicas, and F's check is not reached (a fresh life starts from
+/// its own longest lease). `host/sync.rs` scans the replicas at such a load
+/// for its own counts; this rule does not.
+///
+/// M (1000) → R through M's address (a proxy), R taught. M is lost; a
+/// server comes back at that address on a new disk without the module
+/// (a configuration that lost its `loadmodule` line) and a long diskless
+/// sync delay (20 s, or a large data set); R reconnects and waits for its
+/// full sync. The operator loads the module (`MODULE LOADEX … CONFIG
+/// redlock.max-ttl-ms 6000`); after its restart window the master grants
+/// a 6 s lease while R is still listed in its first sync, and dies; R,
+/// promoted, guards for 1 s. (`MODULE LOADEX` needs
+/// `enable-module-command yes`, off by default.)
+#[test]
+#[ignore = "open finding: a module loaded at run time into a master with a replica already in its first sync never looks for it: the PSYNC came before the filter"]
+fn module_loaded_at_run_time_into_a_master_with_a_joining_replica() {
+    let mut m = node("1000").start();
+    let m_addr: std::net::SocketAddr = m.addr().parse().unwrap();
+    let at_m = redlock_testkit::proxy::FaultProxy::start(m_addr);
+    let r = node("1000")
+        .config("replicaof", &format!("127.0.0.1 {}", at_m.addr().port()))
+        .start();
+    let mut rc = r.connection();
+    wait_for_link(&mut rc);
+    drop(rc);
+    let rc = taught_replica_of(&m, &r);
+    drop(rc);
+    r.pause();
+    m.kill();
+    let m2 = Node::builder()
+        .without_module()
+        .config("enable-module-command", "yes")
+        .config("repl-diskless-sync", "yes")
+        .config("repl-diskless-sync-delay", "20")
+        .start();
+    at_m.set_upstream(m2.addr().parse().unwrap());
+    r.resume();
+    let mut mm = m2.connection();
+    wait_until(Duration::from_secs(10), "R in its first sync with M2", || {
+        info_field(&mut mm, "replication", "slave0").is_some_and(|l| l.contains("state=wait_bgsave"))
+    });
+    let loaded: redis::RedisResult<()> = redis::cmd("MODULE")
+        .arg("LOADEX")
+        .arg(redlock_testkit::module_path().to_string_lossy().into_owned())
+        .arg("CONFIG")
+        .arg("redlock.max-ttl-ms")
+        .arg("6000")
+        .arg("CONFIG")
+        .arg("redlock.sync-replicas")
+        .arg("0")
+        .arg("CONFIG")
+        .arg("redlock.restart-grace-ms")
+        .arg("-1")
+        .query(&mut mm);
+    loaded.expect("MODULE LOADEX");
+    let loaded_at = Instant::now();
+    let mut asked;
+    let reply = loop {
+        asked = Instant::now();
+        match acquire_result(&mut mm, "L", "owner-a", 6000) {
+            Err(e) if e.code() == Some("GRACE") && loaded_at.elapsed() < Duration::from_secs(10) => {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            other => break other,
+        }
+    };
+    let mut rc = r.connection();
+    eprintln!(
+        "M2 ACQUIRE L 6000 {:.0?} after MODULE LOADEX -> {reply:?}; its replica line {:?}; R taught {}, longest {}",
+        loaded_at.elapsed(),
+        info_field(&mut mm, "replication", "slave0"),
+        redlock_info(&mut rc, "taught_by_master"),
+        redlock_info(&mut rc, "longest_lease_ms"),
+    );
+    match reply {
+        Ok(Some(_)) => {}
+        Err(e) => {
+            assert_eq!(e.code(), Some("NOSYNC"), "{e}");
+            return;
+        }
+        Ok(None) => panic!("L held by someone"),
+    }
+    drop(mm);
+    drop(m2);
+    promote(&mut rc);
+    assert_no_second_holder(&mut rc, "L", asked, 6000, "R");
+}
