@@ -41,7 +41,6 @@ fn wipe_dir(node: &Node) {
     }
 }
 
-#[allow(dead_code)]
 fn files_of(node: &Node) -> Vec<String> {
     let mut names: Vec<String> = std::fs::read_dir(node.dir())
         .unwrap()
@@ -500,6 +499,108 @@ fn module_loaded_at_run_time_into_a_master_with_a_joining_replica() {
     }
     drop(mm);
     drop(m2);
+    promote(&mut rc);
+    assert_no_second_holder(&mut rc, "L", asked, 6000, "R");
+}
+
+/// Third read, I″: a fresh master's replica that never has a first sync.
+/// A fresh life starts from its own longest lease ("a replica that joins
+/// later learns it with its full sync", `LeaseAck::at_load`). But a master
+/// that loads an RDB file with replication info keeps that replication id
+/// as its second one (Redis 7.0 and Valkey: `replid2`), so a replica of that
+/// history resyncs *partially*: `+CONTINUE`, online at once, in the life's
+/// replica set, never in a first sync (A's rule never sees it), and no
+/// snapshot teaches it anything. The usual restore of a master's lost disk
+/// does exactly that: `BGSAVE` on a replica after the master died (its
+/// offset no longer moves) and copy its `dump.rdb`, the module's files
+/// left behind (the master is fresh). The master's first grant after the
+/// replica comes online is not waited for (its acknowledged length is its
+/// longest lease); the replica learns the new run's longest lease only
+/// from the announcement that follows `+CONTINUE` on the stream.
+///
+/// M (1000) → R through M's address (a proxy), R taught. M dies; R saves;
+/// M's new disk gets R's `dump.rdb` only, and M comes back with
+/// `max-ttl-ms` 6000. After M's restart window, R (held away until then)
+/// reconnects over a link with latency (300 ms one-way) and resyncs
+/// partially; M grants a 6 s lease as soon as it lists R online. The link
+/// breaks then (what was in flight is lost: a partition, or M's host dying
+/// with it unsent) and M dies; R, promoted, guards for 1 s. (A life that
+/// is held waits for R's acknowledgement above what R acknowledged; a
+/// fresh one starts from its longest lease and does not.)
+#[test]
+#[ignore = "open finding: a fresh master that loaded a replica's RDB takes that replica back by partial resync; no first sync, and its first grant is not waited for"]
+fn a_fresh_master_restored_from_a_replicas_rdb_takes_it_back_by_partial_resync() {
+    let mut m = node("1000").start();
+    let m_addr: std::net::SocketAddr = m.addr().parse().unwrap();
+    let at_m = redlock_testkit::proxy::FaultProxy::start(m_addr);
+    let r = node("1000")
+        .config("replicaof", &format!("127.0.0.1 {}", at_m.addr().port()))
+        .start();
+    let mut rc = r.connection();
+    wait_for_link(&mut rc);
+    drop(rc);
+    let mut rc = taught_replica_of(&m, &r);
+    m.kill();
+    wait_until(Duration::from_secs(10), "R's link down", || !link_up(&mut rc));
+    let _: () = redis::cmd("SAVE").query(&mut rc).unwrap();
+    let r_offset = info_field(&mut rc, "replication", "master_repl_offset");
+    drop(rc);
+    r.pause();
+    wipe_dir(&m);
+    std::fs::copy(r.dir().join("dump.rdb"), m.dir().join("dump.rdb")).unwrap();
+    m.restart_with(&[("redlock.max-ttl-ms", "6000")]);
+    let mut mm = m.connection();
+    eprintln!(
+        "M on the new disk with R's dump.rdb: replid2 {:?}, second offset {:?} (R's offset {r_offset:?}); files {:?}",
+        info_field(&mut mm, "replication", "master_replid2"),
+        info_field(&mut mm, "replication", "second_repl_offset"),
+        files_of(&m)
+    );
+    eprintln!(
+        "M's acknowledged-length file: {:?}",
+        std::fs::read_to_string(m.dir().join(format!("redlock-lease-acked-{}", m.port())))
+    );
+    let _ = first_grant(
+        &mut mm,
+        "probe",
+        "p",
+        6000,
+        Instant::now() + Duration::from_secs(10),
+    )
+    .expect("M grants after its window");
+    at_m.set(redlock_testkit::proxy::Fault::Delay(Duration::from_millis(300)));
+    r.resume();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let line = loop {
+        let line = info_field(&mut mm, "replication", "slave0");
+        if let Some(l) = line.filter(|l| l.contains("state=")) {
+            break l;
+        }
+        assert!(Instant::now() < deadline, "R never reconnected");
+    };
+    let asked = Instant::now();
+    let reply = acquire_result(&mut mm, "L", "owner-a", 6000);
+    at_m.reset_connections();
+    eprintln!(
+        "M's replica line {line:?}; ACQUIRE L 6000 at once -> {reply:?}; partial resyncs at M: {:?}",
+        info_field(&mut mm, "stats", "sync_partial_ok")
+    );
+    drop(mm);
+    m.kill();
+    let mut rc = r.connection();
+    eprintln!(
+        "R: taught {}, longest {}",
+        redlock_info(&mut rc, "taught_by_master"),
+        redlock_info(&mut rc, "longest_lease_ms"),
+    );
+    match reply {
+        Ok(Some(_)) => {}
+        Err(e) => {
+            assert_eq!(e.code(), Some("NOSYNC"), "{e}");
+            return;
+        }
+        Ok(None) => panic!("L held by someone"),
+    }
     promote(&mut rc);
     assert_no_second_holder(&mut rc, "L", asked, 6000, "R");
 }
