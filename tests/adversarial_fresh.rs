@@ -1,4 +1,4 @@
-//! Adversarial review of the fresh master's rules (findings I and J:
+//! Adversarial review of the fresh master's rules (findings A, I and J:
 //! `LeaseAck::check_joining`, `Kept::fresh`, the `PSYNC` command filter of
 //! `host/lease_ack.rs`): event sequences played on real processes, each
 //! asserting the SAFE outcome (no second holder while the first lease runs).
@@ -7,8 +7,33 @@
 //!
 //! The setup of each is finding A's: M (max-ttl 1000) → R, R taught by M's
 //! address and knowing a 1000 ms longest lease. M comes back on a new disk
-//! with a longer `max-ttl-ms`; R, promoted before it loaded a snapshot of
-//! the new run, guards for the 1000 ms the earlier run taught it.
+//! with a longer `max-ttl-ms` (6000); R, promoted before it holds a
+//! snapshot of the new run, guards for the 1000 ms the earlier run taught
+//! it, and grants while M's 6 s lease runs.
+//!
+//! Open (third read, each two holders on Redis 7.0 and Valkey 8.1 unless
+//! said):
+//! - J′ `a_grant_between_the_main_psync_and_the_rdb_channel_sync_on_a_fresh_master`
+//!   (Valkey, `dual-channel-replication-enabled yes`): the main channel's
+//!   `PSYNC` lists no replica; a check before the RDB channel's `SYNC`
+//!   forgets the mark and grants.
+//! - J″ `a_fresh_master_forgets_a_joining_replica_whose_link_dropped`: a
+//!   replica the fresh life saw in its first sync is forgotten when its
+//!   link drops; a grant before it reconnects passes.
+//! - J‴ `module_loaded_at_run_time_into_a_master_with_a_joining_replica`:
+//!   the `PSYNC` came before the filter existed.
+//! - I′ `a_master_restored_from_a_replicas_folder_is_not_fresh`: a
+//!   replica's acknowledged-length file on the master's new disk makes the
+//!   life neither fresh nor held.
+//! - I″ `a_fresh_master_restored_from_a_replicas_rdb_takes_it_back_by_partial_resync`:
+//!   the replica never has a first sync, and a fresh life waits for no
+//!   acknowledgement.
+//! - A′ `a_fresh_master_grants_once_the_replica_is_online_before_it_holds_the_snapshot`:
+//!   a diskless sync's replica is online at the master before it holds the
+//!   snapshot.
+//! - A″ `a_joining_replica_at_the_address_of_a_replica_of_the_fresh_life`:
+//!   a joining replica at the address of a replica of the life counts as of
+//!   the life (control: `…at_its_own_address`, passes).
 
 mod common;
 
@@ -169,7 +194,9 @@ fn a_grant_between_the_main_psync_and_the_rdb_channel_sync_on_a_fresh_master() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(400);
-    link.set(redlock_testkit::proxy::Fault::Delay(Duration::from_millis(latency)));
+    link.set(redlock_testkit::proxy::Fault::Delay(Duration::from_millis(
+        latency,
+    )));
     let psyncs_before = log_lines(&m, "asks for synchronization").len();
     let dual_before = log_lines(&m, "capable of dual channel synchronization").len();
     r.resume();
@@ -365,9 +392,11 @@ fn a_fresh_master_forgets_a_joining_replica_whose_link_dropped() {
     let joining = |mm: &mut redis::Connection| {
         info_field(mm, "replication", "slave0").is_some_and(|l| l.contains("state=wait_bgsave"))
     };
-    wait_until(Duration::from_secs(10), "R in its first sync with M", || {
-        joining(&mut mm)
-    });
+    wait_until(
+        Duration::from_secs(10),
+        "R in its first sync with M",
+        || joining(&mut mm),
+    );
     let before = acquire_result(&mut mm, "L0", "owner-a", 6000);
     eprintln!("M (fresh), R in its first sync: ACQUIRE L0 6000 -> {before:?}");
     assert_eq!(
@@ -453,12 +482,21 @@ fn module_loaded_at_run_time_into_a_master_with_a_joining_replica() {
     at_m.set_upstream(m2.addr().parse().unwrap());
     r.resume();
     let mut mm = m2.connection();
-    wait_until(Duration::from_secs(10), "R in its first sync with M2", || {
-        info_field(&mut mm, "replication", "slave0").is_some_and(|l| l.contains("state=wait_bgsave"))
-    });
+    wait_until(
+        Duration::from_secs(10),
+        "R in its first sync with M2",
+        || {
+            info_field(&mut mm, "replication", "slave0")
+                .is_some_and(|l| l.contains("state=wait_bgsave"))
+        },
+    );
     let loaded: redis::RedisResult<()> = redis::cmd("MODULE")
         .arg("LOADEX")
-        .arg(redlock_testkit::module_path().to_string_lossy().into_owned())
+        .arg(
+            redlock_testkit::module_path()
+                .to_string_lossy()
+                .into_owned(),
+        )
         .arg("CONFIG")
         .arg("redlock.max-ttl-ms")
         .arg("6000")
@@ -475,7 +513,9 @@ fn module_loaded_at_run_time_into_a_master_with_a_joining_replica() {
     let reply = loop {
         asked = Instant::now();
         match acquire_result(&mut mm, "L", "owner-a", 6000) {
-            Err(e) if e.code() == Some("GRACE") && loaded_at.elapsed() < Duration::from_secs(10) => {
+            Err(e)
+                if e.code() == Some("GRACE") && loaded_at.elapsed() < Duration::from_secs(10) =>
+            {
                 std::thread::sleep(Duration::from_millis(20));
             }
             other => break other,
@@ -541,7 +581,9 @@ fn a_fresh_master_restored_from_a_replicas_rdb_takes_it_back_by_partial_resync()
     drop(rc);
     let mut rc = taught_replica_of(&m, &r);
     m.kill();
-    wait_until(Duration::from_secs(10), "R's link down", || !link_up(&mut rc));
+    wait_until(Duration::from_secs(10), "R's link down", || {
+        !link_up(&mut rc)
+    });
     let _: () = redis::cmd("SAVE").query(&mut rc).unwrap();
     let r_offset = info_field(&mut rc, "replication", "master_repl_offset");
     drop(rc);
@@ -568,7 +610,9 @@ fn a_fresh_master_restored_from_a_replicas_rdb_takes_it_back_by_partial_resync()
         Instant::now() + Duration::from_secs(10),
     )
     .expect("M grants after its window");
-    at_m.set(redlock_testkit::proxy::Fault::Delay(Duration::from_millis(300)));
+    at_m.set(redlock_testkit::proxy::Fault::Delay(Duration::from_millis(
+        300,
+    )));
     r.resume();
     let deadline = Instant::now() + Duration::from_secs(20);
     let line = loop {
@@ -657,7 +701,9 @@ fn a_fresh_master_grants_once_the_replica_is_online_before_it_holds_the_snapshot
         Instant::now() + Duration::from_secs(10),
     )
     .expect("M grants after its window");
-    at_m.set(redlock_testkit::proxy::Fault::Delay(Duration::from_millis(500)));
+    at_m.set(redlock_testkit::proxy::Fault::Delay(Duration::from_millis(
+        500,
+    )));
     r.resume();
     let mut rc = r.connection();
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -771,11 +817,16 @@ fn joining_beside_a_replica_of_the_fresh_life(same_address: bool) {
     )
     .expect("M grants after its window");
     r.resume();
-    wait_until(Duration::from_secs(10), "R in its first sync with M", || {
-        info_field(&mut mm, "replication", "slave1").is_some_and(|l| l.contains("state=wait_bgsave"))
-            || info_field(&mut mm, "replication", "slave0")
+    wait_until(
+        Duration::from_secs(10),
+        "R in its first sync with M",
+        || {
+            info_field(&mut mm, "replication", "slave1")
                 .is_some_and(|l| l.contains("state=wait_bgsave"))
-    });
+                || info_field(&mut mm, "replication", "slave0")
+                    .is_some_and(|l| l.contains("state=wait_bgsave"))
+        },
+    );
     let asked = Instant::now();
     let reply = acquire_result(&mut mm, "L", "owner-a", 6000);
     let mut rc = r.connection();
