@@ -213,10 +213,11 @@ pub fn start_replica(master: &Node, builder: redlock_testkit::NodeBuilder) -> No
 }
 
 /// Waits until the master behind `con` lists the replica listening on
-/// `port` as `state=online`. The replica's link is up once it loaded the
-/// snapshot; the master puts it online only at its first acknowledgement
-/// after that, and until then counts it in its first sync (a master that
-/// loaded no file refuses leases meanwhile: `NOSYNC`).
+/// `port` as `state=online`. The two sides do not change together (with a
+/// sync through a file, the master puts the replica online at its first
+/// acknowledgement after loading; a diskless one, once the last bytes are
+/// written), and until then the master counts it in its first sync (a
+/// master that loaded no file refuses leases meanwhile: `NOSYNC`).
 pub fn wait_online_at_master(con: &mut redis::Connection, port: u16) {
     let entry = format!("port={port},state=online");
     wait_until(
