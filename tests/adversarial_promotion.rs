@@ -64,29 +64,6 @@ use std::time::{Duration, Instant};
 
 use common::*;
 
-/// The node behind `con` grants `key` to another owner no earlier than
-/// `lease_ms` after `granted_a` (or not at all until a second after).
-fn assert_no_second_holder(
-    con: &mut redis::Connection,
-    key: &str,
-    granted_a: Instant,
-    lease_ms: u64,
-    who: &str,
-) {
-    let until = granted_a + Duration::from_millis(lease_ms + 1_000);
-    match first_grant(con, key, "owner-b", 1000, until) {
-        None => eprintln!("{who} did not grant {key} within the {lease_ms} ms lease + 1 s"),
-        Some(granted_b) => {
-            let gap = granted_b - granted_a;
-            eprintln!("{who} granted {key} {gap:?} after the {lease_ms} ms lease began");
-            assert!(
-                gap >= Duration::from_millis(lease_ms),
-                "two holders: {who} granted {key} {gap:?} after a {lease_ms} ms lease began"
-            );
-        }
-    }
-}
-
 /// Finding A: the teacher is an address, not a life.
 ///
 /// M (max-ttl 1000) → R; R learns 1000 from M and is taught by
@@ -166,13 +143,6 @@ fn master_restarted_without_files_is_not_the_teacher_of_its_replica() {
     assert_no_second_holder(&mut rc, "L", granted_a, 3000, "R");
 }
 
-fn node(max_ttl: &str) -> redlock_testkit::NodeBuilder {
-    Node::builder()
-        .config("redlock.sync-replicas", "0")
-        .config("redlock.restart-grace-ms", "-1")
-        .config("redlock.max-ttl-ms", max_ttl)
-}
-
 fn replica_of(con: &mut redis::Connection, master: &Node) {
     let _: () = redis::cmd("REPLICAOF")
         .arg("127.0.0.1")
@@ -194,9 +164,9 @@ fn replica_of(con: &mut redis::Connection, master: &Node) {
 /// guards for 1 s.
 #[test]
 fn teacher_from_an_earlier_life_as_replica_does_not_teach_the_new_life() {
-    let b = node("1000").start();
-    let a = start_replica(&b, node("1000"));
-    let c = start_replica(&b, node("1000"));
+    let b = adversarial_node("1000").start();
+    let a = start_replica(&b, adversarial_node("1000"));
+    let c = start_replica(&b, adversarial_node("1000"));
     let mut bc = b.connection();
     let _ = first_grant(
         &mut bc,
@@ -280,9 +250,9 @@ fn teacher_from_an_earlier_life_as_replica_does_not_teach_the_new_life() {
 /// resumed. Returns Y, X (stopped, for a rejoin) and when L was granted, or
 /// `None` when M refused the 5 s lease (the safe outcome).
 fn chain_with_the_last_replica_cut_off() -> Option<(Node, Node, Instant)> {
-    let mut m = node("1000").start();
-    let mut x = start_replica(&m, node("1000"));
-    let y = start_replica(&x, node("1000"));
+    let mut m = adversarial_node("1000").start();
+    let mut x = start_replica(&m, adversarial_node("1000"));
+    let y = start_replica(&x, adversarial_node("1000"));
     let mut mm = m.connection();
     let _ = first_grant(
         &mut mm,
@@ -519,8 +489,10 @@ fn a_master_on_a_new_disk_waits_less_than_the_replicas_cut_off() {
 /// while the restored 5 s lease runs.
 #[test]
 fn restore_bypasses_the_lease_ack_check() {
-    let mut m = node("1000").config("redlock.restart-grace-ms", "0").start();
-    let r = start_replica(&m, node("1000"));
+    let mut m = adversarial_node("1000")
+        .config("redlock.restart-grace-ms", "0")
+        .start();
+    let r = start_replica(&m, adversarial_node("1000"));
     let mut mm = m.connection();
     assert!(acquire(&mut mm, "warm", "x", 1000).is_some());
     let _: i64 = redis::cmd("WAIT").arg(1).arg(5000).query(&mut mm).unwrap();
@@ -532,7 +504,9 @@ fn restore_bypasses_the_lease_ack_check() {
     drop(rc);
     // The node the lock was granted on (another shard, or the old home of
     // the key).
-    let q = node("5000").config("redlock.restart-grace-ms", "0").start();
+    let q = adversarial_node("5000")
+        .config("redlock.restart-grace-ms", "0")
+        .start();
     let mut qc = q.connection();
     assert!(acquire(&mut qc, "L", "owner-a", 5000).is_some());
     let granted_a = Instant::now();
@@ -701,7 +675,7 @@ fn a_replica_cut_off_for_less_than_it_knows_but_more_than_the_new_disk_waits() {
 /// replica (Sentinel's reconfiguration), acknowledges, and R grants.
 #[test]
 fn first_replica_promoted_after_loading_a_snapshot_older_than_a_raise() {
-    let mut m = node("1000")
+    let mut m = adversarial_node("1000")
         .config("redlock.restart-grace-ms", "0")
         .config("repl-diskless-sync", "yes")
         .config("rdb-key-save-delay", "20000")
@@ -715,7 +689,7 @@ fn first_replica_promoted_after_loading_a_snapshot_older_than_a_raise() {
             .query(&mut mm)
             .unwrap();
     }
-    let r = node("1000")
+    let r = adversarial_node("1000")
         .config("key-load-delay", "30000")
         .config("loading-process-events-interval-bytes", "1024")
         .start();
@@ -831,7 +805,7 @@ fn nodes_sharing_dir_with_their_own_aof_directories_keep_their_run_records() {
 
 fn crash_after_a_neighbour_wrote_its_run_record(b_aof_dir: &str) {
     let durable = |name: &str| {
-        node("2000")
+        adversarial_node("2000")
             .config("appendonly", "yes")
             .config("appendfsync", "always")
             .config("appendfilename", &format!("{name}.aof"))
@@ -938,27 +912,6 @@ fn replica_of_a_replica_is_not_vouched_by_forwarded_announcements() {
     assert_eq!(redlock_info(&mut yc, "sync_last_promotion"), 3);
 }
 
-/// M (1000) → R, taught by M's address, learned 1000 (the setup of
-/// finding A). Returns R's connection.
-fn taught_replica_of(m: &Node, r: &Node) -> redis::Connection {
-    let mut mm = m.connection();
-    let _ = first_grant(
-        &mut mm,
-        "warm",
-        "x",
-        1000,
-        Instant::now() + Duration::from_secs(10),
-    )
-    .expect("warm grant");
-    let _: i64 = redis::cmd("WAIT").arg(1).arg(5000).query(&mut mm).unwrap();
-    let mut rc = r.connection();
-    wait_until(Duration::from_secs(20), "R taught by M", || {
-        redlock_info(&mut rc, "longest_lease_ms") >= 1_000
-            && redlock_info(&mut rc, "taught_by_master") == 1
-    });
-    rc
-}
-
 /// Second read, H: finding A's rule sees only a replica that reaches the
 /// master on the new disk. One that cannot (a partition between them,
 /// while Sentinel still sees both) never shows in `INFO replication`, and
@@ -974,10 +927,10 @@ fn taught_replica_of(m: &Node, r: &Node) -> redis::Connection {
 #[ignore = "open finding: a replica that never reaches the master restarted on a new disk still counts as taught by its address; the new run never sees it, and it hears nothing of the new run"]
 fn replica_cut_off_from_a_master_restarted_without_files() {
     use redlock_testkit::proxy::FaultProxy;
-    let mut m = node("1000").start();
+    let mut m = adversarial_node("1000").start();
     let m_addr: std::net::SocketAddr = m.addr().parse().unwrap();
     let path = FaultProxy::start(m_addr);
-    let r = node("1000")
+    let r = adversarial_node("1000")
         .config("replicaof", &format!("127.0.0.1 {}", path.addr().port()))
         .start();
     let mut rc = r.connection();
@@ -1056,8 +1009,10 @@ fn a_master_restarted_twice_on_a_new_disk_under_its_mutant() {
 }
 
 fn restarted_twice_on_a_new_disk(mutants: &str) {
-    let mut m = node("1000").env("REDLOCK_TEST_MUTANTS", mutants).start();
-    let r = start_replica(&m, node("1000"));
+    let mut m = adversarial_node("1000")
+        .env("REDLOCK_TEST_MUTANTS", mutants)
+        .start();
+    let r = start_replica(&m, adversarial_node("1000"));
     let rc = taught_replica_of(&m, &r);
     drop(rc);
     r.pause();
@@ -1144,8 +1099,10 @@ fn a_grant_right_after_the_replicas_psync_under_its_mutant() {
 }
 
 fn grant_right_after_psync(mutants: &str) {
-    let mut m = node("1000").env("REDLOCK_TEST_MUTANTS", mutants).start();
-    let r = start_replica(&m, node("1000"));
+    let mut m = adversarial_node("1000")
+        .env("REDLOCK_TEST_MUTANTS", mutants)
+        .start();
+    let r = start_replica(&m, adversarial_node("1000"));
     let rc = taught_replica_of(&m, &r);
     drop(rc);
     r.pause();
@@ -1228,15 +1185,15 @@ fn restore_checked_for_the_time_left_only_under_its_mutant() {
 
 fn restore_checked_for_what_the_load_holds(mutant: bool) {
     let mutants = if mutant { "restore-checks-stated" } else { "" };
-    let mut m = node("1000")
+    let mut m = adversarial_node("1000")
         .config("redlock.restart-grace-ms", "0")
         .env("REDLOCK_TEST_MUTANTS", mutants)
         .start();
-    let r = start_replica(&m, node("1000"));
+    let r = start_replica(&m, adversarial_node("1000"));
     let rc = taught_replica_of(&m, &r);
     drop(rc);
     let mut mm = m.connection();
-    let q = node("1000")
+    let q = adversarial_node("1000")
         .config("redlock.restart-grace-ms", "0")
         .env("REDLOCK_TEST_WALL_OFFSET_MS", "5000")
         .start();
@@ -1294,8 +1251,8 @@ fn restore_checked_for_what_the_load_holds(mutant: bool) {
 #[test]
 #[ignore = "open finding: a replica that reconnects to a master restarted on a new disk after its grant still counts as taught by its file until it loads the new snapshot; the grant came before the new run could see it"]
 fn replica_restarted_after_the_grant_of_a_master_restarted_without_files() {
-    let mut m = node("1000").start();
-    let mut r = start_replica(&m, node("1000"));
+    let mut m = adversarial_node("1000").start();
+    let mut r = start_replica(&m, adversarial_node("1000"));
     let rc = taught_replica_of(&m, &r);
     drop(rc);
     r.kill();

@@ -18,13 +18,6 @@ use std::time::{Duration, Instant};
 
 use common::*;
 
-fn node(max_ttl: &str) -> redlock_testkit::NodeBuilder {
-    Node::builder()
-        .config("redlock.sync-replicas", "0")
-        .config("redlock.restart-grace-ms", "-1")
-        .config("redlock.max-ttl-ms", max_ttl)
-}
-
 /// Finding L. M and R run with `max-ttl-ms` 400. The operator raises it
 /// to 3000 on the master only; M grants a 3 s lease once R acknowledged
 /// knowing it (the lease-ack rule). M is lost and R promoted: R guards for
@@ -35,8 +28,8 @@ fn node(max_ttl: &str) -> redlock_testkit::NodeBuilder {
 #[test]
 #[ignore = "open finding L: a node on a new disk waits its own max-ttl-ms, shorter than a lease it held after a raise on its master only"]
 fn a_promoted_replica_with_a_lower_max_ttl_restarted_on_a_new_disk() {
-    let mut m = node("400").start();
-    let mut r = node("400").start();
+    let mut m = adversarial_node("400").start();
+    let mut r = adversarial_node("400").start();
     let mut rc = r.connection();
     let _: () = redis::cmd("REPLICAOF")
         .arg("127.0.0.1")

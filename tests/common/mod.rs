@@ -378,3 +378,58 @@ pub fn wipe_dir(node: &Node) {
         }
     }
 }
+
+/// A node for the adversarial promotion tests: no sync check, restart
+/// windows as long as the longest lease, `max-ttl-ms` as given.
+pub fn adversarial_node(max_ttl: &str) -> redlock_testkit::NodeBuilder {
+    Node::builder()
+        .config("redlock.sync-replicas", "0")
+        .config("redlock.restart-grace-ms", "-1")
+        .config("redlock.max-ttl-ms", max_ttl)
+}
+
+/// The node behind `con` grants `key` to another owner no earlier than
+/// `lease_ms` after `granted_a` (or not at all until a second after).
+/// `granted_a` is read before the first holder's request was sent: the
+/// lease began no earlier.
+pub fn assert_no_second_holder(
+    con: &mut redis::Connection,
+    key: &str,
+    granted_a: Instant,
+    lease_ms: u64,
+    who: &str,
+) {
+    let until = granted_a + Duration::from_millis(lease_ms + 1_000);
+    match first_grant(con, key, "owner-b", 1000, until) {
+        None => eprintln!("{who} did not grant {key} within the {lease_ms} ms lease + 1 s"),
+        Some(granted_b) => {
+            let gap = granted_b - granted_a;
+            eprintln!("{who} granted {key} {gap:?} after the {lease_ms} ms lease began");
+            assert!(
+                gap >= Duration::from_millis(lease_ms),
+                "two holders: {who} granted {key} {gap:?} after a {lease_ms} ms lease began"
+            );
+        }
+    }
+}
+
+/// M (1000) → R, R taught by M's address and knowing 1000. Returns R's
+/// connection.
+pub fn taught_replica_of(m: &Node, r: &Node) -> redis::Connection {
+    let mut mm = m.connection();
+    let _ = first_grant(
+        &mut mm,
+        "warm",
+        "x",
+        1000,
+        Instant::now() + Duration::from_secs(10),
+    )
+    .expect("warm grant");
+    let _: i64 = redis::cmd("WAIT").arg(1).arg(5000).query(&mut mm).unwrap();
+    let mut rc = r.connection();
+    wait_until(Duration::from_secs(20), "R taught by M", || {
+        redlock_info(&mut rc, "longest_lease_ms") >= 1_000
+            && redlock_info(&mut rc, "taught_by_master") == 1
+    });
+    rc
+}
