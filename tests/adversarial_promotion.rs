@@ -79,35 +79,10 @@ use common::*;
 /// follows) and guards for 1 s: it grants while M's 3 s lease runs.
 #[test]
 fn master_restarted_without_files_is_not_the_teacher_of_its_replica() {
-    let mut m = Node::builder()
-        .config("redlock.sync-replicas", "0")
-        .config("redlock.restart-grace-ms", "-1")
-        .config("redlock.max-ttl-ms", "1000")
-        .start();
-    let r = start_replica(
-        &m,
-        Node::builder()
-            .config("redlock.sync-replicas", "0")
-            .config("redlock.restart-grace-ms", "-1")
-            .config("redlock.max-ttl-ms", "1000"),
-    );
+    let mut m = adversarial_node("1000").start();
+    let r = start_replica(&m, adversarial_node("1000"));
     // M's first start opened a 1 s window.
-    let mut mm = m.connection();
-    let _ = first_grant(
-        &mut mm,
-        "warm",
-        "x",
-        1000,
-        Instant::now() + Duration::from_secs(10),
-    )
-    .expect("warm grant");
-    let _: i64 = redis::cmd("WAIT").arg(1).arg(5000).query(&mut mm).unwrap();
-    let mut rc = r.connection();
-    wait_until(Duration::from_secs(20), "R taught by M", || {
-        redlock_info(&mut rc, "longest_lease_ms") >= 1_000
-            && redlock_info(&mut rc, "taught_by_master") == 1
-    });
-    drop(mm);
+    let mut rc = taught_replica_of(&m, &r);
 
     // M: a new disk, max-ttl-ms raised in its configuration, Redis'
     // default diskless sync delay.
