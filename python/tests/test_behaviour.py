@@ -8,9 +8,11 @@ import gc
 import logging
 import math
 import os
+import signal
 import threading
 import time
 import warnings
+from collections.abc import Iterator
 from datetime import timedelta
 
 import pytest
@@ -47,8 +49,21 @@ def test_a_blocking_call_releases_the_gil(redlock: rf.Redlock, key: str) -> None
     holder.release()
 
 
+@pytest.fixture
+def ctrl_c() -> Iterator[None]:
+    """Python's own SIGINT handler for the test. `_thread.interrupt_main`
+    does nothing while SIGINT is ignored, which a process started in the
+    background of a shell without job control inherits (`cmd &` in a
+    script); the interpreter then keeps that."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 def test_ctrl_c_interrupts_a_waiting_acquire_and_leaves_no_grant(
-    redlock: rf.Redlock, key: str
+    redlock: rf.Redlock, key: str, ctrl_c: None
 ) -> None:
     holder = redlock.acquire(key, 10)
     timer = threading.Timer(0.3, _thread.interrupt_main)
@@ -64,7 +79,9 @@ def test_ctrl_c_interrupts_a_waiting_acquire_and_leaves_no_grant(
     assert not held_by_any(redlock, key)
 
 
-def test_ctrl_c_during_a_plain_acquire_leaves_no_grant(redlock: rf.Redlock, key: str) -> None:
+def test_ctrl_c_during_a_plain_acquire_leaves_no_grant(
+    redlock: rf.Redlock, key: str, ctrl_c: None
+) -> None:
     for delay in (0.0, 0.001, 0.003, 0.01):
         got: list[rf.Lock] = []
         timer = threading.Timer(delay, _thread.interrupt_main)
@@ -84,7 +101,9 @@ def test_ctrl_c_during_a_plain_acquire_leaves_no_grant(redlock: rf.Redlock, key:
         time.sleep(0.05)
 
 
-def test_lost_wait_releases_the_gil_and_reacts_to_ctrl_c(redlock: rf.Redlock, key: str) -> None:
+def test_lost_wait_releases_the_gil_and_reacts_to_ctrl_c(
+    redlock: rf.Redlock, key: str, ctrl_c: None
+) -> None:
     lock = redlock.acquire(key, 10)
     timer = threading.Timer(0.2, _thread.interrupt_main)
     timer.start()
