@@ -120,20 +120,21 @@ impl Redlock {
                         tracing::debug!(%error, "set attempt failed; retrying");
                         tokio::time::sleep_until(at).await;
                     }
-                    AfterAttempt::Wait { pause_until } => {
-                        if let Some(at) = pause_until {
-                            tokio::time::sleep_until(at).await;
-                        }
+                    AfterAttempt::Wait { attempt_not_before } => {
                         let wake = wait_for_set(quorum, &names, until, owner, ticket).await;
                         let next = after_wake(
                             &wake,
                             until,
                             Instant::now(),
+                            attempt_not_before,
                             self.inner.retry_pause(),
                             &mut rand::thread_rng(),
                         );
                         match next {
-                            AfterWake::Attempt => {}
+                            AfterWake::Attempt { not_before: None } => {}
+                            AfterWake::Attempt {
+                                not_before: Some(at),
+                            } => tokio::time::sleep_until(at).await,
                             AfterWake::GiveUp => return Err(error),
                             AfterWake::Retry { at } => tokio::time::sleep_until(at).await,
                         }

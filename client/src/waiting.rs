@@ -18,9 +18,11 @@
 //!
 //! Races remain possible (nodes that saw different waiters, a waiter whose
 //! reservation lapsed): a waiter that finds the lock busy releases what it
-//! got and waits again, keeping its ticket. After a split vote (a lost
-//! round that got grants: see [`split_vote`]), a random pause before the
-//! next attempt lets one get ahead.
+//! got and waits again at once, keeping its ticket. After a split vote (a
+//! lost round that got grants: see [`split_vote`]), a random pause between
+//! the wake and the next attempt lets one get ahead. A node knows a waiter
+//! only while its WAIT is blocked there, so nothing is awaited between a
+//! busy attempt and the WAIT (see `core::waiting`).
 //!
 //! Dropping the future stops everything: connections blocked in WAIT are
 //! closed (which ends the wait on the node), and an attempt in flight is
@@ -110,14 +112,6 @@ impl Redlock {
                     }
                     Err(failed) => failed,
                 };
-                // What this attempt got goes back at once, before waiting:
-                // the other waiters must not find it in their way.
-                self.inner
-                    .quorum
-                    .release_on(key, owner.as_str(), &leftovers.nodes)
-                    .await;
-                settled.disarm();
-                owner = OwnerId::new();
                 let now = Instant::now();
                 let next = after_failed_attempt(
                     &error,
@@ -128,6 +122,30 @@ impl Redlock {
                     self.inner.retry_pause(),
                     &mut rand::thread_rng(),
                 );
+                // What this attempt got goes back at once, before waiting:
+                // the other waiters must not find it in their way. Before a
+                // WAIT the RELEASEs are only queued, not awaited: the waiter
+                // must be in the nodes' queues as soon as possible, or the
+                // worker that releases next takes its lock back (see
+                // `AfterAttempt::Wait` for why this is sound).
+                if matches!(next, AfterAttempt::Wait { .. }) {
+                    self.inner
+                        .quorum
+                        .release_queued(
+                            key,
+                            owner.as_str(),
+                            &leftovers.nodes,
+                            leftovers._unanswered,
+                        )
+                        .await;
+                } else {
+                    self.inner
+                        .quorum
+                        .release_on(key, owner.as_str(), &leftovers.nodes)
+                        .await;
+                }
+                settled.disarm();
+                owner = OwnerId::new();
                 match next {
                     AfterAttempt::GiveUp => {
                         // The wait ran out (otherwise the error ends it).
@@ -140,22 +158,25 @@ impl Redlock {
                         tracing::debug!(%error, pause = ?(at - now), "attempt failed; retrying");
                         tokio::time::sleep_until(at).await;
                     }
-                    AfterAttempt::Wait { pause_until } => {
-                        if let Some(at) = pause_until {
-                            tracing::debug!(pause = ?(at - now), "split vote; pausing");
-                            tokio::time::sleep_until(at).await;
-                        }
+                    AfterAttempt::Wait { attempt_not_before } => {
                         let wake =
                             wait_for_free(&self.inner.quorum, key, until, owner, ticket).await;
                         let next = after_wake(
                             &wake,
                             until,
                             Instant::now(),
+                            attempt_not_before,
                             self.inner.retry_pause(),
                             &mut rand::thread_rng(),
                         );
                         match next {
-                            AfterWake::Attempt => {}
+                            AfterWake::Attempt { not_before: None } => {}
+                            AfterWake::Attempt {
+                                not_before: Some(at),
+                            } => {
+                                tracing::debug!("split vote; pausing before the next attempt");
+                                tokio::time::sleep_until(at).await;
+                            }
                             AfterWake::GiveUp => {
                                 timed_out();
                                 return Err(error);

@@ -315,3 +315,65 @@ async fn a_client_that_only_queues_keeps_a_free_lock_from_nobody() {
         }
     }
 }
+
+/// Waits until `n` clients are blocked in WAIT on every node of `nodes`, or
+/// `limit` passed; whether they are.
+async fn blocked_on_all(nodes: &[Node], n: u64, limit: Duration) -> bool {
+    let started = Instant::now();
+    loop {
+        if nodes
+            .iter()
+            .all(|node| info_u64(node, "redlock", "redlock_waiting_clients") == n)
+        {
+            return true;
+        }
+        if started.elapsed() >= limit {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// With a waiter waiting, a released lock goes to the waiter and not back
+/// to the releaser, also while a node lags. The waiter's busy attempt
+/// leaves an unanswered ACQUIRE on a frozen node; it queues on the other
+/// four at once (its WAIT does not wait for the RELEASE of that ACQUIRE,
+/// which could take the whole per-node timeout), so the holder's release
+/// reserves the lock for it there and the holder's next attempt is busy.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_released_lock_goes_to_the_waiter_while_a_node_lags() {
+    let nodes = five();
+    let holder = client(&nodes).await;
+    // A per-node timeout far longer than the wait below: a waiter that let
+    // its release wait on the frozen node would be queued nowhere meanwhile.
+    let waiter = redlock_client::Redlock::builder(common::urls(&nodes))
+        .node_timeout(Duration::from_secs(4))
+        .connect_timeout(common::CONNECT_TIMEOUT)
+        .retry(redlock_client::RetryPolicy::no_retry())
+        .build()
+        .await
+        .unwrap();
+    let lock = holder.acquire("k", Duration::from_secs(10)).await.unwrap();
+    let first = lock.token();
+    nodes[4].pause();
+    let waiting = tokio::spawn(async move {
+        waiter
+            .acquire_wait("k", Duration::from_secs(5), Duration::from_secs(20))
+            .await
+    });
+    let queued = blocked_on_all(&nodes[..4], 1, Duration::from_secs(2)).await;
+    assert!(lock.release().await.unwrap());
+    let again = holder.try_acquire("k", Duration::from_secs(10)).await;
+    nodes[4].resume();
+    assert!(
+        matches!(again, Ok(None)),
+        "the releaser took the lock back from a waiter (blocked in WAIT on the four live nodes: {queued}): {again:?}"
+    );
+    assert!(
+        queued,
+        "the waiter was not blocked in WAIT on the four live nodes within 2 s"
+    );
+    let lock = waiting.await.unwrap().unwrap();
+    assert!(lock.token() > first);
+    assert!(lock.release().await.unwrap());
+}
