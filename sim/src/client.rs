@@ -143,6 +143,8 @@ pub struct Io {
     rules: Rules,
     members: usize,
     floor: bool,
+    /// `Setup::release_before_wait`.
+    release_before_wait: bool,
     node_timeout: Duration,
     retry: (u32, Duration, Duration),
     next: Cell<u64>,
@@ -671,30 +673,58 @@ async fn acquire_wait(io: &Io, key: u8, ttl_ms: u64, max_wait: Duration) -> Resu
             Ok(lock) => return Ok(lock),
             Err(failed) => failed,
         };
-        release_on(io, key, owner, &leftovers.nodes).await;
-        owner = new_owner(io);
-        let now = io.local();
         let retry = (io.retry.1, io.retry.2);
-        let next = after_failed_attempt(
-            &error,
-            leftovers.granted,
-            io.rules.quorum,
-            until,
-            now,
-            retry,
-            &mut *io.rng.borrow_mut(),
-        );
+        let decide = || {
+            after_failed_attempt(
+                &error,
+                leftovers.granted,
+                io.rules.quorum,
+                until,
+                io.local(),
+                retry,
+                &mut *io.rng.borrow_mut(),
+            )
+        };
+        let next = if io.release_before_wait {
+            release_on(io, key, owner, &leftovers.nodes).await;
+            decide()
+        } else {
+            // As `waiting.rs`: before a WAIT the leftovers' RELEASEs are
+            // queued, not awaited (`AfterAttempt::Wait`).
+            let next = decide();
+            if matches!(next, AfterAttempt::Wait { .. }) {
+                release_queued(io, key, owner, &leftovers.nodes);
+            } else {
+                release_on(io, key, owner, &leftovers.nodes).await;
+            }
+            next
+        };
+        owner = new_owner(io);
         match next {
             AfterAttempt::GiveUp => return Err(error),
             AfterAttempt::Retry { at } => io.sleep_until(at).await,
-            AfterAttempt::Wait { pause_until } => {
-                if let Some(at) = pause_until {
-                    io.sleep_until(at).await;
+            AfterAttempt::Wait {
+                mut attempt_not_before,
+            } => {
+                if io.release_before_wait {
+                    if let Some(at) = attempt_not_before.take() {
+                        io.sleep_until(at).await;
+                    }
                 }
                 let wake = wait_for_free(io, key, until, owner, ticket).await;
-                let next = after_wake(&wake, until, io.local(), retry, &mut *io.rng.borrow_mut());
+                let next = after_wake(
+                    &wake,
+                    until,
+                    io.local(),
+                    attempt_not_before,
+                    retry,
+                    &mut *io.rng.borrow_mut(),
+                );
                 match next {
-                    AfterWake::Attempt => {}
+                    AfterWake::Attempt { not_before: None } => {}
+                    AfterWake::Attempt {
+                        not_before: Some(at),
+                    } => io.sleep_until(at).await,
                     AfterWake::GiveUp => return Err(error),
                     AfterWake::Retry { at } => io.sleep_until(at).await,
                 }
@@ -1058,6 +1088,7 @@ impl Client {
             rules,
             members: sc.members,
             floor: sc.no_floor & (1 << id) == 0 && !setup.no_floor,
+            release_before_wait: setup.release_before_wait,
             node_timeout: Duration::from_millis(sc.node_timeout_ms),
             retry,
             next: Cell::new(0),
@@ -1098,6 +1129,7 @@ fn reborn(old: &Io, life: u32) -> Io {
         rules: old.rules,
         members: old.members,
         floor: old.floor,
+        release_before_wait: old.release_before_wait,
         node_timeout: old.node_timeout,
         retry: old.retry,
         next: Cell::new(0),

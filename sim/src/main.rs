@@ -56,6 +56,11 @@ struct Args {
     /// Length of the fault phase in ms.
     #[arg(long)]
     fault_ms: Option<u64>,
+    /// Clients wait as before a busy waiter queued at once (awaiting their
+    /// busy attempt's RELEASEs and a split vote's pause before the WAIT):
+    /// replays the seeds kept before that change.
+    #[arg(long)]
+    release_before_wait: bool,
     /// Print every event of the seed.
     #[arg(long)]
     trace: bool,
@@ -107,7 +112,10 @@ fn run(args: Args) -> Result<ExitCode, String> {
         keys: args.keys,
         fault_ms: args.fault_ms,
     };
-    let mut setup = Setup::default();
+    let mut setup = Setup {
+        release_before_wait: args.release_before_wait,
+        ..Setup::default()
+    };
     if let Some(name) = &args.mutant {
         let m = mutant::named(name).ok_or_else(|| {
             format!(
