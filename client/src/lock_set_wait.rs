@@ -120,21 +120,20 @@ impl Redlock {
                         tracing::debug!(%error, "set attempt failed; retrying");
                         tokio::time::sleep_until(at).await;
                     }
-                    AfterAttempt::Wait { attempt_not_before } => {
+                    AfterAttempt::Wait { pause_until } => {
+                        if let Some(at) = pause_until {
+                            tokio::time::sleep_until(at).await;
+                        }
                         let wake = wait_for_set(quorum, &names, until, owner, ticket).await;
                         let next = after_wake(
                             &wake,
                             until,
                             Instant::now(),
-                            attempt_not_before,
                             self.inner.retry_pause(),
                             &mut rand::thread_rng(),
                         );
                         match next {
-                            AfterWake::Attempt { not_before: None } => {}
-                            AfterWake::Attempt {
-                                not_before: Some(at),
-                            } => tokio::time::sleep_until(at).await,
+                            AfterWake::Attempt => {}
                             AfterWake::GiveUp => return Err(error),
                             AfterWake::Retry { at } => tokio::time::sleep_until(at).await,
                         }

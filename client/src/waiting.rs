@@ -18,11 +18,11 @@
 //!
 //! Races remain possible (nodes that saw different waiters, a waiter whose
 //! reservation lapsed): a waiter that finds the lock busy releases what it
-//! got and waits again at once, keeping its ticket. After a split vote (a
-//! lost round that got grants: see [`split_vote`]), a random pause between
-//! the wake and the next attempt lets one get ahead. A node knows a waiter
-//! only while its WAIT is blocked there, so nothing is awaited between a
-//! busy attempt and the WAIT (see `core::waiting`).
+//! got and waits again, keeping its ticket. After a split vote (a lost
+//! round that got grants: see [`split_vote`]), a random pause before the
+//! next wait lets one get ahead. A node knows a waiter only while its WAIT
+//! is blocked there, so the RELEASE of a busy attempt's leftovers is not
+//! awaited before the WAIT (see `core::waiting`).
 //!
 //! Dropping the future stops everything: connections blocked in WAIT are
 //! closed (which ends the wait on the node), and an attempt in flight is
@@ -158,25 +158,22 @@ impl Redlock {
                         tracing::debug!(%error, pause = ?(at - now), "attempt failed; retrying");
                         tokio::time::sleep_until(at).await;
                     }
-                    AfterAttempt::Wait { attempt_not_before } => {
+                    AfterAttempt::Wait { pause_until } => {
+                        if let Some(at) = pause_until {
+                            tracing::debug!(pause = ?(at - now), "split vote; pausing");
+                            tokio::time::sleep_until(at).await;
+                        }
                         let wake =
                             wait_for_free(&self.inner.quorum, key, until, owner, ticket).await;
                         let next = after_wake(
                             &wake,
                             until,
                             Instant::now(),
-                            attempt_not_before,
                             self.inner.retry_pause(),
                             &mut rand::thread_rng(),
                         );
                         match next {
-                            AfterWake::Attempt { not_before: None } => {}
-                            AfterWake::Attempt {
-                                not_before: Some(at),
-                            } => {
-                                tracing::debug!("split vote; pausing before the next attempt");
-                                tokio::time::sleep_until(at).await;
-                            }
+                            AfterWake::Attempt => {}
                             AfterWake::GiveUp => {
                                 timed_out();
                                 return Err(error);

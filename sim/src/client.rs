@@ -703,28 +703,14 @@ async fn acquire_wait(io: &Io, key: u8, ttl_ms: u64, max_wait: Duration) -> Resu
         match next {
             AfterAttempt::GiveUp => return Err(error),
             AfterAttempt::Retry { at } => io.sleep_until(at).await,
-            AfterAttempt::Wait {
-                mut attempt_not_before,
-            } => {
-                if io.release_before_wait {
-                    if let Some(at) = attempt_not_before.take() {
-                        io.sleep_until(at).await;
-                    }
+            AfterAttempt::Wait { pause_until } => {
+                if let Some(at) = pause_until {
+                    io.sleep_until(at).await;
                 }
                 let wake = wait_for_free(io, key, until, owner, ticket).await;
-                let next = after_wake(
-                    &wake,
-                    until,
-                    io.local(),
-                    attempt_not_before,
-                    retry,
-                    &mut *io.rng.borrow_mut(),
-                );
+                let next = after_wake(&wake, until, io.local(), retry, &mut *io.rng.borrow_mut());
                 match next {
-                    AfterWake::Attempt { not_before: None } => {}
-                    AfterWake::Attempt {
-                        not_before: Some(at),
-                    } => io.sleep_until(at).await,
+                    AfterWake::Attempt => {}
                     AfterWake::GiveUp => return Err(error),
                     AfterWake::Retry { at } => io.sleep_until(at).await,
                 }

@@ -57,8 +57,8 @@ struct Args {
     #[arg(long)]
     fault_ms: Option<u64>,
     /// Clients wait as before a busy waiter queued at once (awaiting their
-    /// busy attempt's RELEASEs and a split vote's pause before the WAIT):
-    /// replays the seeds kept before that change.
+    /// busy attempt's RELEASEs before the WAIT): replays the seeds kept
+    /// before that change.
     #[arg(long)]
     release_before_wait: bool,
     /// Print every event of the seed.

@@ -502,9 +502,9 @@ pub struct Setup {
     /// Every client sends no `FLOOR`.
     pub no_floor: bool,
     /// Every client waits as `acquire_wait` did before a busy waiter
-    /// queued at once: it awaits the RELEASEs of its busy attempt and takes
-    /// a split vote's pause before its WAIT. Replays the worlds of the
-    /// seeds kept before that change (`sim/tests/quick.rs`).
+    /// queued at once: it awaits the RELEASEs of its busy attempt before
+    /// its WAIT. Replays the worlds of the seeds kept before that change
+    /// (`sim/tests/quick.rs`).
     pub release_before_wait: bool,
     /// Record a readable trace.
     pub record: bool,

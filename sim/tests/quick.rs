@@ -46,9 +46,9 @@ fn before_switch_back() -> Overrides {
 }
 
 /// The client of the seeds kept before a busy waiter queued at once (it
-/// awaited its busy attempt's RELEASEs and took a split vote's pause
-/// before its WAIT, `Setup::release_before_wait`): their worlds replay
-/// exactly with it. `mutant` is put back on top when given.
+/// awaited its busy attempt's RELEASEs before its WAIT,
+/// `Setup::release_before_wait`): their worlds replay exactly with it.
+/// `mutant` is put back on top when given.
 fn kept_client(mutant: Option<&redlock_sim::mutant::SimMutant>) -> Setup {
     let mut setup = Setup {
         release_before_wait: true,
