@@ -158,6 +158,12 @@ pub const MUTANTS: &[SimMutant] = &[
         known_seed: 14,
     },
     SimMutant {
+        name: "learned-not-configured",
+        hole: Hole::Module(Mutant::LearnedNotConfigured),
+        what: "a replica that learns a lease longer than its own max-ttl-ms keeps its configuration: promoted, then restarted on a new disk, it waits only that shorter max-ttl-ms (module, finding L of the swarm of 1,000,000 seeds; caught through new-disk-promoted)",
+        known_seed: 1_550,
+    },
+    SimMutant {
         name: "no-clock-floor",
         hole: Hole::NoClockFloor,
         what: "clients send no FLOOR: a node that lost its counters hands out low tokens again (client setting)",

@@ -91,11 +91,17 @@ pub enum FaultKind {
     /// after the sync's snapshot is forked, and the master dies right after
     /// the replica loaded it, before its next announcement reaches it.
     LateReplica,
+    /// `redlock.max-ttl-ms` is raised on every master (not on the replicas
+    /// first); a master grants a longer lease once its replicas
+    /// acknowledged knowing it, dies, and the replica promoted in its place
+    /// loses its disk soon after (finding L: a node on a new disk knows
+    /// nothing but its configuration, `host/config_file.rs`).
+    NewDiskPromoted,
 }
 
 impl FaultKind {
     /// Every kind, in table order.
-    pub const ALL: [FaultKind; 26] = [
+    pub const ALL: [FaultKind; 27] = [
         FaultKind::Delay,
         FaultKind::DropRequest,
         FaultKind::DropReply,
@@ -122,6 +128,7 @@ impl FaultKind {
         FaultKind::SwitchBack,
         FaultKind::SlowRepoint,
         FaultKind::LateReplica,
+        FaultKind::NewDiskPromoted,
     ];
 
     /// Its index in [`FaultKind::ALL`].
@@ -158,6 +165,7 @@ impl FaultKind {
             FaultKind::SwitchBack => "switch-back",
             FaultKind::SlowRepoint => "slow-repoint",
             FaultKind::LateReplica => "late-replica",
+            FaultKind::NewDiskPromoted => "new-disk-promoted",
         }
     }
 
@@ -179,6 +187,7 @@ impl FaultKind {
                 | FaultKind::SwitchBack
                 | FaultKind::SlowRepoint
                 | FaultKind::LateReplica
+                | FaultKind::NewDiskPromoted
         )
     }
 
@@ -454,6 +463,7 @@ impl Scenario {
                     | FaultKind::SwitchBack
                     | FaultKind::SlowRepoint
                     | FaultKind::LateReplica
+                    | FaultKind::NewDiskPromoted
             );
             // (A kind that needs two replicas gets its second below.)
             let pointless =
@@ -583,11 +593,12 @@ impl Scenario {
 
 /// Fault kinds drawn after the rest of a seed's scenario (added after seeds
 /// were kept as regression cases), in this order.
-const DRAWN_LAST: [FaultKind; 4] = [
+const DRAWN_LAST: [FaultKind; 5] = [
     FaultKind::RaiseFailover,
     FaultKind::SwitchBack,
     FaultKind::SlowRepoint,
     FaultKind::LateReplica,
+    FaultKind::NewDiskPromoted,
 ];
 
 /// The rate of kind `k` in a seed that enables it: per message for the
@@ -613,7 +624,7 @@ fn rate_drawn(r: &mut SimRng, k: FaultKind) -> f64 {
         FaultKind::ClientCrash => log_between(r, 0.05, 0.5),
         FaultKind::ClientClockStep => log_between(r, 0.2, 2.0),
         FaultKind::Drift => 1.0,
-        FaultKind::RaiseFailover => log_between(r, 0.3, 1.5),
+        FaultKind::RaiseFailover | FaultKind::NewDiskPromoted => log_between(r, 0.3, 1.5),
         FaultKind::SwitchBack | FaultKind::SlowRepoint | FaultKind::LateReplica => {
             log_between(r, 0.5, 2.0)
         }
