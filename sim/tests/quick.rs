@@ -4,6 +4,7 @@
 //! mutant), the canary failing, and a seed replayed to the same trace hash.
 //! `make sim` runs the long swarm and the mutant table.
 
+use redlock_module_rules::core::mutant::Mutant;
 use redlock_sim::mutant::MUTANTS;
 use redlock_sim::scenario::{FaultKind, Kinds, Overrides};
 use redlock_sim::swarm::{swarm, SwarmOptions};
@@ -202,9 +203,16 @@ fn the_seed_of_the_revived_lease_passes_and_fails_without_the_lapse_rule() {
 /// `sync-replicas` is lowered to 0), and a replica that learned nothing
 /// from a master nor its disk guards, once promoted, as long as the longest
 /// lease any node grants. The mutant `no-lease-ack` puts the hole back.
+/// Since finding L a replica that learns a longer lease is configured for
+/// it, which also covers the replica of seed 352,891 (it learned the
+/// master's longest lease before it lost its disk): the seeds are played
+/// with `learned-not-configured` too, so that each shows the hole of the
+/// lease-ack rule alone.
 #[test]
 fn a_replica_promoted_before_it_learned_its_masters_longest_lease_keeps_one_holder() {
     let mutant = redlock_sim::mutant::named("no-lease-ack").expect("the mutant");
+    let mut setup = mutant.setup();
+    setup.mutants = setup.mutants.with(Mutant::LearnedNotConfigured, true);
     for seed in [189_411, 352_891, 503_818, 892_199] {
         let r = redlock_sim::run(seed, &as_kept(), &Setup::default());
         assert!(
@@ -212,10 +220,10 @@ fn a_replica_promoted_before_it_learned_its_masters_longest_lease_keeps_one_hold
             "seed {seed}: {:?} (replay: cargo run -p redlock-sim --release -- --seed {seed} --faults all,-raise-failover,-switch-back,-slow-repoint,-late-replica,-new-disk-promoted)",
             r.violations.first()
         );
-        let mutated = redlock_sim::run(seed, &as_kept(), &mutant.setup());
+        let mutated = redlock_sim::run(seed, &as_kept(), &setup);
         assert!(
             mutated.violations.iter().any(|v| v.kind == "overlap"),
-            "seed {seed} with no-lease-ack: {:?}",
+            "seed {seed} with no-lease-ack and learned-not-configured: {:?}",
             mutated.violations
         );
     }
