@@ -191,6 +191,7 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
     #[cfg(feature = "test-hooks")]
     host::mutant::load_from_env();
     guard::on_load(ctx, clock::mono_now());
+    host::config_file::on_load();
     host::teacher::on_load(ctx);
     sync::on_load(ctx, clock::mono_now());
     host::lease_ack::on_load(ctx);

@@ -1,16 +1,17 @@
 //! Findings of the simulator's swarms (`sim/`), played on real processes on
 //! the server the tests run on (`REDLOCK_SERVER_BIN`). Each test asserts the
-//! SAFE outcome; one that fails while its hole is open is marked
-//! `#[ignore = "open finding: …"]` (run them with `-- --ignored`).
+//! SAFE outcome.
 //!
 //! - L. Simulator seed 2,073,237 (the swarm of 1,000,000 seeds from
 //!   2,000,000; the shorter reproduction: `--seed 2073237 --faults
 //!   drop-request,duplicate,reorder,disk-loss,switchover,raise-failover`),
 //!   `a_promoted_replica_with_a_lower_max_ttl_restarted_on_a_new_disk`:
-//!   a node on a new disk waits its own configured `max-ttl-ms`, which is
+//!   a node on a new disk waits its own configured `max-ttl-ms`, which was
 //!   shorter than a lease it held when `max-ttl-ms` was raised on its master
 //!   only (the lease-ack rule lets the master grant once its replicas know
-//!   the longer lease, not once they are configured for it).
+//!   the longer lease). Fixed: a node that learns a longer lease raises its
+//!   own `max-ttl-ms` and writes it to its configuration file
+//!   (`host/config_file.rs`); mutant `learned-not-configured`.
 
 mod common;
 
@@ -18,19 +19,28 @@ use std::time::{Duration, Instant};
 
 use common::*;
 
-/// Finding L. M and R run with `max-ttl-ms` 400. The operator raises it
-/// to 3000 on the master only; M grants a 3 s lease once R acknowledged
-/// knowing it (the lease-ack rule). M is lost and R promoted: R guards for
-/// the 3 s it learned, the safe side. R then loses its disk and restarts
-/// with its own configuration: a node on a new disk knows nothing but its
-/// `max-ttl-ms` (400 ms), waits that long and grants the lock while the
-/// 3 s lease runs.
-#[test]
-#[ignore = "open finding L: a node on a new disk waits its own max-ttl-ms, shorter than a lease it held after a raise on its master only"]
-fn a_promoted_replica_with_a_lower_max_ttl_restarted_on_a_new_disk() {
+/// Finding L. M and R run with `max-ttl-ms` 400, R from a configuration
+/// file kept apart from its data. The operator raises it to 3000 on the
+/// master only; M grants a 3 s lease once R acknowledged knowing it (the
+/// lease-ack rule). M is lost and R promoted: R guards for the 3 s it
+/// learned. R then loses its disk and restarts: a node on a new disk knows
+/// nothing but its configuration. With the fix R raised its own
+/// `max-ttl-ms` to 3000 and wrote it to its file when it learned the lease,
+/// so it waits 3 s; with mutant `learned-not-configured` it waits 400 ms and
+/// grants the lock while the 3 s lease runs. Returns how far into the lease
+/// R granted it again, if it did.
+fn finding_l(mutant: bool) -> Option<Duration> {
     let mut m = adversarial_node("400").start();
-    let mut r = adversarial_node("400").start();
+    let mut r = adversarial_node("400").config_file().start();
     let mut rc = r.connection();
+    if mutant {
+        let _: () = redis::cmd("REDLOCK.TESTHOOK")
+            .arg("MUTANT")
+            .arg("learned-not-configured")
+            .arg(1)
+            .query(&mut rc)
+            .unwrap();
+    }
     let _: () = redis::cmd("REPLICAOF")
         .arg("127.0.0.1")
         .arg(m.port())
@@ -53,21 +63,126 @@ fn a_promoted_replica_with_a_lower_max_ttl_restarted_on_a_new_disk() {
         redlock_info(&mut rc, "longest_lease_ms") >= 3000,
         "R acknowledged knowing the 3 s lease"
     );
+    let file = std::fs::read_to_string(r.config_path().unwrap()).unwrap();
+    let own = redlock_info(&mut rc, "max_ttl_ms");
+    if mutant {
+        assert_eq!(own, 400, "the mutant keeps R's configuration");
+    } else {
+        assert_eq!(
+            own, 3000,
+            "R raised its own max-ttl-ms to the lease it learned"
+        );
+        assert!(
+            file.lines().any(|l| l.trim() == "redlock.max-ttl-ms 3000"),
+            "R wrote the raise to its configuration file:\n{file}"
+        );
+        assert_eq!(redlock_info(&mut rc, "max_ttl_unsaved_ms"), 0);
+    }
     wait_replicated(&mut mm);
     drop(mm);
 
     m.kill();
     promote(&mut rc);
+    // As Sentinel does with each REPLICAOF it sends: the file says master.
+    let _: () = redis::cmd("CONFIG").arg("REWRITE").query(&mut rc).unwrap();
     drop(rc);
     r.kill();
     wipe_dir(&r);
     r.restart();
     let mut rc = r.connection();
     let until = granted_a + Duration::from_millis(3000);
-    if let Some(granted_b) = first_grant(&mut rc, "L", "owner-b", 400, until) {
-        panic!(
-            "two holders: R, restarted on a new disk, granted L {:?} into a 3 s lease",
-            granted_b - granted_a
-        );
+    first_grant(&mut rc, "L", "owner-b", 400, until).map(|granted_b| granted_b - granted_a)
+}
+
+#[test]
+fn a_promoted_replica_with_a_lower_max_ttl_restarted_on_a_new_disk() {
+    if let Some(gap) = finding_l(false) {
+        panic!("two holders: R, restarted on a new disk, granted L {gap:?} into a 3 s lease");
     }
+}
+
+/// The test above fails with the fix switched off: the hole is real.
+#[test]
+fn a_replica_that_keeps_its_configuration_grants_twice_after_a_new_disk() {
+    let gap = finding_l(true).expect("with learned-not-configured, R grants inside the lease");
+    assert!(gap < Duration::from_millis(3000), "{gap:?}");
+}
+
+/// A replica learns the longer lease from its full sync's snapshot (not
+/// from the stream): the raise is written once the load ends, and a node
+/// started without a configuration file says that it could not keep it
+/// (`INFO redlock` `max_ttl_unsaved_ms`) while its `max-ttl-ms` is raised
+/// in memory all the same.
+#[test]
+fn a_raise_learned_from_a_snapshot_is_written_or_reported() {
+    let m = adversarial_node("400").start();
+    let mut mm = m.connection();
+    config_set(&mut mm, "redlock.max-ttl-ms", "2500");
+    // No replica yet: the master grants the longer lease at once.
+    first_grant(
+        &mut mm,
+        "S",
+        "owner-a",
+        2500,
+        Instant::now() + Duration::from_secs(10),
+    )
+    .expect("a master without replicas grants the longer lease");
+    for with_file in [true, false] {
+        let builder = adversarial_node("400");
+        let builder = if with_file {
+            builder.config_file()
+        } else {
+            builder
+        };
+        let r = start_replica(&m, builder);
+        let mut rc = r.connection();
+        wait_until(Duration::from_secs(10), "the raise learned", || {
+            redlock_info(&mut rc, "max_ttl_ms") == 2500
+        });
+        if with_file {
+            let file = std::fs::read_to_string(r.config_path().unwrap()).unwrap();
+            assert!(
+                file.lines().any(|l| l.trim() == "redlock.max-ttl-ms 2500"),
+                "the raise learned from the snapshot is in the file:\n{file}"
+            );
+            assert_eq!(redlock_info(&mut rc, "max_ttl_unsaved_ms"), 0);
+        } else {
+            assert_eq!(redlock_info(&mut rc, "max_ttl_unsaved_ms"), 2500);
+            let log = std::fs::read_to_string(r.dir().join("redis.log")).unwrap();
+            assert!(
+                log.contains("redlock.max-ttl-ms 2500 is not in a configuration file"),
+                "the log says the raise is not kept"
+            );
+        }
+    }
+}
+
+/// `CONFIG SET` raising `redlock.max-ttl-ms` on a node with a
+/// configuration file writes it there at once: restarted on a new disk, the
+/// node waits the raised length.
+#[test]
+fn a_raise_set_at_run_time_survives_a_new_disk() {
+    let mut n = adversarial_node("400").config_file().start();
+    let mut con = n.connection();
+    config_set(&mut con, "redlock.max-ttl-ms", "2200");
+    let file = std::fs::read_to_string(n.config_path().unwrap()).unwrap();
+    assert!(
+        file.lines().any(|l| l.trim() == "redlock.max-ttl-ms 2200"),
+        "CONFIG SET's raise is in the file:\n{file}"
+    );
+    // A lower value is not written (the file keeps covering the leases
+    // granted under the higher one).
+    config_set(&mut con, "redlock.max-ttl-ms", "1000");
+    let file = std::fs::read_to_string(n.config_path().unwrap()).unwrap();
+    assert!(
+        file.lines().any(|l| l.trim() == "redlock.max-ttl-ms 2200"),
+        "{file}"
+    );
+    drop(con);
+    n.kill();
+    wipe_dir(&n);
+    n.restart();
+    let mut con = n.connection();
+    assert_eq!(redlock_info(&mut con, "max_ttl_ms"), 2200);
+    assert_eq!(redlock_info(&mut con, "grace_window_ms"), 2200);
 }

@@ -10,7 +10,7 @@ use crate::time::{Time, MS, SEC};
 use crate::world::{Ev, Fault, RaiseWatch, Repoint, RepointStage, World};
 
 impl World {
-    fn fault_rng(&mut self, k: FaultKind) -> &mut crate::rng::SimRng {
+    pub(crate) fn fault_rng(&mut self, k: FaultKind) -> &mut crate::rng::SimRng {
         &mut self.fault_rng[k.index()]
     }
 
@@ -38,6 +38,7 @@ impl World {
                 | FaultKind::SwitchBack
                 | FaultKind::SlowRepoint
                 | FaultKind::LateReplica
+                | FaultKind::NewDiskPromoted
         );
         if !per_second {
             return;
@@ -100,6 +101,13 @@ impl World {
                 }
             }
             Fault::WatchLonger { member } => self.watch_longer(member as usize),
+            Fault::NewDisk { node } => {
+                let n = node as usize;
+                if self.nodes[n].up && !self.nodes[n].replica && !self.healed {
+                    let down = skewed(self.fault_rng(FaultKind::NewDiskPromoted), MS, 300 * MS);
+                    self.crash_for(n, down, true);
+                }
+            }
             Fault::Repoint { member } => self.repoint_step(member as usize),
             Fault::Bounce { node } => {
                 let n = node as usize;
@@ -206,6 +214,41 @@ impl World {
                     node: n as u16,
                     longer_than_ms: before,
                     until: self.now + hold,
+                    cut,
+                    kind: k,
+                });
+                self.watch_longer(m);
+            }
+            FaultKind::NewDiskPromoted => {
+                // The operator raises `redlock.max-ttl-ms` on every master
+                // only; the application asks for the longer leases at once.
+                // Once one master holds a longer lease (its replicas then
+                // acknowledged knowing it, the lease-ack rule) it dies, on
+                // a bare quorum; the replica promoted in its place loses its
+                // disk soon after (`Fault::NewDisk`).
+                let m = self.pick(k, self.sc.members);
+                let cap = 4 * self.sc.max_ttl_ms;
+                if !self.may_fail_over(m)
+                    || self.ttl_ceiling_ms >= cap
+                    || !self.settled()
+                    || self.raise_watch[m].is_some()
+                {
+                    return;
+                }
+                self.stats.fault(k);
+                let n = self.members[m].master as usize;
+                let before = self.ttl_ceiling_ms;
+                let raise = between(self.fault_rng(k), before, 3 * before).min(cap - before);
+                let cut = self.spares(k, m);
+                self.raise_max_ttl(raise);
+                let clients = self.sc.clients;
+                let longer = between(self.fault_rng(k), 1, (1 << clients) - 2) as u32;
+                self.ttl_split = Some((before, longer));
+                self.new_disk_next[m] = true;
+                self.raise_watch[m] = Some(RaiseWatch {
+                    node: n as u16,
+                    longer_than_ms: before,
+                    until: self.now + 3 * SEC,
                     cut,
                     kind: k,
                 });
@@ -424,6 +467,9 @@ impl World {
         let n = w.node as usize;
         if self.healed || !self.nodes[n].up || self.members[m].master != w.node {
             self.raise_watch[m] = None;
+            if w.kind == FaultKind::NewDiskPromoted {
+                self.new_disk_next[m] = false;
+            }
             return;
         }
         let mono = self.nodes[n].mono(self.now);

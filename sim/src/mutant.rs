@@ -77,7 +77,7 @@ pub const MUTANTS: &[SimMutant] = &[
         name: "aux-writer-baseline",
         hole: Hole::Modules(&[Mutant::AuxWriterBaseline, Mutant::TaughtByAny]),
         what: "aux_save2 leaves the node record out at the writer's own max-ttl-ms: a replica with a smaller one learns a shorter longest lease than its master's (Redis 7.2+/Valkey, issue 39); with taught-by-any, since a replica that applied no record of its master is untaught and guards long (core/teacher.rs)",
-        known_seed: 2_748,
+        known_seed: 108,
     },
     SimMutant {
         name: "no-write-back",
@@ -95,7 +95,7 @@ pub const MUTANTS: &[SimMutant] = &[
         name: "no-validity-check",
         hole: Hole::Client(|s| s.no_validity_check = true),
         what: "step 5 off: the full ttl from the end of the round (client)",
-        known_seed: 9,
+        known_seed: 25,
     },
     SimMutant {
         name: "no-restart-guard",
@@ -113,7 +113,7 @@ pub const MUTANTS: &[SimMutant] = &[
         name: "config-exemption",
         hole: Hole::Module(Mutant::ConfigExemption),
         what: "a restart is exempt by today's configuration: a promotion window does not survive a restart (module, issue 24)",
-        known_seed: 827,
+        known_seed: 9,
     },
     SimMutant {
         name: "disk-lease-from-wall",
@@ -137,13 +137,13 @@ pub const MUTANTS: &[SimMutant] = &[
         name: "teacher-outlives-life",
         hole: Hole::Module(Mutant::TeacherOutlivesLife),
         what: "a node keeps its teacher through its own life as master: switched over to and back, it counts as taught by its old master before any record of that master's new life, and promoted during its full sync guards for less than the leases the master granted since (module, finding B; caught through switch-back)",
-        known_seed: 1_153,
+        known_seed: 287,
     },
     SimMutant {
         name: "taught-by-any",
         hole: Hole::Module(Mutant::TaughtByAny),
         what: "a replica counts as taught by any node record it applied, from another master or its own files (module, promotion holes 2 and 3; caught through switch-back)",
-        known_seed: 1_153,
+        known_seed: 287,
     },
     SimMutant {
         name: "promotion-trusts-longest",
@@ -155,13 +155,19 @@ pub const MUTANTS: &[SimMutant] = &[
         name: "syncing-replicas-uncounted",
         hole: Hole::Module(Mutant::SyncingReplicasUncounted),
         what: "the lease-ack check waits only for the replicas of the master's life, not for one connected and still in its first sync: a master that never had a replica grants a longer lease than its first replica's snapshot says (module, finding F; caught through late-replica)",
-        known_seed: 4_222,
+        known_seed: 441,
+    },
+    SimMutant {
+        name: "learned-not-configured",
+        hole: Hole::Module(Mutant::LearnedNotConfigured),
+        what: "a replica that learns a lease longer than its own max-ttl-ms keeps its configuration: promoted, then restarted on a new disk, it waits only that shorter max-ttl-ms (module, finding L of the swarm of 1,000,000 seeds; caught through new-disk-promoted)",
+        known_seed: 3_648,
     },
     SimMutant {
         name: "no-clock-floor",
         hole: Hole::NoClockFloor,
         what: "clients send no FLOOR: a node that lost its counters hands out low tokens again (client setting)",
-        known_seed: 7,
+        known_seed: 180,
     },
     SimMutant {
         name: "fenced-check-off",

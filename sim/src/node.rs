@@ -9,7 +9,7 @@
 
 use std::collections::VecDeque;
 
-use redlock_module_rules::core::guard_rule::{Guard, Settings};
+use redlock_module_rules::core::guard_rule::{max_ttl_to_cover, Guard, Settings};
 use redlock_module_rules::core::lease_ack_rule::{waited_for, Kept, LeaseAck};
 use redlock_module_rules::core::lease_time::BootStamp;
 use redlock_module_rules::core::lock::{
@@ -602,6 +602,12 @@ impl World {
         if let Some(ms) = node.guard.to_learn(ms, s) {
             node.disk.longest_file = node.disk.longest_file.max(ms);
             node.guard.raise_longest(ms, s, mono);
+        }
+        // Its own `max-ttl-ms` covers the lease, in its configuration file
+        // (`host/config_file.rs::cover_learned`): the simulated nodes all
+        // have one, off the disk a disk loss erases, as behind Sentinel.
+        if let Some(raised) = max_ttl_to_cover(ms, node.max_ttl, s.mutants) {
+            node.max_ttl = raised;
         }
     }
 
@@ -1648,6 +1654,14 @@ impl World {
             }
         }
         self.stats.promotions += 1;
+        if std::mem::take(&mut self.new_disk_next[member]) {
+            let k = FaultKind::NewDiskPromoted;
+            let after = skewed(self.fault_rng(k), MS, 500 * MS);
+            self.after(
+                after,
+                Ev::Fault(crate::world::Fault::NewDisk { node: to as u16 }),
+            );
+        }
         if self.sc.rate(FaultKind::LaggingPromotion) > 0.0 && chance(&mut self.repl_rng, 0.3) {
             // Restarted inside its promotion window (the window must
             // survive the restart, also a durable one).

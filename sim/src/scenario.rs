@@ -91,11 +91,17 @@ pub enum FaultKind {
     /// after the sync's snapshot is forked, and the master dies right after
     /// the replica loaded it, before its next announcement reaches it.
     LateReplica,
+    /// `redlock.max-ttl-ms` is raised on every master (not on the replicas
+    /// first); a master grants a longer lease once its replicas
+    /// acknowledged knowing it, dies, and the replica promoted in its place
+    /// loses its disk soon after (finding L: a node on a new disk knows
+    /// nothing but its configuration, `host/config_file.rs`).
+    NewDiskPromoted,
 }
 
 impl FaultKind {
     /// Every kind, in table order.
-    pub const ALL: [FaultKind; 26] = [
+    pub const ALL: [FaultKind; 27] = [
         FaultKind::Delay,
         FaultKind::DropRequest,
         FaultKind::DropReply,
@@ -122,6 +128,7 @@ impl FaultKind {
         FaultKind::SwitchBack,
         FaultKind::SlowRepoint,
         FaultKind::LateReplica,
+        FaultKind::NewDiskPromoted,
     ];
 
     /// Its index in [`FaultKind::ALL`].
@@ -158,6 +165,7 @@ impl FaultKind {
             FaultKind::SwitchBack => "switch-back",
             FaultKind::SlowRepoint => "slow-repoint",
             FaultKind::LateReplica => "late-replica",
+            FaultKind::NewDiskPromoted => "new-disk-promoted",
         }
     }
 
@@ -179,6 +187,7 @@ impl FaultKind {
                 | FaultKind::SwitchBack
                 | FaultKind::SlowRepoint
                 | FaultKind::LateReplica
+                | FaultKind::NewDiskPromoted
         )
     }
 
@@ -454,6 +463,7 @@ impl Scenario {
                     | FaultKind::SwitchBack
                     | FaultKind::SlowRepoint
                     | FaultKind::LateReplica
+                    | FaultKind::NewDiskPromoted
             );
             // (A kind that needs two replicas gets its second below.)
             let pointless =
@@ -461,16 +471,20 @@ impl Scenario {
             let refused = mixed_floors && loses_counters;
             !(pointless || refused)
         };
-        let mut enable = |r: &mut SimRng, k: FaultKind| {
+        // Whether a seed enables `k`, and at what rate.
+        let draw = |r: &mut SimRng, k: FaultKind| {
             let on = chance(r, 0.5);
             let rate = rate_drawn(r, k);
-            if on && usable(k) && allowed.has(k) {
+            (on && usable(k) && allowed.has(k)).then_some(rate)
+        };
+        let mut enable = |r: &mut SimRng, k: FaultKind| {
+            if let Some(rate) = draw(r, k) {
                 faults = faults.with(k, true);
                 rates[k.index()] = rate;
             }
         };
         for k in FaultKind::ALL {
-            if !DRAWN_LAST.contains(&k) {
+            if !DRAWN_LAST.contains(&k) && !DRAWN_AFTER_REPLICAS.contains(&k) {
                 enable(r, k);
             }
         }
@@ -503,6 +517,12 @@ impl Scenario {
             };
             for _ in 0..members {
                 persistence.push(roll(r));
+            }
+        }
+        for k in DRAWN_AFTER_REPLICAS {
+            if let Some(rate) = draw(r, k) {
+                faults = faults.with(k, true);
+                rates[k.index()] = rate;
             }
         }
         Scenario {
@@ -590,6 +610,11 @@ const DRAWN_LAST: [FaultKind; 4] = [
     FaultKind::LateReplica,
 ];
 
+/// Fault kinds drawn after everything else, also after the second replica
+/// of the kinds that play two (added after seeds that draw those were
+/// kept).
+const DRAWN_AFTER_REPLICAS: [FaultKind; 1] = [FaultKind::NewDiskPromoted];
+
 /// The rate of kind `k` in a seed that enables it: per message for the
 /// network's kinds, per second of the fault phase otherwise.
 fn rate_drawn(r: &mut SimRng, k: FaultKind) -> f64 {
@@ -613,7 +638,7 @@ fn rate_drawn(r: &mut SimRng, k: FaultKind) -> f64 {
         FaultKind::ClientCrash => log_between(r, 0.05, 0.5),
         FaultKind::ClientClockStep => log_between(r, 0.2, 2.0),
         FaultKind::Drift => 1.0,
-        FaultKind::RaiseFailover => log_between(r, 0.3, 1.5),
+        FaultKind::RaiseFailover | FaultKind::NewDiskPromoted => log_between(r, 0.3, 1.5),
         FaultKind::SwitchBack | FaultKind::SlowRepoint | FaultKind::LateReplica => {
             log_between(r, 0.5, 2.0)
         }
@@ -652,10 +677,12 @@ mod tests {
     #[test]
     fn the_kinds_drawn_last_leave_the_rest_of_the_draw_unchanged() {
         let mut later = Vec::new();
-        for k in DRAWN_LAST {
+        for &k in DRAWN_LAST.iter().chain(&DRAWN_AFTER_REPLICAS) {
             later.push(k);
+            // The kinds drawn after the second replica's draws depend on
+            // whether one is drawn: always left out of the comparison.
             let mut names = String::from("all");
-            for k in &later {
+            for k in later.iter().chain(&DRAWN_AFTER_REPLICAS) {
                 names.push_str(&format!(",-{}", k.name()));
             }
             let without = Overrides {
@@ -668,11 +695,11 @@ mod tests {
                 let filtered = Scenario::draw(seed, &without);
                 let two = full.faults.iter().any(FaultKind::needs_two_replicas);
                 for &k in &later {
-                    if full.faults.has(k) {
-                        seen_on += 1;
-                        full.faults = full.faults.with(k, false);
-                        full.rates.0[k.index()] = 0.0;
-                    }
+                    seen_on += u32::from(full.faults.has(k));
+                }
+                for &k in later.iter().chain(&DRAWN_AFTER_REPLICAS) {
+                    full.faults = full.faults.with(k, false);
+                    full.rates.0[k.index()] = 0.0;
                 }
                 if full.replicas != filtered.replicas {
                     // The second replica a two-replica kind brings, drawn last.

@@ -358,6 +358,12 @@ pub enum Fault {
         /// The member.
         member: u8,
     },
+    /// A node promoted after [`FaultKind::NewDiskPromoted`] loses its disk:
+    /// killed, it restarts on an empty one.
+    NewDisk {
+        /// The node.
+        node: u16,
+    },
     /// A node is killed and started again at once (inside a window).
     Bounce {
         /// The node.
@@ -449,6 +455,7 @@ fn fault_word(f: &Fault) -> u64 {
         Fault::Bounce { node } => 1_300 + u64::from(node),
         Fault::WatchLonger { member } => 1_400 + u64::from(member),
         Fault::Repoint { member } => 1_500 + u64::from(member),
+        Fault::NewDisk { node } => 1_600 + u64::from(node),
     }
 }
 
@@ -597,6 +604,9 @@ pub struct World {
     /// Per member: a master watched after a raise of `max-ttl-ms`
     /// ([`FaultKind::RaiseFailover`]).
     pub raise_watch: Vec<Option<RaiseWatch>>,
+    /// Per member: the replica promoted next loses its disk soon after
+    /// ([`FaultKind::NewDiskPromoted`]).
+    pub new_disk_next: Vec<bool>,
     /// After a raise of `max-ttl-ms` ([`FaultKind::RaiseFailover`]): the
     /// longest lease before it, and the clients (a bit set) that now ask
     /// for longer leases (the part of the application the raise was for);
@@ -725,6 +735,7 @@ impl World {
             ttl_ceiling_ms: sc.max_ttl_ms,
             ttl_split: None,
             raise_watch: vec![None; sc.members],
+            new_disk_next: vec![false; sc.members],
             repoint: vec![None; sc.members],
             slow_until: vec![0; sc.nodes()],
             heal_not_before: 0,

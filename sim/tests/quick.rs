@@ -4,6 +4,7 @@
 //! mutant), the canary failing, and a seed replayed to the same trace hash.
 //! `make sim` runs the long swarm and the mutant table.
 
+use redlock_module_rules::core::mutant::Mutant;
 use redlock_sim::mutant::MUTANTS;
 use redlock_sim::scenario::{FaultKind, Kinds, Overrides};
 use redlock_sim::swarm::{swarm, SwarmOptions};
@@ -14,9 +15,9 @@ const QUICK_SEEDS: u64 = 1_000;
 
 /// The draw of the seeds kept before fault kind `raise-failover` existed:
 /// it and the kinds added after it (`switch-back`, `slow-repoint`,
-/// `late-replica`) are drawn after everything else, so filtering them out
+/// `late-replica`, `new-disk-promoted`) are drawn after everything else, so filtering them out
 /// replays their old worlds exactly (`--faults
-/// all,-raise-failover,-switch-back,-slow-repoint,-late-replica`).
+/// all,-raise-failover,-switch-back,-slow-repoint,-late-replica,-new-disk-promoted`).
 fn as_kept() -> Overrides {
     Overrides {
         faults: Some(
@@ -24,22 +25,25 @@ fn as_kept() -> Overrides {
                 .with(FaultKind::RaiseFailover, false)
                 .with(FaultKind::SwitchBack, false)
                 .with(FaultKind::SlowRepoint, false)
-                .with(FaultKind::LateReplica, false),
+                .with(FaultKind::LateReplica, false)
+                .with(FaultKind::NewDiskPromoted, false),
         ),
         ..Overrides::default()
     }
 }
 
 /// The draw of the seeds kept before fault kinds `switch-back`,
-/// `slow-repoint` and `late-replica` existed (`raise-failover` stays):
-/// `--faults all,-switch-back,-slow-repoint,-late-replica`.
+/// `slow-repoint`, `late-replica` and `new-disk-promoted` existed
+/// (`raise-failover` stays):
+/// `--faults all,-switch-back,-slow-repoint,-late-replica,-new-disk-promoted`.
 fn before_switch_back() -> Overrides {
     Overrides {
         faults: Some(
             Kinds::ALL
                 .with(FaultKind::SwitchBack, false)
                 .with(FaultKind::SlowRepoint, false)
-                .with(FaultKind::LateReplica, false),
+                .with(FaultKind::LateReplica, false)
+                .with(FaultKind::NewDiskPromoted, false),
         ),
         ..Overrides::default()
     }
@@ -161,7 +165,7 @@ fn the_seeds_of_the_demoted_master_queue_leak_pass() {
         let r = redlock_sim::run(seed, &as_kept(), &kept_client(None));
         assert!(
             r.violations.is_empty(),
-            "seed {seed}: {:?} (replay: cargo run -p redlock-sim --release -- --seed {seed} --faults all,-raise-failover,-switch-back,-slow-repoint,-late-replica --release-before-wait)",
+            "seed {seed}: {:?} (replay: cargo run -p redlock-sim --release -- --seed {seed} --faults all,-raise-failover,-switch-back,-slow-repoint,-late-replica,-new-disk-promoted --release-before-wait)",
             r.violations.first()
         );
     }
@@ -182,7 +186,7 @@ fn the_seed_of_the_revived_lease_passes_and_fails_without_the_lapse_rule() {
     let clean = redlock_sim::run(seed, &as_kept(), &kept_client(None));
     assert!(
         clean.violations.is_empty(),
-        "seed {seed}: {:?} (replay: cargo run -p redlock-sim --release -- --seed {seed} --faults all,-raise-failover,-switch-back,-slow-repoint,-late-replica --release-before-wait)",
+        "seed {seed}: {:?} (replay: cargo run -p redlock-sim --release -- --seed {seed} --faults all,-raise-failover,-switch-back,-slow-repoint,-late-replica,-new-disk-promoted --release-before-wait)",
         clean.violations.first()
     );
     let mutant = redlock_sim::mutant::named("lapsed-extend").expect("the mutant");
@@ -214,46 +218,63 @@ fn the_seed_of_the_revived_lease_passes_and_fails_without_the_lapse_rule() {
 /// `sync-replicas` is lowered to 0), and a replica that learned nothing
 /// from a master nor its disk guards, once promoted, as long as the longest
 /// lease any node grants. The mutant `no-lease-ack` puts the hole back.
+/// Since finding L a replica that learns a longer lease is configured for
+/// it, which also covers the replica of seed 352,891 (it learned the
+/// master's longest lease before it lost its disk): the seeds are played
+/// with `learned-not-configured` too, so that each shows the hole of the
+/// lease-ack rule alone.
 #[test]
 fn a_replica_promoted_before_it_learned_its_masters_longest_lease_keeps_one_holder() {
     let mutant = redlock_sim::mutant::named("no-lease-ack").expect("the mutant");
+    let mut setup = kept_client(Some(mutant));
+    setup.mutants = setup.mutants.with(Mutant::LearnedNotConfigured, true);
     for seed in [189_411, 352_891, 503_818, 892_199] {
         let r = redlock_sim::run(seed, &as_kept(), &kept_client(None));
         assert!(
             r.violations.is_empty(),
-            "seed {seed}: {:?} (replay: cargo run -p redlock-sim --release -- --seed {seed} --faults all,-raise-failover,-switch-back,-slow-repoint,-late-replica --release-before-wait)",
+            "seed {seed}: {:?} (replay: cargo run -p redlock-sim --release -- --seed {seed} --faults all,-raise-failover,-switch-back,-slow-repoint,-late-replica,-new-disk-promoted --release-before-wait)",
             r.violations.first()
         );
-        let mutated = redlock_sim::run(seed, &as_kept(), &kept_client(Some(mutant)));
+        let mutated = redlock_sim::run(seed, &as_kept(), &setup);
         assert!(
             mutated.violations.iter().any(|v| v.kind == "overlap"),
-            "seed {seed} with no-lease-ack: {:?}",
+            "seed {seed} with no-lease-ack and learned-not-configured: {:?}",
             mutated.violations
         );
     }
 }
 
-/// Open finding L of the long swarm (1,000,000 seeds from 2,000,000):
-/// seeds 2,073,237 and 2,657,013 end with two holders. `max-ttl-ms` is raised on the
-/// masters only (fault kind `raise-failover`); a master grants a lease of
-/// the new length once its replica acknowledged knowing it; a switchover
-/// makes that replica, still configured for the shorter `max-ttl-ms`, the
-/// master holding the lease; it loses its disk and restarts, waits its own
-/// configured `max-ttl-ms` and grants the lock while the lease runs.
-/// In seed 2,657,013 the replicas are configured for half their masters'
-/// `max-ttl-ms` from the start, and the replica promoted after a crash of
-/// its master is the one that loses its disk. `tests/sim_findings.rs`
-/// plays it on real processes. Their worlds are the ones before the fault
-/// kinds `switch-back`, `slow-repoint` and `late-replica`.
+/// Finding L of the long swarm (1,000,000 seeds from 2,000,000), fixed:
+/// seeds 2,073,237 and 2,657,013 ended with two holders. `max-ttl-ms` is
+/// raised on the masters only (fault kind `raise-failover`); a master
+/// grants a lease of the new length once its replica acknowledged knowing
+/// it; a switchover makes that replica, still configured for the shorter
+/// `max-ttl-ms`, the master holding the lease; it loses its disk and
+/// restarts, waits its own configured `max-ttl-ms` and grants the lock while
+/// the lease runs. In seed 2,657,013 the replicas are configured for half
+/// their masters' `max-ttl-ms` from the start, and the replica promoted
+/// after a crash of its master is the one that loses its disk. The fix: a
+/// node that learns a longer lease raises its own `max-ttl-ms` and writes
+/// it to its configuration file (`core/guard_rule.rs::max_ttl_to_cover`,
+/// `host/config_file.rs`); mutant `learned-not-configured` puts the hole
+/// back. `tests/sim_findings.rs` plays it on real processes. Their worlds
+/// are the ones before the fault kinds `switch-back`, `slow-repoint`,
+/// `late-replica` and `new-disk-promoted`.
 #[test]
-#[ignore = "open finding L: a node on a new disk waits its own max-ttl-ms, shorter than a lease it held after a raise on its master only"]
-fn the_seed_of_the_new_disk_below_a_held_lease_keeps_one_holder() {
+fn the_seeds_of_the_new_disk_below_a_held_lease_pass_and_fail_without_the_raise() {
+    let mutant = redlock_sim::mutant::named("learned-not-configured").expect("the mutant");
     for seed in [2_073_237, 2_657_013] {
         let r = redlock_sim::run(seed, &before_switch_back(), &kept_client(None));
         assert!(
             r.violations.is_empty(),
-            "seed {seed}: {:?} (replay: cargo run -p redlock-sim --release -- --seed {seed} --faults all,-switch-back,-slow-repoint,-late-replica --release-before-wait)",
+            "seed {seed}: {:?} (replay: cargo run -p redlock-sim --release -- --seed {seed} --faults all,-switch-back,-slow-repoint,-late-replica,-new-disk-promoted --release-before-wait)",
             r.violations.first()
+        );
+        let mutated = redlock_sim::run(seed, &before_switch_back(), &kept_client(Some(mutant)));
+        assert!(
+            mutated.violations.iter().any(|v| v.kind == "overlap"),
+            "seed {seed} with learned-not-configured: {:?}",
+            mutated.violations
         );
     }
 }

@@ -393,9 +393,47 @@ impl Guard {
     }
 }
 
+/// A lease length received (from the master, or a file): the
+/// `redlock.max-ttl-ms` the node must be configured for from now on, when
+/// its own is shorter (finding L).
+///
+/// Why: a node restarted on a new disk knows nothing but its configuration,
+/// and waits its `max-ttl-ms` before it grants. A replica configured for
+/// less than its master learns (and the master grants once it acknowledged)
+/// a longer lease; promoted, then restarted on a new disk, it would wait
+/// too short while that lease runs. So it raises its own setting to the
+/// length learned, and the host writes it to the configuration file (`CONFIG
+/// REWRITE`) before the stream goes on, so before the replica acknowledges
+/// the offset the master waits for. The file is what a new disk keeps.
+pub fn max_ttl_to_cover(learned_ms: u64, own_max_ttl_ms: u64, mutants: Mutants) -> Option<u64> {
+    let learned_ms = learned_ms.min(LEASE_LIMIT_MS);
+    // Under `replica-own-lease` a replica takes in nothing it received.
+    let ignored = mutants.on(Mutant::LearnedNotConfigured) || mutants.on(Mutant::ReplicaOwnLease);
+    if ignored || learned_ms <= own_max_ttl_ms {
+        return None;
+    }
+    Some(learned_ms)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_lease_longer_than_the_own_max_ttl_raises_it_and_only_then() {
+        assert_eq!(max_ttl_to_cover(3_000, 400, Mutants::NONE), Some(3_000));
+        assert_eq!(max_ttl_to_cover(400, 400, Mutants::NONE), None);
+        assert_eq!(max_ttl_to_cover(300, 400, Mutants::NONE), None);
+        // Never above the longest lease any node accepts.
+        assert_eq!(
+            max_ttl_to_cover(u64::MAX, 400, Mutants::NONE),
+            Some(LEASE_LIMIT_MS)
+        );
+        assert_eq!(
+            max_ttl_to_cover(u64::MAX, LEASE_LIMIT_MS, Mutants::NONE),
+            None
+        );
+    }
 
     fn settings(max_ttl_ms: u64) -> Settings {
         Settings {

@@ -113,12 +113,16 @@ pub enum Mutant {
     /// replicas, and a replica of a run before the lost disk joins it
     /// unchecked.
     FreshForgottenAtRestart = 8388608,
+    /// A node that learns a lease longer than its own `max-ttl-ms` keeps its
+    /// configuration as it is (finding L): a restart on a new disk waits
+    /// only that shorter `max-ttl-ms` while the learned lease runs.
+    LearnedNotConfigured = 16777216,
 }
 
 impl Mutant {
     /// Every mutant with its name (as in `REDLOCK.TESTHOOK MUTANT name 0|1`,
     /// the `REDLOCK_TEST_MUTANTS` variable and the simulator's `--mutant`).
-    pub const ALL: [(&'static str, Mutant); 24] = [
+    pub const ALL: [(&'static str, Mutant); 25] = [
         ("config-exemption", Mutant::ConfigExemption),
         ("disk-lease-from-wall", Mutant::DiskLeaseFromWall),
         ("no-reclaimed-floor", Mutant::NoReclaimedFloor),
@@ -152,6 +156,7 @@ impl Mutant {
             "fresh-forgotten-at-restart",
             Mutant::FreshForgottenAtRestart,
         ),
+        ("learned-not-configured", Mutant::LearnedNotConfigured),
     ];
 
     /// The mutant of that name (ASCII case-insensitive).

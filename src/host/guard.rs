@@ -357,22 +357,22 @@ pub fn record_lease(ttl_ms: u64) -> Result<bool, CommandError> {
 /// A lease length received from the master (or a file from one): raises
 /// the longest lease, in memory at once and in the durable record as well
 /// as it can (a replica must not stop applying its stream because a file
-/// cannot be written; the failure is logged).
+/// cannot be written; the failure is logged), and this node's own
+/// `max-ttl-ms` when it is shorter ([`crate::host::config_file`]).
 pub fn learn_lease(ctx: &Context, ms: u64) {
     let own = config::max_ttl().max(0) as u64;
-    if ms > own && ms > guard().recorded_longest() {
-        ctx.log_warning(&format!(
-            "this node learned a lease of {ms} ms (from its master or its data), longer than its own redlock.max-ttl-ms ({own}): set the same redlock.max-ttl-ms on every node of the group (replicas first when raising it)"
-        ));
+    if ms > own {
         LEARNED_ABOVE_OWN.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     }
-    let Some(ms) = guard().to_learn(ms, settings()) else {
-        return;
-    };
-    if let Err(e) = record_lease(ms) {
-        guard().raise_longest(ms, settings(), crate::host::clock::mono_now());
-        ctx.log_warning(&format!("{e}"));
+    // The guard's lock is let go before `record_lease` takes it again.
+    let to_learn = guard().to_learn(ms, settings());
+    if let Some(ms) = to_learn {
+        if let Err(e) = record_lease(ms) {
+            guard().raise_longest(ms, settings(), crate::host::clock::mono_now());
+            ctx.log_warning(&format!("{e}"));
+        }
     }
+    crate::host::config_file::cover_learned(ctx, ms);
 }
 
 /// Writes `value` to `path` durably ([`write_file`]) unless the file already

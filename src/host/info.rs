@@ -126,6 +126,11 @@ fn write_info(ctx: *mut raw::RedisModuleInfoCtx) {
         );
         add_u64(
             ctx,
+            c"max_ttl_unsaved_ms".as_ptr(),
+            crate::host::config_file::unsaved_max_ttl(),
+        );
+        add_u64(
+            ctx,
             c"restart_exempt".as_ptr(),
             u64::from(guard::restart_exempt()),
         );

@@ -19,6 +19,7 @@
 pub mod clock;
 pub mod commands;
 pub mod config;
+pub mod config_file;
 pub mod datatype;
 pub mod events;
 pub mod fence_type;

@@ -148,6 +148,8 @@ pub struct NodeBuilder {
     server: Option<PathBuf>,
     /// Starts as a replica of this loopback port (`--replicaof 127.0.0.1 PORT`).
     replica_of: Option<u16>,
+    /// Starts from a configuration file ([`NodeBuilder::config_file`]).
+    config_file: bool,
 }
 
 impl NodeBuilder {
@@ -226,6 +228,17 @@ impl NodeBuilder {
         self
     }
 
+    /// Starts from a configuration file, `redis.conf` in a folder of its
+    /// own apart from the data folder (as `/etc/redis` is apart from
+    /// `/var/lib/redis`: wiping the data keeps it), which `CONFIG REWRITE`
+    /// writes. The options go into it at the first start; a restart reads
+    /// the file as the server left it, with the options changed since
+    /// ([`Node::restart_with`]) on the command line after it.
+    pub fn config_file(mut self) -> Self {
+        self.config_file = true;
+        self
+    }
+
     /// Loads another module file.
     pub fn module(mut self, path: PathBuf) -> Self {
         self.module = Some(path);
@@ -248,11 +261,19 @@ impl NodeBuilder {
                 spec.configs.retain(|(n, _)| *n != name);
                 spec.configs.push((name, free_port().to_string()));
             }
+            let conf = spec.config_file.then(|| {
+                tempfile::Builder::new()
+                    .prefix("redlock-conf-")
+                    .tempdir()
+                    .expect("temp dir")
+            });
             let mut node = Node {
                 port: free_port(),
                 dir,
                 child: None,
                 spec,
+                conf,
+                written: Vec::new(),
             };
             match node.spawn() {
                 Ok(()) => return node,
@@ -269,6 +290,10 @@ pub struct Node {
     dir: tempfile::TempDir,
     child: Option<Child>,
     spec: NodeBuilder,
+    /// The folder of the configuration file, when it starts from one.
+    conf: Option<tempfile::TempDir>,
+    /// The options written into the configuration file at the first start.
+    written: Vec<Vec<String>>,
 }
 
 impl Node {
@@ -290,6 +315,7 @@ impl Node {
             files: Vec::new(),
             server: None,
             replica_of: None,
+            config_file: false,
         }
     }
 
@@ -298,10 +324,84 @@ impl Node {
         Self::builder().start()
     }
 
+    /// The configuration file, when the node starts from one
+    /// ([`NodeBuilder::config_file`]).
+    pub fn config_path(&self) -> Option<PathBuf> {
+        self.conf.as_ref().map(|d| d.path().join("redis.conf"))
+    }
+
+    /// Every option but the ports, as `name value…`.
+    fn options(&self) -> Vec<Vec<String>> {
+        let dir = self.dir.path().display().to_string();
+        let mut opts: Vec<Vec<String>> = vec![
+            vec!["bind".into(), "127.0.0.1".into()],
+            vec!["dir".into(), dir.clone()],
+            vec!["logfile".into(), format!("{dir}/redis.log")],
+            vec!["daemonize".into(), "no".into()],
+            // A master syncs a new replica at once instead of after 5 s
+            // (a config below may set it back).
+            vec!["repl-diskless-sync-delay".into(), "0".into()],
+        ];
+        for user in &self.spec.users {
+            // One argument per rule: redis-server quotes each argument.
+            let mut opt = vec!["user".to_string()];
+            opt.extend(user.split_whitespace().map(str::to_string));
+            opts.push(opt);
+        }
+        if let Some(module) = &self.spec.module {
+            let mut opt = vec!["loadmodule".to_string(), module.display().to_string()];
+            opt.extend(self.spec.module_args.iter().cloned());
+            opts.push(opt);
+        }
+        for (name, value) in &self.spec.configs {
+            // `replicaof "127.0.0.1 PORT"` is two arguments in a file.
+            let mut opt = vec![name.clone()];
+            if value.trim().is_empty() {
+                opt.push(value.clone());
+            } else {
+                opt.extend(value.split_whitespace().map(str::to_string));
+            }
+            opts.push(opt);
+        }
+        if let Some(port) = self.spec.replica_of {
+            opts.push(vec![
+                "replicaof".into(),
+                "127.0.0.1".into(),
+                port.to_string(),
+            ]);
+        }
+        opts
+    }
+
     fn spawn(&mut self) -> Result<(), String> {
         let bin = self.spec.server.clone().unwrap_or_else(server_bin);
         let mut cmd = Command::new(&bin);
         cmd.current_dir(self.dir.path());
+        let options = self.options();
+        let on_command_line: Vec<Vec<String>> = match self.config_path() {
+            None => options,
+            Some(path) => {
+                if !path.exists() {
+                    // redis.conf quoting: every argument in double quotes.
+                    let quote = |a: &String| {
+                        format!("\"{}\"", a.replace('\\', "\\\\").replace('"', "\\\""))
+                    };
+                    let text: String = options
+                        .iter()
+                        .map(|opt| opt.iter().map(quote).collect::<Vec<_>>().join(" ") + "\n")
+                        .collect();
+                    std::fs::write(&path, text).map_err(|e| format!("{}: {e}", path.display()))?;
+                    self.written = options.clone();
+                }
+                // The file comes first; what changed since it was written
+                // follows it, and wins.
+                cmd.arg(&path);
+                options
+                    .into_iter()
+                    .filter(|opt| !self.written.contains(opt))
+                    .collect()
+            }
+        };
         match &self.spec.tls {
             None => {
                 cmd.arg("--port").arg(self.port.to_string());
@@ -325,33 +425,10 @@ impl Node {
                     .arg("700");
             }
         }
-        cmd.arg("--bind")
-            .arg("127.0.0.1")
-            .arg("--dir")
-            .arg(self.dir.path())
-            .arg("--logfile")
-            .arg(self.dir.path().join("redis.log"))
-            .arg("--daemonize")
-            .arg("no")
-            // A master syncs a new replica at once instead of after 5 s
-            // (a config below may set it back).
-            .arg("--repl-diskless-sync-delay")
-            .arg("0");
-        for user in &self.spec.users {
-            // One argument per rule: redis-server quotes each argument.
-            cmd.arg("--user").args(user.split_whitespace());
-        }
-        if let Some(module) = &self.spec.module {
-            cmd.arg("--loadmodule").arg(module);
-            cmd.args(&self.spec.module_args);
-        }
-        for (name, value) in &self.spec.configs {
-            cmd.arg(format!("--{name}")).arg(value);
-        }
-        if let Some(port) = self.spec.replica_of {
-            cmd.arg("--replicaof")
-                .arg("127.0.0.1")
-                .arg(port.to_string());
+        for opt in &on_command_line {
+            if let Some((name, values)) = opt.split_first() {
+                cmd.arg(format!("--{name}")).args(values);
+            }
         }
         for (name, value) in &self.spec.env {
             cmd.env(name, value);
@@ -371,7 +448,10 @@ impl Node {
                 return Ok(());
             }
             if Instant::now() > deadline {
-                return Err(format!("no PING reply within {START_DEADLINE:?}"));
+                return Err(format!(
+                    "no PING reply within {START_DEADLINE:?}: {}",
+                    self.log_tail()
+                ));
             }
             std::thread::sleep(Duration::from_millis(20));
         }

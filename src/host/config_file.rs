@@ -1,0 +1,104 @@
+//! The configuration file keeps `redlock.max-ttl-ms` at least as long as
+//! the longest lease this node may hold or grant (finding L).
+//!
+//! A node restarted on a new disk knows nothing but its configuration: its
+//! restart window is its `max-ttl-ms`. Two ways used to leave that shorter
+//! than a lease the node held:
+//! - a replica configured for less than its master learns (and the master
+//!   grants, once the replica acknowledged knowing it) a longer lease; it is
+//!   promoted, then loses its disk;
+//! - `CONFIG SET redlock.max-ttl-ms` raises it at run time, and the file
+//!   still says the old value when the disk is lost.
+//!
+//! So a replica that learns a longer lease raises its own `max-ttl-ms` to
+//! that length ([`crate::core::guard_rule::max_ttl_to_cover`]), and every
+//! raise (learned or set) is written with `CONFIG REWRITE` at once: from the
+//! command that taught it (`REDLOCK.APPLY`, before the replica goes on with
+//! its stream and acknowledges the offset its master waits for), or at the
+//! end of the load that taught it (a full sync's snapshot: before the replica
+//! acknowledges it). A server started without a configuration file cannot
+//! keep it: the node says so in its log and in `INFO redlock`
+//! (`max_ttl_unsaved_ms`), and its command line must name the group's
+//! longest `max-ttl-ms`.
+
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering::Relaxed};
+
+use redis_module::{Context, ContextFlags};
+
+use crate::core::guard_rule::max_ttl_to_cover;
+use crate::host::config;
+use crate::host::mutant;
+
+/// The `max-ttl-ms` a restart would read: the value at load (from the file
+/// or the command line), then each value `CONFIG REWRITE` wrote.
+static SAVED_MAX_TTL: AtomicI64 = AtomicI64::new(0);
+/// A raised `max-ttl-ms` that could not be written (0: none).
+static UNSAVED_MAX_TTL: AtomicI64 = AtomicI64::new(0);
+/// A raise waits for the end of the load in progress to be written.
+static PENDING: AtomicBool = AtomicBool::new(false);
+
+/// At load, after the configuration is read: what a restart would read.
+pub fn on_load() {
+    SAVED_MAX_TTL.store(config::max_ttl(), Relaxed);
+}
+
+/// A raised `max-ttl-ms` this node could not write to a configuration file
+/// (`INFO redlock` `max_ttl_unsaved_ms`; 0: none).
+pub fn unsaved_max_ttl() -> u64 {
+    UNSAVED_MAX_TTL.load(Relaxed).max(0) as u64
+}
+
+/// A lease length learned (from the master, or a file): raises this node's
+/// `max-ttl-ms` to cover it and writes it to the file (now, or at the end of
+/// the load in progress). `ctx` may be the dummy context of a load.
+pub fn cover_learned(ctx: &Context, learned_ms: u64) {
+    let own = config::max_ttl().max(0) as u64;
+    let Some(ms) = max_ttl_to_cover(learned_ms, own, mutant::current()) else {
+        return;
+    };
+    config::MAX_TTL_MS.fetch_max(ms as i64, Relaxed);
+    redis_module::logging::log_notice(format!(
+        "redlock.max-ttl-ms raised from {own} to {ms}: this node learned a lease that long \
+         (from its master or its data); a restart on a new disk must wait that long"
+    ));
+    save_soon(ctx);
+}
+
+/// After `CONFIG SET`: a raised `max-ttl-ms` is written to the file.
+pub fn on_config_change(ctx: &Context) {
+    save_soon(ctx);
+}
+
+/// At the end of a load: writes a raise learned during it.
+pub fn on_load_ended(ctx: &Context) {
+    if PENDING.swap(false, Relaxed) {
+        save_soon(ctx);
+    }
+}
+
+fn save_soon(ctx: &Context) {
+    if config::max_ttl() <= SAVED_MAX_TTL.load(Relaxed) {
+        return;
+    }
+    // No command runs from the dummy context of a load, nor while loading.
+    if ctx.ctx.is_null() || ctx.get_flags().contains(ContextFlags::LOADING) {
+        PENDING.store(true, Relaxed);
+        return;
+    }
+    let max_ttl = config::max_ttl();
+    match ctx.call("CONFIG", &["REWRITE"]) {
+        Ok(_) => {
+            SAVED_MAX_TTL.fetch_max(max_ttl, Relaxed);
+            UNSAVED_MAX_TTL.store(0, Relaxed);
+        }
+        Err(e) => {
+            if UNSAVED_MAX_TTL.swap(max_ttl, Relaxed) != max_ttl {
+                ctx.log_warning(&format!(
+                    "redlock.max-ttl-ms {max_ttl} is not in a configuration file (CONFIG REWRITE: {e}): \
+                     restarted on a new disk, this node would wait only the max-ttl-ms it starts with; \
+                     start it with redlock.max-ttl-ms {max_ttl} or more"
+                ));
+            }
+        }
+    }
+}
