@@ -12,6 +12,16 @@
 //!   the longer lease). Fixed: a node that learns a longer lease raises its
 //!   own `max-ttl-ms` and writes it to its configuration file
 //!   (`host/config_file.rs`); mutant `learned-not-configured`.
+//! - Simulator seed 3,098,182 (a swarm with the simulator of dac2db7; the
+//!   shorter reproduction: `--seed 3098182 --faults
+//!   delay,clock-forward,disk-loss,lagging-promotion,slow-repoint --fault-ms
+//!   1173`), `a_promoted_master_restarted_on_a_new_disk_stays_held`: a
+//!   promoted master lost the held state of its life with its disk and
+//!   granted a raised lease at once, while a fellow replica of the old
+//!   master, not repointed yet, knew only the shorter lease. Fixed: the
+//!   hold is written to the configuration file at the promotion
+//!   (`redlock.promoted-acked-ms`, `LeaseAck::held_by_configuration`);
+//!   mutant `held-lost-with-disk`.
 
 mod common;
 
@@ -185,4 +195,104 @@ fn a_raise_set_at_run_time_survives_a_new_disk() {
     let mut con = n.connection();
     assert_eq!(redlock_info(&mut con, "max_ttl_ms"), 2200);
     assert_eq!(redlock_info(&mut con, "grace_window_ms"), 2200);
+}
+
+/// Seed 3,098,182. M, R1 and R2 run with `max-ttl-ms` 1000, R1 from a
+/// configuration file kept apart from its data; R1 and R2 are taught by M.
+/// M is lost; R1 is promoted, and R2 is not repointed yet (Sentinel
+/// reconfigures replicas one at a time and may be slow): it still names M.
+/// R1 loses its disk and restarts; `max-ttl-ms` is raised to 6000 on R1
+/// only, and a client asks R1 for a 6 s lease. With the fix R1 is held by
+/// its configuration (`redlock.promoted-acked-ms 1000`): it grants nothing
+/// longer than 1000 until R2, repointed at it, acknowledged knowing 6000.
+/// With mutant `held-lost-with-disk` R1 grants the 6 s lease at once; it
+/// is lost, R2 is promoted, guards the 1000 ms M taught it and grants the
+/// lock inside the 6 s lease. Returns how far into the lease R2 granted
+/// it, if it did.
+fn seed_3098182(mutant: bool) -> Option<Duration> {
+    let mut m = adversarial_node("1000").start();
+    let builder = adversarial_node("1000").config_file();
+    let builder = if mutant {
+        builder.env("REDLOCK_TEST_MUTANTS", "held-lost-with-disk")
+    } else {
+        builder
+    };
+    let mut r1 = start_replica(&m, builder);
+    let r2 = start_replica(&m, adversarial_node("1000"));
+    drop(taught_replica_of(&m, &r1));
+    let mut r2c = taught_replica_of(&m, &r2);
+    m.kill();
+
+    let mut r1c = r1.connection();
+    promote(&mut r1c);
+    let file = std::fs::read_to_string(r1.config_path().unwrap()).unwrap();
+    assert!(
+        file.lines()
+            .any(|l| l.trim() == "redlock.promoted-acked-ms 1000"),
+        "the promotion wrote what R1 is held from to its configuration file:\n{file}"
+    );
+    drop(r1c);
+    r1.kill();
+    wipe_dir(&r1);
+    r1.restart();
+    let mut r1c = r1.connection();
+    // The restart window ends (a raise inside it would lengthen it).
+    first_grant(
+        &mut r1c,
+        "W",
+        "owner-w",
+        1000,
+        Instant::now() + Duration::from_secs(10),
+    )
+    .expect("R1's restart window ends");
+    config_set(&mut r1c, "redlock.max-ttl-ms", "6000");
+    let granted_a = first_grant(
+        &mut r1c,
+        "K",
+        "owner-a",
+        6000,
+        Instant::now() + Duration::from_secs(4),
+    );
+    if !mutant {
+        assert!(
+            granted_a.is_none(),
+            "R1, held by its configuration, grants no 6 s lease before a replica acknowledged knowing it"
+        );
+        // Repointed at R1, R2 learns 6000 with its full sync and
+        // acknowledges it: then R1 grants.
+        let _: () = redis::cmd("REPLICAOF")
+            .arg("127.0.0.1")
+            .arg(r1.port())
+            .query(&mut r2c)
+            .unwrap();
+        let granted = first_grant(
+            &mut r1c,
+            "K",
+            "owner-a",
+            6000,
+            Instant::now() + Duration::from_secs(20),
+        );
+        assert!(granted.is_some(), "R1 grants once R2 acknowledged");
+        assert!(redlock_info(&mut r2c, "longest_lease_ms") >= 6000);
+        return None;
+    }
+    let granted_a = granted_a.expect("with held-lost-with-disk, R1 grants the 6 s lease at once");
+    drop(r1c);
+    r1.kill();
+    promote(&mut r2c);
+    let until = granted_a + Duration::from_millis(6000);
+    first_grant(&mut r2c, "K", "owner-b", 1000, until).map(|granted_b| granted_b - granted_a)
+}
+
+#[test]
+fn a_promoted_master_restarted_on_a_new_disk_stays_held() {
+    assert_eq!(seed_3098182(false), None);
+}
+
+/// The test above fails with the fix switched off: the hole is real.
+#[test]
+fn a_promoted_master_that_loses_its_hold_with_its_disk_grants_twice() {
+    let gap = seed_3098182(true).expect("with held-lost-with-disk, R2 grants inside the lease");
+    eprintln!("with held-lost-with-disk, R2 granted K {gap:?} into R1's 6 s lease");
+    assert!(gap < Duration::from_millis(6000), "{gap:?}");
 }

@@ -164,6 +164,12 @@ pub const MUTANTS: &[SimMutant] = &[
         known_seed: 3_648,
     },
     SimMutant {
+        name: "held-lost-with-disk",
+        hole: Hole::Module(Mutant::HeldLostWithDisk),
+        what: "a promoted master's held life is kept only on its data disk: restarted on a new disk it grants a raised lease at once, while a fellow replica of the old master, not repointed yet, guards once promoted only for the shorter lease the old master taught it (module, seed 3,098,182 of the long swarm; caught through slow-repoint with disk-loss)",
+        known_seed: 3_098_182,
+    },
+    SimMutant {
         name: "no-clock-floor",
         hole: Hole::NoClockFloor,
         what: "clients send no FLOOR: a node that lost its counters hands out low tokens again (client setting)",

@@ -147,6 +147,10 @@ pub struct Node {
     restamp: Vec<u8>,
     /// `redlock.max-ttl-ms`.
     pub max_ttl: u64,
+    /// `redlock.promoted-acked-ms` (`None`: -1): what the configuration
+    /// file keeps of a life begun by promotion (`LeaseAck::configured_hold`);
+    /// like `max_ttl`, it survives a lost disk.
+    pub promoted_acked: Option<u64>,
     /// Its persistence.
     pub persistence: Persistence,
     /// The lock records, by key.
@@ -215,6 +219,7 @@ impl Node {
             } else {
                 sc.max_ttl_ms
             },
+            promoted_acked: None,
             persistence: sc.persistence[id as usize],
             keys: vec![None; sc.keys],
             waits: vec![KeyWaiters::default(); sc.keys],
@@ -397,12 +402,15 @@ impl World {
         // the run before (`host/lease_ack.rs::on_load`).
         let longest = self.nodes[n].guard.longest_lease(self.settings(n));
         let node = &mut self.nodes[n];
+        // Held by the configuration file when the files are lost
+        // (`LeaseAck::held_by_configuration`, seed 3,098,182).
         node.lease_ack = LeaseAck::at_load(
             node.disk.lease_acked.take(),
             !node.life_replicas.is_empty(),
             longest,
             self.setup.mutants,
-        );
+        )
+        .held_by_configuration(node.promoted_acked, self.setup.mutants);
         node.disk.lease_acked = Some(node.lease_ack.kept());
         let boot = self.nodes[n].boot;
         if self.sc.reclaim_after_ms > 0 {
@@ -1634,6 +1642,9 @@ impl World {
             s.mutants,
         );
         node.disk.lease_acked = Some(node.lease_ack.kept());
+        // Written to the configuration file too (`CONFIG REWRITE`,
+        // `host/config_file.rs::keep_promoted_acked`), before any command.
+        node.promoted_acked = node.lease_ack.configured_hold();
         if let Some(record) = node.guard.on_promotion(s, Promotion::Guard, mono, taught) {
             node.disk.untaught_file = node.guard.untaught_window();
             node.disk.run_state = Some(record);

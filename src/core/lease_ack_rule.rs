@@ -309,8 +309,51 @@ impl LeaseAck {
             base_ms: kept.base_ms.min(longest_ms),
             inherited: kept.inherited,
             ambiguous: kept.ambiguous,
-            fresh: false,
+            // A fresh life held by its configuration
+            // ([`LeaseAck::held_by_configuration`]) stays fresh until a
+            // replica came online, like one that is not held (finding I).
+            fresh: kept.fresh && !had_replicas && !mutants.on(Mutant::FreshForgottenAtRestart),
         }
+    }
+
+    /// What the configuration file keeps of a life begun by promotion
+    /// (`redlock.promoted-acked-ms`, written with `CONFIG REWRITE` at the
+    /// promotion): the acknowledged length it started from. `None` for a
+    /// life that is not held.
+    pub fn configured_hold(&self) -> Option<u64> {
+        self.held.then_some(self.acked_ms.min(self.base_ms))
+    }
+
+    /// A load whose life is not held by its files, on a node whose
+    /// configuration file says it was promoted (`configured_ms`, what
+    /// [`LeaseAck::configured_hold`] said then): held from that length.
+    ///
+    /// Why (simulator seed 3,098,182): the held state of a promoted life
+    /// is in its data directory. Lost with the disk, the next run is a
+    /// fresh master with no replica, free to grant whatever `max-ttl-ms` is
+    /// raised to; a fellow replica of the old master that Sentinel has not
+    /// repointed yet never becomes a replica of that run, still counts as
+    /// taught by the old master, and, promoted next, guards only for what
+    /// the old master taught it. The configuration file survives a lost
+    /// data disk (finding L): held from what every replica of the old
+    /// master acknowledged, the run grants a longer lease only once a
+    /// replica of its own acknowledged knowing it. A replica of this run
+    /// learned at least that length from its full sync; a fellow replica
+    /// of the old master acknowledged it there. A load with its files
+    /// knows more: those decide. (Under the `held-lost-with-disk` mutant
+    /// the configuration is not read.)
+    pub fn held_by_configuration(mut self, configured_ms: Option<u64>, mutants: Mutants) -> Self {
+        if self.held || mutants.on(Mutant::HeldLostWithDisk) {
+            return self;
+        }
+        let Some(ms) = configured_ms else {
+            return self;
+        };
+        let ms = ms.min(self.acked_ms);
+        self.acked_ms = ms;
+        self.base_ms = ms;
+        self.held = true;
+        self
     }
 
     /// What the master's file keeps.
@@ -704,6 +747,66 @@ mod tests {
         assert_eq!(r.acked_ms(), 1_000);
         assert!(r.check(5_000, &set(&[]), &[], N).is_err());
         assert!(p.check(5_000, &set(&[]), &[], N).is_err());
+    }
+
+    /// Seed 3,098,182: a promoted master restarted on a new disk (no file)
+    /// is held from the length its configuration file kept, and stays
+    /// fresh; a load with its file decides by the file.
+    #[test]
+    fn a_promoted_life_stays_held_across_a_lost_disk_through_its_configuration() {
+        let promoted = LeaseAck::promoted(200, 200, set(&[]), N);
+        let configured = promoted.configured_hold();
+        assert_eq!(configured, Some(200));
+        // The disk is lost; `max-ttl-ms` is 752 in the configuration.
+        let mut run = LeaseAck::at_load(None, false, 752, N).held_by_configuration(configured, N);
+        assert!(run.held());
+        assert!(run.fresh());
+        assert_eq!(run.acked_ms(), 200);
+        assert_eq!(run.check(200, &set(&[]), &[], N), Ok(()));
+        let refused = run.check(566, &set(&[]), &[], N).unwrap_err();
+        assert_eq!(refused.acked_ms, 200);
+        // A replica of this run acknowledges an announcement of 752.
+        let known = set(&["r2:1"]);
+        run.announced(752, 10);
+        assert!(run
+            .check(566, &known, &[("r2:1".to_string(), true, 10)], N)
+            .is_ok());
+        // Its next restart (file kept, still no replica came online) is
+        // held and fresh.
+        let next = LeaseAck::at_load(Kept::parse(&run.kept().render()), false, 752, N);
+        assert!(next.held() && next.fresh());
+        // Once one came online it is held, not fresh.
+        let with = LeaseAck::at_load(Kept::parse(&next.kept().render()), true, 752, N);
+        assert!(with.held() && !with.fresh());
+        // With inherited replicas the promoted life starts from 0: so does
+        // its configuration.
+        let chained = LeaseAck::promoted(200, 200, set(&["sub:1"]), N);
+        assert_eq!(chained.configured_hold(), Some(0));
+        // A life not held configures nothing; a node never promoted loads
+        // as before.
+        assert_eq!(
+            LeaseAck::at_load(None, false, 752, N).configured_hold(),
+            None
+        );
+        let standalone = LeaseAck::at_load(None, false, 752, N).held_by_configuration(None, N);
+        assert!(!standalone.held());
+        assert_eq!(standalone.acked_ms(), 752);
+        // A load with its file is decided by the file.
+        let own = LeaseAck::at_load(kept(100), true, 752, N).held_by_configuration(Some(200), N);
+        assert_eq!(own.acked_ms(), 100);
+        // Never above the longest lease known now.
+        let low = LeaseAck::at_load(None, false, 150, N).held_by_configuration(Some(200), N);
+        assert_eq!(low.acked_ms(), 150);
+    }
+
+    /// The mutant does not read the configuration.
+    #[cfg(feature = "danger-mutants")]
+    #[test]
+    fn the_mutant_loses_the_hold_with_the_disk() {
+        let on = Mutants::NONE.with(Mutant::HeldLostWithDisk, true);
+        let mut run = LeaseAck::at_load(None, false, 752, on).held_by_configuration(Some(200), on);
+        assert!(!run.held());
+        assert!(run.check(566, &set(&[]), &[], on).is_ok());
     }
 
     #[test]

@@ -117,12 +117,19 @@ pub enum Mutant {
     /// configuration as it is (finding L): a restart on a new disk waits
     /// only that shorter `max-ttl-ms` while the learned lease runs.
     LearnedNotConfigured = 16777216,
+    /// A life as master begun by promotion is held only by its file
+    /// (`redlock-lease-acked-PORT`), not by the configuration file too
+    /// (`redlock.promoted-acked-ms`, `LeaseAck::held_by_configuration`): a
+    /// promoted master restarted on a new disk grants a raised lease at
+    /// once, while a fellow replica of the old master, not repointed yet,
+    /// knows only the shorter one (simulator seed 3,098,182).
+    HeldLostWithDisk = 33554432,
 }
 
 impl Mutant {
     /// Every mutant with its name (as in `REDLOCK.TESTHOOK MUTANT name 0|1`,
     /// the `REDLOCK_TEST_MUTANTS` variable and the simulator's `--mutant`).
-    pub const ALL: [(&'static str, Mutant); 25] = [
+    pub const ALL: [(&'static str, Mutant); 26] = [
         ("config-exemption", Mutant::ConfigExemption),
         ("disk-lease-from-wall", Mutant::DiskLeaseFromWall),
         ("no-reclaimed-floor", Mutant::NoReclaimedFloor),
@@ -157,6 +164,7 @@ impl Mutant {
             Mutant::FreshForgottenAtRestart,
         ),
         ("learned-not-configured", Mutant::LearnedNotConfigured),
+        ("held-lost-with-disk", Mutant::HeldLostWithDisk),
     ];
 
     /// The mutant of that name (ASCII case-insensitive).

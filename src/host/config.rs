@@ -39,7 +39,7 @@ struct NumericConfig {
     max: i64,
 }
 
-const CONFIGS: [NumericConfig; 5] = [
+const CONFIGS: [NumericConfig; 6] = [
     NumericConfig {
         name: "max-ttl-ms",
         value: &MAX_TTL_MS,
@@ -75,7 +75,28 @@ const CONFIGS: [NumericConfig; 5] = [
         min: 0,
         max: crate::core::sync_rule::MAX_SYNC_REPLICAS,
     },
+    NumericConfig {
+        name: "promoted-acked-ms",
+        value: &PROMOTED_ACKED_MS,
+        default: PROMOTED_ACKED_NONE,
+        min: PROMOTED_ACKED_NONE,
+        max: MAX_TTL_LIMIT,
+    },
 ];
+
+/// `redlock.promoted-acked-ms` value meaning "never promoted".
+pub const PROMOTED_ACKED_NONE: i64 = -1;
+/// `redlock.promoted-acked-ms`: written by the module at a promotion (with
+/// `CONFIG REWRITE`, `config_file::keep_promoted_acked`), the length every
+/// replica of the old master acknowledged knowing. A load that finds no
+/// file of what its replicas acknowledged (a new disk) is held from it
+/// (`LeaseAck::held_by_configuration`); -1: never promoted.
+pub static PROMOTED_ACKED_MS: AtomicI64 = AtomicI64::new(PROMOTED_ACKED_NONE);
+
+/// The current `redlock.promoted-acked-ms` (`None`: never promoted).
+pub fn promoted_acked() -> Option<u64> {
+    u64::try_from(PROMOTED_ACKED_MS.load(Relaxed)).ok()
+}
 
 /// `redlock.sync-replicas`: R of the replica-sync check (DESIGN §13), the
 /// number of replicas every lock write must reach before a client relies on
@@ -120,7 +141,7 @@ pub fn parse_module_args(args: &[&[u8]]) -> Result<[i64; CONFIGS.len()], String>
         else {
             return Err(format!(
                 "unknown module argument '{name}' (known: max-ttl-ms, restart-grace-ms, \
-                 reclaim-after-ms, handoff-ms, sync-replicas)"
+                 reclaim-after-ms, handoff-ms, sync-replicas, promoted-acked-ms)"
             ));
         };
         let c = &CONFIGS[i];
@@ -246,18 +267,21 @@ mod tests {
 
     #[test]
     fn module_args_set_defaults() {
-        assert_eq!(parse_module_args(&[]), Ok([60_000, -1, 86_400_000, 50, 0]));
+        assert_eq!(
+            parse_module_args(&[]),
+            Ok([60_000, -1, 86_400_000, 50, 0, -1])
+        );
         assert_eq!(
             parse_module_args(&[b"max-ttl-ms", b"30000", b"restart-grace-ms", b"0"]),
-            Ok([30_000, 0, 86_400_000, 50, 0])
+            Ok([30_000, 0, 86_400_000, 50, 0, -1])
         );
         assert_eq!(
             parse_module_args(&[b"redlock.max-ttl-ms", b"5", b"reclaim-after-ms", b"0"]),
-            Ok([5, -1, 0, 50, 0])
+            Ok([5, -1, 0, 50, 0, -1])
         );
         assert_eq!(
             parse_module_args(&[b"sync-replicas", b"2"]),
-            Ok([60_000, -1, 86_400_000, 50, 2])
+            Ok([60_000, -1, 86_400_000, 50, 2, -1])
         );
         let err = parse_module_args(&[b"reclaim-after-ms", b"-1"]).unwrap_err();
         assert!(

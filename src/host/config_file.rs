@@ -69,6 +69,30 @@ pub fn on_config_change(ctx: &Context) {
     save_soon(ctx);
 }
 
+/// A life as master begun by promotion (`REPLICAOF NO ONE`, before any
+/// later command): `redlock.promoted-acked-ms` is set to what the life
+/// starts held from (`LeaseAck::configured_hold`) and written with `CONFIG
+/// REWRITE`, so that a restart on a new disk is held too
+/// (`LeaseAck::held_by_configuration`, simulator seed 3,098,182). A write
+/// that fails is logged: such a restart would grant a raised lease before
+/// a replica of its own acknowledged knowing it.
+pub fn keep_promoted_acked(ctx: &Context, held_from_ms: Option<u64>) {
+    let Some(ms) = held_from_ms else {
+        return;
+    };
+    let value = i64::try_from(ms)
+        .unwrap_or(i64::MAX)
+        .min(config::MAX_TTL_LIMIT);
+    config::PROMOTED_ACKED_MS.store(value, Relaxed);
+    if let Err(e) = ctx.call("CONFIG", &["REWRITE"]) {
+        ctx.log_warning(&format!(
+            "redlock.promoted-acked-ms {value} is not in a configuration file (CONFIG REWRITE: {e}): \
+             restarted on a new disk, this master would grant a raised max-ttl-ms before its \
+             replicas acknowledged knowing it"
+        ));
+    }
+}
+
 /// At the end of a load: writes a raise learned during it.
 pub fn on_load_ended(ctx: &Context) {
     if PENDING.swap(false, Relaxed) {

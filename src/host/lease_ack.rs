@@ -79,12 +79,27 @@ pub fn on_load(ctx: &Context) {
     let _ = ACKED_PATH.set(path);
     let had_replicas = !sync::life_replicas().is_empty();
     let missing = kept.is_none();
-    begin(LeaseAck::at_load(
-        kept,
-        had_replicas,
-        guard::longest_lease(),
-        mutant::current(),
-    ));
+    // A promotion's hold outlives a lost disk through the configuration
+    // file (`redlock.promoted-acked-ms`).
+    let configured = config::promoted_acked();
+    begin(
+        LeaseAck::at_load(
+            kept,
+            had_replicas,
+            guard::longest_lease(),
+            mutant::current(),
+        )
+        .held_by_configuration(configured, mutant::current()),
+    );
+    if missing && !had_replicas {
+        if let Some(ms) = configured {
+            ctx.log_notice(&format!(
+                "no record of what this master's replicas acknowledged knowing, and it was \
+                 promoted (redlock.promoted-acked-ms {ms}): a lease longer than {ms} ms waits \
+                 for an acknowledgement of a replica"
+            ));
+        }
+    }
     if had_replicas && missing {
         ctx.log_notice("no record of what this master's replicas acknowledged knowing of its longest lease: a lease longer than 0 ms waits for one acknowledgement round");
     }
@@ -133,6 +148,12 @@ pub fn promoted(
         inherited,
         mutant::current(),
     ));
+}
+
+/// What the configuration file keeps of this life
+/// ([`LeaseAck::configured_hold`]).
+pub fn configured_hold() -> Option<u64> {
+    ack().configured_hold()
 }
 
 /// The replicas online now (the replica events' scan): identities that
