@@ -39,6 +39,7 @@ impl World {
                 | FaultKind::SlowRepoint
                 | FaultKind::LateReplica
                 | FaultKind::NewDiskPromoted
+                | FaultKind::RepointNewDisk
         );
         if !per_second {
             return;
@@ -254,7 +255,9 @@ impl World {
                 });
                 self.watch_longer(m);
             }
-            FaultKind::SwitchBack | FaultKind::SlowRepoint => self.start_repoint(k),
+            FaultKind::SwitchBack | FaultKind::SlowRepoint | FaultKind::RepointNewDisk => {
+                self.start_repoint(k)
+            }
             FaultKind::LateReplica => self.start_late_replicas(),
             FaultKind::Pause => {
                 let n = self.pick(k, nodes);
@@ -597,6 +600,7 @@ impl World {
                 slow: to as u16,
                 slow_for,
                 give_up,
+                disk_lost: false,
             });
             self.nodes[master].failing_over = true;
             self.switchover_step(m, to, self.now + SEC);
@@ -608,6 +612,7 @@ impl World {
                 slow: master as u16,
                 slow_for,
                 give_up,
+                disk_lost: false,
             });
             let down = slow_for + skewed(self.fault_rng(k), 1_500 * MS, 3 * SEC);
             self.crash_for(master, down, false);
@@ -661,6 +666,7 @@ impl World {
             slow: late[0] as u16,
             slow_for: sync,
             give_up,
+            disk_lost: false,
         });
         self.after(2 * MS, Ev::Fault(Fault::Repoint { member: m as u8 }));
     }
@@ -800,11 +806,25 @@ impl World {
             RepointStage::Failing => self.after(5 * MS, again),
             RepointStage::Promoted => {
                 let n = b;
-                if self.members[m].master as usize != n || !self.nodes[n].up {
+                // Down for its new disk: waited for (the sequence goes on
+                // once it is back, unless the sentinel promoted another).
+                let back_soon = p.disk_lost && !self.nodes[n].up;
+                if self.members[m].master as usize != n || !(self.nodes[n].up || back_soon) {
                     self.repoint[m] = None;
                     return;
                 }
-                let waits = self.nodes[n].in_window(self.settings(n), self.now)
+                if p.kind == FaultKind::RepointNewDisk && !p.disk_lost {
+                    // The new master loses its disk before the raise.
+                    p.disk_lost = true;
+                    self.repoint[m] = Some(p);
+                    let k = p.kind;
+                    let after = skewed(self.fault_rng(k), MS, 300 * MS);
+                    self.after(after, Ev::Fault(Fault::NewDisk { node: n as u16 }));
+                    self.after(after + 5 * MS, again);
+                    return;
+                }
+                let waits = back_soon
+                    || self.nodes[n].in_window(self.settings(n), self.now)
                     || self.nodes[n].paused_until.is_some()
                     || (p.kind == FaultKind::SwitchBack && self.online_replicas(m, n).is_empty());
                 if waits {

@@ -113,7 +113,7 @@ pub const MUTANTS: &[SimMutant] = &[
         name: "config-exemption",
         hole: Hole::Module(Mutant::ConfigExemption),
         what: "a restart is exempt by today's configuration: a promotion window does not survive a restart (module, issue 24)",
-        known_seed: 9,
+        known_seed: 827,
     },
     SimMutant {
         name: "disk-lease-from-wall",
@@ -131,7 +131,7 @@ pub const MUTANTS: &[SimMutant] = &[
         name: "no-lease-ack",
         hole: Hole::Module(Mutant::NoLeaseAck),
         what: "a master grants a lease longer than its replicas acknowledged knowing, and a replica that learned nothing guards only for its own max-ttl-ms once promoted (module; simulator seeds 189,411, 352,891, 503,818, 892,199)",
-        known_seed: 35,
+        known_seed: 287,
     },
     SimMutant {
         name: "teacher-outlives-life",
@@ -149,7 +149,7 @@ pub const MUTANTS: &[SimMutant] = &[
         name: "promotion-trusts-longest",
         hole: Hole::Module(Mutant::PromotionTrustsLongest),
         what: "a promoted master starts from its own longest lease acknowledged and is not held while its replica set is empty: a raise grants at once while a fellow replica of the old master has not reconnected (module, promotion hole 1; caught through slow-repoint)",
-        known_seed: 35,
+        known_seed: 1_411,
     },
     SimMutant {
         name: "syncing-replicas-uncounted",
@@ -166,8 +166,8 @@ pub const MUTANTS: &[SimMutant] = &[
     SimMutant {
         name: "held-lost-with-disk",
         hole: Hole::Module(Mutant::HeldLostWithDisk),
-        what: "a promoted master's held life is kept only on its data disk: restarted on a new disk it grants a raised lease at once, while a fellow replica of the old master, not repointed yet, guards once promoted only for the shorter lease the old master taught it (module, seed 3,098,182 of the long swarm; caught through slow-repoint with disk-loss)",
-        known_seed: 3_098_182,
+        what: "a promoted master's held life is kept only on its data disk: restarted on a new disk it grants a raised lease at once, while a fellow replica of the old master, not repointed yet, guards once promoted only for the shorter lease the old master taught it (module, seed 3,098,182 of the long swarm; caught through repoint-new-disk)",
+        known_seed: 7_534,
     },
     SimMutant {
         name: "no-clock-floor",

@@ -1585,7 +1585,9 @@ impl World {
             || self.sc.rate(FaultKind::RaiseFailover) > 0.0
             || self.sc.rate(FaultKind::SwitchBack) > 0.0
             || self.sc.rate(FaultKind::SlowRepoint) > 0.0
-            || self.sc.rate(FaultKind::LateReplica) > 0.0;
+            || self.sc.rate(FaultKind::LateReplica) > 0.0
+            || self.sc.rate(FaultKind::NewDiskPromoted) > 0.0
+            || self.sc.rate(FaultKind::RepointNewDisk) > 0.0;
         let down_after = self.sc.down_after_ms * MS;
         if self.healed || (!failover && !lagging) || self.now < since + down_after {
             return;

@@ -97,11 +97,16 @@ pub enum FaultKind {
     /// loses its disk soon after (finding L: a node on a new disk knows
     /// nothing but its configuration, `host/config_file.rs`).
     NewDiskPromoted,
+    /// A slow-repoint sequence in which the promoted master loses its disk
+    /// before `redlock.max-ttl-ms` is raised on it (seed 3,098,182: its
+    /// hold, kept for the replica still naming the old master, must survive
+    /// the lost disk).
+    RepointNewDisk,
 }
 
 impl FaultKind {
     /// Every kind, in table order.
-    pub const ALL: [FaultKind; 27] = [
+    pub const ALL: [FaultKind; 28] = [
         FaultKind::Delay,
         FaultKind::DropRequest,
         FaultKind::DropReply,
@@ -129,6 +134,7 @@ impl FaultKind {
         FaultKind::SlowRepoint,
         FaultKind::LateReplica,
         FaultKind::NewDiskPromoted,
+        FaultKind::RepointNewDisk,
     ];
 
     /// Its index in [`FaultKind::ALL`].
@@ -166,6 +172,7 @@ impl FaultKind {
             FaultKind::SlowRepoint => "slow-repoint",
             FaultKind::LateReplica => "late-replica",
             FaultKind::NewDiskPromoted => "new-disk-promoted",
+            FaultKind::RepointNewDisk => "repoint-new-disk",
         }
     }
 
@@ -188,6 +195,7 @@ impl FaultKind {
                 | FaultKind::SlowRepoint
                 | FaultKind::LateReplica
                 | FaultKind::NewDiskPromoted
+                | FaultKind::RepointNewDisk
         )
     }
 
@@ -464,6 +472,7 @@ impl Scenario {
                     | FaultKind::SlowRepoint
                     | FaultKind::LateReplica
                     | FaultKind::NewDiskPromoted
+                    | FaultKind::RepointNewDisk
             );
             // (A kind that needs two replicas gets its second below.)
             let pointless =
@@ -613,7 +622,9 @@ const DRAWN_LAST: [FaultKind; 4] = [
 /// Fault kinds drawn after everything else, also after the second replica
 /// of the kinds that play two (added after seeds that draw those were
 /// kept).
-const DRAWN_AFTER_REPLICAS: [FaultKind; 1] = [FaultKind::NewDiskPromoted];
+/// (`repoint-new-disk` plays where the seed has two replicas per master.)
+const DRAWN_AFTER_REPLICAS: [FaultKind; 2] =
+    [FaultKind::NewDiskPromoted, FaultKind::RepointNewDisk];
 
 /// The rate of kind `k` in a seed that enables it: per message for the
 /// network's kinds, per second of the fault phase otherwise.
@@ -639,9 +650,10 @@ fn rate_drawn(r: &mut SimRng, k: FaultKind) -> f64 {
         FaultKind::ClientClockStep => log_between(r, 0.2, 2.0),
         FaultKind::Drift => 1.0,
         FaultKind::RaiseFailover | FaultKind::NewDiskPromoted => log_between(r, 0.3, 1.5),
-        FaultKind::SwitchBack | FaultKind::SlowRepoint | FaultKind::LateReplica => {
-            log_between(r, 0.5, 2.0)
-        }
+        FaultKind::SwitchBack
+        | FaultKind::SlowRepoint
+        | FaultKind::LateReplica
+        | FaultKind::RepointNewDisk => log_between(r, 0.5, 2.0),
     }
 }
 

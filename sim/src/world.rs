@@ -670,6 +670,8 @@ pub struct Repoint {
     pub slow_for: Time,
     /// The sequence is dropped if it has not reached its raise by then.
     pub give_up: Time,
+    /// [`FaultKind::RepointNewDisk`]: the new master has lost its disk.
+    pub disk_lost: bool,
 }
 
 /// A master whose replicas lag behind a raise of `max-ttl-ms`

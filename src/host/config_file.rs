@@ -23,7 +23,7 @@
 
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering::Relaxed};
 
-use redis_module::{Context, ContextFlags};
+use redis_module::{Context, ContextFlags, RedisValue};
 
 use crate::core::guard_rule::max_ttl_to_cover;
 use crate::host::config;
@@ -57,6 +57,13 @@ pub fn cover_learned(ctx: &Context, learned_ms: u64) {
         return;
     };
     config::MAX_TTL_MS.fetch_max(ms as i64, Relaxed);
+    // An explicit restart window set to cover the old `max-ttl-ms` (the
+    // guide's `max-ttl-ms 30000 restart-grace-ms 30000`) covers the raise
+    // too: it is what a restart on a new disk waits.
+    let grace = config::RESTART_GRACE_MS.load(Relaxed);
+    if grace >= 0 && grace as u64 >= own {
+        config::RESTART_GRACE_MS.fetch_max(ms as i64, Relaxed);
+    }
     redis_module::logging::log_notice(format!(
         "redlock.max-ttl-ms raised from {own} to {ms}: this node learned a lease that long \
          (from its master or its data); a restart on a new disk must wait that long"
@@ -84,7 +91,7 @@ pub fn keep_promoted_acked(ctx: &Context, held_from_ms: Option<u64>) {
         .unwrap_or(i64::MAX)
         .min(config::MAX_TTL_LIMIT);
     config::PROMOTED_ACKED_MS.store(value, Relaxed);
-    if let Err(e) = ctx.call("CONFIG", &["REWRITE"]) {
+    if let Err(e) = rewrite(ctx) {
         ctx.log_warning(&format!(
             "redlock.promoted-acked-ms {value} is not in a configuration file (CONFIG REWRITE: {e}): \
              restarted on a new disk, this master would grant a raised max-ttl-ms before its \
@@ -110,19 +117,31 @@ fn save_soon(ctx: &Context) {
         return;
     }
     let max_ttl = config::max_ttl();
-    match ctx.call("CONFIG", &["REWRITE"]) {
-        Ok(_) => {
+    let saved = rewrite(ctx);
+    match saved {
+        Ok(()) => {
             SAVED_MAX_TTL.fetch_max(max_ttl, Relaxed);
             UNSAVED_MAX_TTL.store(0, Relaxed);
         }
         Err(e) => {
             if UNSAVED_MAX_TTL.swap(max_ttl, Relaxed) != max_ttl {
                 ctx.log_warning(&format!(
-                    "redlock.max-ttl-ms {max_ttl} is not in a configuration file (CONFIG REWRITE: {e}): \
+                    "redlock.max-ttl-ms {max_ttl} is not in a configuration file ({e}): \
                      restarted on a new disk, this node would wait only the max-ttl-ms it starts with; \
                      start it with redlock.max-ttl-ms {max_ttl} or more"
                 ));
             }
         }
+    }
+}
+
+/// `CONFIG REWRITE`, successful only when it answers `OK` (a renamed
+/// `CONFIG` command answers nothing at all).
+fn rewrite(ctx: &Context) -> Result<(), String> {
+    match ctx.call("CONFIG", &["REWRITE"]) {
+        Ok(RedisValue::SimpleStringStatic("OK")) => Ok(()),
+        Ok(RedisValue::SimpleString(s)) if s == "OK" => Ok(()),
+        Ok(other) => Err(format!("CONFIG REWRITE answered {other:?}")),
+        Err(e) => Err(format!("CONFIG REWRITE: {e}")),
     }
 }
