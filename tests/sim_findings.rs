@@ -296,3 +296,55 @@ fn a_promoted_master_that_loses_its_hold_with_its_disk_grants_twice() {
     eprintln!("with held-lost-with-disk, R2 granted K {gap:?} into R1's 6 s lease");
     assert!(gap < Duration::from_millis(6000), "{gap:?}");
 }
+
+/// Simulator seed 3,508,262: a replica promoted before it learned anything
+/// from its master (untaught) guards a day; it loses its disk inside that
+/// window and restarts. The window's marker was on the data disk only, so
+/// the restart waited just its `max-ttl-ms` while a lease of its old master
+/// could run. Now the configuration file keeps a copy
+/// (`redlock.promoted-untaught`); with mutant `untaught-lost-with-disk` the
+/// restart ignores it.
+fn untaught_window_after_a_new_disk(mutant: bool) -> u64 {
+    let m = Node::builder()
+        .config("redlock.sync-replicas", "0")
+        .config("repl-diskless-sync", "yes")
+        .config("repl-diskless-sync-delay", "5")
+        .start();
+    let mut builder = adversarial_node("1000").config_file();
+    if mutant {
+        builder = builder.env("REDLOCK_TEST_MUTANTS", "untaught-lost-with-disk");
+    }
+    let mut s = builder.start();
+    let mut sc = s.connection();
+    let _: () = redis::cmd("REPLICAOF")
+        .arg("127.0.0.1")
+        .arg(m.port())
+        .query(&mut sc)
+        .unwrap();
+    // Promoted during its first sync: untaught, a day's window.
+    promote(&mut sc);
+    assert_eq!(redlock_info(&mut sc, "grace_window_ms"), 86_400_000);
+    let file = std::fs::read_to_string(s.config_path().unwrap()).unwrap();
+    assert!(
+        file.lines()
+            .any(|l| l.trim() == "redlock.promoted-untaught 1"),
+        "the untaught window is in the configuration file:\n{file}"
+    );
+    drop(sc);
+    s.kill();
+    wipe_dir(&s);
+    s.restart();
+    let mut sc = s.connection();
+    redlock_info(&mut sc, "grace_window_ms")
+}
+
+#[test]
+fn an_untaught_promotions_window_survives_a_new_disk() {
+    assert_eq!(untaught_window_after_a_new_disk(false), 86_400_000);
+}
+
+/// The test above fails with the copy ignored: the hole is real.
+#[test]
+fn without_the_copy_a_new_disk_ends_the_untaught_window() {
+    assert_eq!(untaught_window_after_a_new_disk(true), 1_000);
+}

@@ -40,6 +40,7 @@ impl World {
                 | FaultKind::LateReplica
                 | FaultKind::NewDiskPromoted
                 | FaultKind::RepointNewDisk
+                | FaultKind::SwitchBackNewDisk
         );
         if !per_second {
             return;
@@ -255,9 +256,10 @@ impl World {
                 });
                 self.watch_longer(m);
             }
-            FaultKind::SwitchBack | FaultKind::SlowRepoint | FaultKind::RepointNewDisk => {
-                self.start_repoint(k)
-            }
+            FaultKind::SwitchBack
+            | FaultKind::SlowRepoint
+            | FaultKind::RepointNewDisk
+            | FaultKind::SwitchBackNewDisk => self.start_repoint(k),
             FaultKind::LateReplica => self.start_late_replicas(),
             FaultKind::Pause => {
                 let n = self.pick(k, nodes);
@@ -470,7 +472,10 @@ impl World {
         let n = w.node as usize;
         if self.healed || !self.nodes[n].up || self.members[m].master != w.node {
             self.raise_watch[m] = None;
-            if w.kind == FaultKind::NewDiskPromoted {
+            if matches!(
+                w.kind,
+                FaultKind::NewDiskPromoted | FaultKind::SwitchBackNewDisk
+            ) {
                 self.new_disk_next[m] = false;
             }
             return;
@@ -591,7 +596,7 @@ impl World {
         let give_up = self.now + 2 * longest + 4 * SEC;
         let last = give_up + slow_for + self.sc.down_after_ms * MS + 500 * MS;
         self.heal_not_before = self.heal_not_before.max(last);
-        if k == FaultKind::SwitchBack {
+        if matches!(k, FaultKind::SwitchBack | FaultKind::SwitchBackNewDisk) {
             let to = online[self.pick(k, online.len())];
             self.repoint[m] = Some(Repoint {
                 kind: k,
@@ -826,7 +831,8 @@ impl World {
                 let waits = back_soon
                     || self.nodes[n].in_window(self.settings(n), self.now)
                     || self.nodes[n].paused_until.is_some()
-                    || (p.kind == FaultKind::SwitchBack && self.online_replicas(m, n).is_empty());
+                    || (matches!(p.kind, FaultKind::SwitchBack | FaultKind::SwitchBackNewDisk)
+                        && self.online_replicas(m, n).is_empty());
                 if waits {
                     self.after(5 * MS, again);
                     return;
@@ -845,6 +851,9 @@ impl World {
                 let clients = self.sc.clients;
                 let longer = between(self.fault_rng(k), 1, (1 << clients) - 2) as u32;
                 self.ttl_split = Some((before, longer));
+                // The replica promoted next (the slow one, in its full
+                // sync) loses its disk soon after.
+                self.new_disk_next[m] = k == FaultKind::SwitchBackNewDisk;
                 self.raise_watch[m] = Some(RaiseWatch {
                     node: n as u16,
                     longer_than_ms: before,

@@ -170,6 +170,12 @@ pub const MUTANTS: &[SimMutant] = &[
         known_seed: 7_534,
     },
     SimMutant {
+        name: "untaught-lost-with-disk",
+        hole: Hole::Module(Mutant::UntaughtLostWithDisk),
+        what: "a promoted master's untaught window (a day) is kept only on its data disk: restarted on a new disk inside it, it waits only its max-ttl-ms while a lease of its old master runs (module, seed 3,508,262 of the long swarm; caught through switch-back-new-disk)",
+        known_seed: 1_430,
+    },
+    SimMutant {
         name: "no-clock-floor",
         hole: Hole::NoClockFloor,
         what: "clients send no FLOOR: a node that lost its counters hands out low tokens again (client setting)",

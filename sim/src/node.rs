@@ -9,7 +9,7 @@
 
 use std::collections::VecDeque;
 
-use redlock_module_rules::core::guard_rule::{max_ttl_to_cover, Guard, Settings};
+use redlock_module_rules::core::guard_rule::{max_ttl_to_cover, untaught_at_load, Guard, Settings};
 use redlock_module_rules::core::lease_ack_rule::{waited_for, Kept, LeaseAck};
 use redlock_module_rules::core::lease_time::BootStamp;
 use redlock_module_rules::core::lock::{
@@ -151,6 +151,10 @@ pub struct Node {
     /// file keeps of a life begun by promotion (`LeaseAck::configured_hold`);
     /// like `max_ttl`, it survives a lost disk.
     pub promoted_acked: Option<u64>,
+    /// `redlock.promoted-untaught`: the configuration file's copy of the
+    /// untaught-window marker (`host/config_file.rs::keep_untaught`); like
+    /// `max_ttl`, it survives a lost disk.
+    pub untaught_configured: bool,
     /// Its persistence.
     pub persistence: Persistence,
     /// The lock records, by key.
@@ -220,6 +224,7 @@ impl Node {
                 sc.max_ttl_ms
             },
             promoted_acked: None,
+            untaught_configured: false,
             persistence: sc.persistence[id as usize],
             keys: vec![None; sc.keys],
             waits: vec![KeyWaiters::default(); sc.keys],
@@ -366,7 +371,12 @@ impl World {
         let mono = self.mono(n);
         let node = &mut self.nodes[n];
         node.guard.load_recorded(node.disk.longest_file);
-        node.guard.load_untaught_window(node.disk.untaught_file);
+        node.guard.load_untaught_window(untaught_at_load(
+            node.disk.untaught_file,
+            node.untaught_configured,
+            s.mutants,
+        ));
+        node.disk.untaught_file = node.guard.untaught_window();
         let startup = node.max_ttl;
         if node.guard.needs_record(startup) {
             node.disk.longest_file = node.disk.longest_file.max(startup);
@@ -832,6 +842,7 @@ impl World {
                 if let Some(record) = record {
                     self.nodes[n].disk.run_state = Some(record);
                     self.nodes[n].disk.untaught_file = self.nodes[n].guard.untaught_window();
+                    self.nodes[n].untaught_configured = self.nodes[n].guard.untaught_window();
                 }
                 if let Err(refusal) = checked {
                     self.stats.grace_refused += 1;
@@ -1587,7 +1598,8 @@ impl World {
             || self.sc.rate(FaultKind::SlowRepoint) > 0.0
             || self.sc.rate(FaultKind::LateReplica) > 0.0
             || self.sc.rate(FaultKind::NewDiskPromoted) > 0.0
-            || self.sc.rate(FaultKind::RepointNewDisk) > 0.0;
+            || self.sc.rate(FaultKind::RepointNewDisk) > 0.0
+            || self.sc.rate(FaultKind::SwitchBackNewDisk) > 0.0;
         let down_after = self.sc.down_after_ms * MS;
         if self.healed || (!failover && !lagging) || self.now < since + down_after {
             return;
@@ -1649,6 +1661,7 @@ impl World {
         node.promoted_acked = node.lease_ack.configured_hold();
         if let Some(record) = node.guard.on_promotion(s, Promotion::Guard, mono, taught) {
             node.disk.untaught_file = node.guard.untaught_window();
+            node.untaught_configured = node.guard.untaught_window();
             node.disk.run_state = Some(record);
         }
         if node.guard.longest_lease(s) < self.ttl_ceiling_ms {

@@ -102,11 +102,15 @@ pub enum FaultKind {
     /// hold, kept for the replica still naming the old master, must survive
     /// the lost disk).
     RepointNewDisk,
+    /// A switch-back sequence in which the replica promoted during its full
+    /// sync (untaught: it guards a day) loses its disk soon after (seed
+    /// 3,508,262: its untaught window must survive the lost disk).
+    SwitchBackNewDisk,
 }
 
 impl FaultKind {
     /// Every kind, in table order.
-    pub const ALL: [FaultKind; 28] = [
+    pub const ALL: [FaultKind; 29] = [
         FaultKind::Delay,
         FaultKind::DropRequest,
         FaultKind::DropReply,
@@ -135,6 +139,7 @@ impl FaultKind {
         FaultKind::LateReplica,
         FaultKind::NewDiskPromoted,
         FaultKind::RepointNewDisk,
+        FaultKind::SwitchBackNewDisk,
     ];
 
     /// Its index in [`FaultKind::ALL`].
@@ -173,6 +178,7 @@ impl FaultKind {
             FaultKind::LateReplica => "late-replica",
             FaultKind::NewDiskPromoted => "new-disk-promoted",
             FaultKind::RepointNewDisk => "repoint-new-disk",
+            FaultKind::SwitchBackNewDisk => "switch-back-new-disk",
         }
     }
 
@@ -196,6 +202,7 @@ impl FaultKind {
                 | FaultKind::LateReplica
                 | FaultKind::NewDiskPromoted
                 | FaultKind::RepointNewDisk
+                | FaultKind::SwitchBackNewDisk
         )
     }
 
@@ -473,6 +480,7 @@ impl Scenario {
                     | FaultKind::LateReplica
                     | FaultKind::NewDiskPromoted
                     | FaultKind::RepointNewDisk
+                    | FaultKind::SwitchBackNewDisk
             );
             // (A kind that needs two replicas gets its second below.)
             let pointless =
@@ -622,9 +630,13 @@ const DRAWN_LAST: [FaultKind; 4] = [
 /// Fault kinds drawn after everything else, also after the second replica
 /// of the kinds that play two (added after seeds that draw those were
 /// kept).
-/// (`repoint-new-disk` plays where the seed has two replicas per master.)
-const DRAWN_AFTER_REPLICAS: [FaultKind; 2] =
-    [FaultKind::NewDiskPromoted, FaultKind::RepointNewDisk];
+/// (`repoint-new-disk` and `switch-back-new-disk` play where the seed has
+/// two replicas per master.)
+const DRAWN_AFTER_REPLICAS: [FaultKind; 3] = [
+    FaultKind::NewDiskPromoted,
+    FaultKind::RepointNewDisk,
+    FaultKind::SwitchBackNewDisk,
+];
 
 /// The rate of kind `k` in a seed that enables it: per message for the
 /// network's kinds, per second of the fault phase otherwise.
@@ -653,7 +665,8 @@ fn rate_drawn(r: &mut SimRng, k: FaultKind) -> f64 {
         FaultKind::SwitchBack
         | FaultKind::SlowRepoint
         | FaultKind::LateReplica
-        | FaultKind::RepointNewDisk => log_between(r, 0.5, 2.0),
+        | FaultKind::RepointNewDisk
+        | FaultKind::SwitchBackNewDisk => log_between(r, 0.5, 2.0),
     }
 }
 

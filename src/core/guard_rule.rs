@@ -393,6 +393,19 @@ impl Guard {
     }
 }
 
+/// Whether a load opens its window as an untaught promotion's (a day):
+/// when the marker file on the data disk says so, or the configuration
+/// file's copy of it (`redlock.promoted-untaught`), which a new disk keeps
+/// (simulator seed 3,508,262: a promoted, untaught master that loses its
+/// disk inside that window must not wait only its `max-ttl-ms` while a
+/// lease of its old master runs). Sound: every lease the old master
+/// granted was granted before the promotion and lasts at most
+/// [`LEASE_LIMIT_MS`], so a window of that length opened at any later
+/// moment covers it.
+pub fn untaught_at_load(marker_file: bool, configured: bool, mutants: Mutants) -> bool {
+    marker_file || (configured && !mutants.on(Mutant::UntaughtLostWithDisk))
+}
+
 /// A lease length received (from the master, or a file): the
 /// `redlock.max-ttl-ms` the node must be configured for from now on, when
 /// its own is shorter (finding L).
@@ -418,6 +431,13 @@ pub fn max_ttl_to_cover(learned_ms: u64, own_max_ttl_ms: u64, mutants: Mutants) 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_untaught_window_survives_in_the_configuration_file() {
+        assert!(untaught_at_load(true, false, Mutants::NONE));
+        assert!(untaught_at_load(false, true, Mutants::NONE));
+        assert!(!untaught_at_load(false, false, Mutants::NONE));
+    }
 
     #[test]
     fn a_lease_longer_than_the_own_max_ttl_raises_it_and_only_then() {

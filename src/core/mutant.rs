@@ -124,12 +124,17 @@ pub enum Mutant {
     /// once, while a fellow replica of the old master, not repointed yet,
     /// knows only the shorter one (simulator seed 3,098,182).
     HeldLostWithDisk = 33554432,
+    /// A promoted master's untaught window (a day) is kept only in its
+    /// marker file on the data disk, not in the configuration file too
+    /// (simulator seed 3,508,262): restarted on a new disk inside it, the
+    /// node waits only its `max-ttl-ms`.
+    UntaughtLostWithDisk = 67108864,
 }
 
 impl Mutant {
     /// Every mutant with its name (as in `REDLOCK.TESTHOOK MUTANT name 0|1`,
     /// the `REDLOCK_TEST_MUTANTS` variable and the simulator's `--mutant`).
-    pub const ALL: [(&'static str, Mutant); 26] = [
+    pub const ALL: [(&'static str, Mutant); 27] = [
         ("config-exemption", Mutant::ConfigExemption),
         ("disk-lease-from-wall", Mutant::DiskLeaseFromWall),
         ("no-reclaimed-floor", Mutant::NoReclaimedFloor),
@@ -165,6 +170,7 @@ impl Mutant {
         ),
         ("learned-not-configured", Mutant::LearnedNotConfigured),
         ("held-lost-with-disk", Mutant::HeldLostWithDisk),
+        ("untaught-lost-with-disk", Mutant::UntaughtLostWithDisk),
     ];
 
     /// The mutant of that name (ASCII case-insensitive).

@@ -39,7 +39,7 @@ struct NumericConfig {
     max: i64,
 }
 
-const CONFIGS: [NumericConfig; 6] = [
+const CONFIGS: [NumericConfig; 7] = [
     NumericConfig {
         name: "max-ttl-ms",
         value: &MAX_TTL_MS,
@@ -82,7 +82,21 @@ const CONFIGS: [NumericConfig; 6] = [
         min: PROMOTED_ACKED_NONE,
         max: MAX_TTL_LIMIT,
     },
+    NumericConfig {
+        name: "promoted-untaught",
+        value: &PROMOTED_UNTAUGHT,
+        default: 0,
+        min: 0,
+        max: 1,
+    },
 ];
+
+/// `redlock.promoted-untaught`: written by the module (with `CONFIG
+/// REWRITE`, `config_file::keep_untaught`) while the window of a promotion
+/// that had learned nothing (a day) is open, 1; else 0. The configuration
+/// file's copy of the data disk's marker, which a new disk keeps
+/// (`guard_rule::untaught_at_load`).
+pub static PROMOTED_UNTAUGHT: AtomicI64 = AtomicI64::new(0);
 
 /// `redlock.promoted-acked-ms` value meaning "never promoted".
 pub const PROMOTED_ACKED_NONE: i64 = -1;
@@ -141,7 +155,8 @@ pub fn parse_module_args(args: &[&[u8]]) -> Result<[i64; CONFIGS.len()], String>
         else {
             return Err(format!(
                 "unknown module argument '{name}' (known: max-ttl-ms, restart-grace-ms, \
-                 reclaim-after-ms, handoff-ms, sync-replicas, promoted-acked-ms)"
+                 reclaim-after-ms, handoff-ms, sync-replicas, promoted-acked-ms, \
+                 promoted-untaught)"
             ));
         };
         let c = &CONFIGS[i];
@@ -269,19 +284,19 @@ mod tests {
     fn module_args_set_defaults() {
         assert_eq!(
             parse_module_args(&[]),
-            Ok([60_000, -1, 86_400_000, 50, 0, -1])
+            Ok([60_000, -1, 86_400_000, 50, 0, -1, 0])
         );
         assert_eq!(
             parse_module_args(&[b"max-ttl-ms", b"30000", b"restart-grace-ms", b"0"]),
-            Ok([30_000, 0, 86_400_000, 50, 0, -1])
+            Ok([30_000, 0, 86_400_000, 50, 0, -1, 0])
         );
         assert_eq!(
             parse_module_args(&[b"redlock.max-ttl-ms", b"5", b"reclaim-after-ms", b"0"]),
-            Ok([5, -1, 0, 50, 0, -1])
+            Ok([5, -1, 0, 50, 0, -1, 0])
         );
         assert_eq!(
             parse_module_args(&[b"sync-replicas", b"2"]),
-            Ok([60_000, -1, 86_400_000, 50, 2, -1])
+            Ok([60_000, -1, 86_400_000, 50, 2, -1, 0])
         );
         let err = parse_module_args(&[b"reclaim-after-ms", b"-1"]).unwrap_err();
         assert!(

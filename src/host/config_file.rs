@@ -100,6 +100,24 @@ pub fn keep_promoted_acked(ctx: &Context, held_from_ms: Option<u64>) {
     }
 }
 
+/// The untaught-window marker changed (`host/guard.rs`): its copy in the
+/// configuration file, `redlock.promoted-untaught`, follows it, so that a
+/// restart on a new disk inside the window still waits a day
+/// (`guard_rule::untaught_at_load`, simulator seed 3,508,262).
+pub fn keep_untaught(ctx: &Context, marked: bool) {
+    let value = i64::from(marked);
+    if config::PROMOTED_UNTAUGHT.swap(value, Relaxed) == value {
+        return;
+    }
+    if let Err(e) = rewrite(ctx) {
+        ctx.log_warning(&format!(
+            "redlock.promoted-untaught {value} is not in a configuration file ({e}): restarted on \
+             a new disk inside the untaught promotion's window, this master would wait only its \
+             max-ttl-ms"
+        ));
+    }
+}
+
 /// At the end of a load: writes a raise learned during it.
 pub fn on_load_ended(ctx: &Context) {
     if PENDING.swap(false, Relaxed) {

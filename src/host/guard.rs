@@ -65,6 +65,7 @@ static UNTAUGHT_PATH: OnceLock<PathBuf> = OnceLock::new();
 
 /// Makes the untaught-window marker say what the guard says.
 fn save_untaught_window(ctx: &Context, marked: bool) {
+    crate::host::config_file::keep_untaught(ctx, marked);
     let Some(path) = UNTAUGHT_PATH.get() else {
         return;
     };
@@ -148,6 +149,8 @@ pub fn on_load(ctx: &Context, now: MonoMillis) {
             let _ = std::fs::remove_file(&old_path);
         }
     }
+    let configured = config::PROMOTED_UNTAUGHT.load(std::sync::atomic::Ordering::Relaxed) == 1;
+    let marked = crate::core::guard_rule::untaught_at_load(marked, configured, mutant::current());
     guard().load_untaught_window(marked);
     let _ = UNTAUGHT_PATH.set(untaught_path);
     // The startup max-ttl-ms is recorded too: a restart that brings a
