@@ -282,3 +282,35 @@ fn the_seeds_of_the_new_disk_below_a_held_lease_pass_and_fail_without_the_raise(
         );
     }
 }
+
+/// Seed 3,508,262 of the swarm of 1,000,000 seeds from 3,100,000 (at
+/// 5639c8e, before the fault kinds `repoint-new-disk` and
+/// `switch-back-new-disk`): an untaught promoted master lost its disk inside
+/// its day's window and restarted waiting only its `max-ttl-ms`. It passes
+/// with the configuration file's copy of the marker
+/// (`guard_rule::untaught_at_load`) and fails with `untaught-lost-with-disk`.
+#[test]
+fn the_seed_of_the_untaught_window_lost_with_its_disk_passes_and_fails_without_the_copy() {
+    let seed = 3_508_262;
+    let world = Overrides {
+        faults: Some(
+            Kinds::ALL
+                .with(FaultKind::RepointNewDisk, false)
+                .with(FaultKind::SwitchBackNewDisk, false),
+        ),
+        ..Overrides::default()
+    };
+    let clean = redlock_sim::run(seed, &world, &Setup::default());
+    assert!(
+        clean.violations.is_empty(),
+        "seed {seed}: {:?} (replay: cargo run -p redlock-sim --release -- --seed {seed} --faults all,-repoint-new-disk,-switch-back-new-disk)",
+        clean.violations.first()
+    );
+    let mutant = redlock_sim::mutant::named("untaught-lost-with-disk").expect("the mutant");
+    let mutated = redlock_sim::run(seed, &world, &mutant.setup());
+    assert!(
+        mutated.violations.iter().any(|v| v.kind == "overlap"),
+        "seed {seed} with untaught-lost-with-disk: {:?}",
+        mutated.violations
+    );
+}
