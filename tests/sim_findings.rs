@@ -219,8 +219,16 @@ fn seed_3098182(mutant: bool) -> Option<Duration> {
     };
     let mut r1 = start_replica(&m, builder);
     let r2 = start_replica(&m, adversarial_node("1000"));
-    drop(taught_replica_of(&m, &r1));
+    let mut r1c = taught_replica_of(&m, &r1);
     let mut r2c = taught_replica_of(&m, &r2);
+    // M tells its replicas what all of them acknowledged knowing once R2
+    // acknowledged too: R1 is promoted knowing it (1000 ms).
+    wait_until(
+        Duration::from_secs(20),
+        "R1 knows what M's replicas acked",
+        || redlock_info(&mut r1c, "master_acked_ms") >= 1000,
+    );
+    drop(r1c);
     m.kill();
 
     let mut r1c = r1.connection();
@@ -281,7 +289,13 @@ fn seed_3098182(mutant: bool) -> Option<Duration> {
     r1.kill();
     promote(&mut r2c);
     let until = granted_a + Duration::from_millis(6000);
-    first_grant(&mut r2c, "K", "owner-b", 1000, until).map(|granted_b| granted_b - granted_a)
+    let gap =
+        first_grant(&mut r2c, "K", "owner-b", 1000, until).map(|granted_b| granted_b - granted_a);
+    if gap.is_none() {
+        let info: redis::InfoDict = redis::cmd("INFO").arg("redlock").query(&mut r2c).unwrap();
+        eprintln!("R2 after its promotion: {info:?}");
+    }
+    gap
 }
 
 #[test]

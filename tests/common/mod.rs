@@ -348,15 +348,17 @@ pub fn first_grant(
     until: Instant,
 ) -> Option<Instant> {
     loop {
-        // Read before the request: the lease begins no earlier.
+        // Read before the request: the lease begins no earlier. A request
+        // sent at or after `until` is not a grant inside the window, even
+        // when the try before it was refused just short of `until`.
         let asked = Instant::now();
+        if asked >= until {
+            return None;
+        }
         match acquire_result(con, key, owner, ttl) {
             Ok(Some(_)) => return Some(asked),
             Ok(None) => panic!("held by someone"),
             Err(e) => assert!(matches!(e.code(), Some("GRACE") | Some("NOSYNC")), "{e}"),
-        }
-        if Instant::now() >= until {
-            return None;
         }
         std::thread::sleep(Duration::from_millis(20));
     }
