@@ -1,0 +1,530 @@
+//! An adversarial read of the two promotion values the module keeps in its
+//! configuration file (`host/config_file.rs`): `redlock.promoted-acked-ms`
+//! (the hold a promoted life starts from, simulator seed 3,098,182) and
+//! `redlock.promoted-untaught` (the copy of the untaught promotion's day
+//! window, seed 3,508,262). Each test plays a sequence on real processes
+//! (the server of `REDLOCK_SERVER_BIN`) and asserts the SAFE outcome: no
+//! second holder of a lock while a lease of it runs. A test that fails
+//! while its hole is open is `#[ignore = "open finding: …"]` (run them with
+//! `-- --ignored`); the probes found safe pass.
+//!
+//! Open findings:
+//! - `an_untaught_masters_day_does_not_reach_the_replica_it_teaches`: the
+//!   day's window of an untaught promotion is this node's only; a replica
+//!   that syncs from it is *taught* by it, learns only its (shorter)
+//!   longest lease, and, promoted next, guards that long.
+//! - `an_explicit_restart_grace_shortens_an_untaught_promotions_day`: with
+//!   `redlock.restart-grace-ms` set (the guide's example sets it to
+//!   `max-ttl-ms`), the untaught promotion's window is that long, not a day.
+//! - `an_untaught_window_loaded_from_its_marker_is_not_copied_to_the_configuration`
+//!   and `a_hold_loaded_from_its_file_is_not_copied_to_the_configuration`:
+//!   the configuration copies are written only when the state changes (a
+//!   promotion, a window that ends), never at a load that reads the state
+//!   from the data disk. A node whose data disk holds the state and whose
+//!   file does not (promoted under a release before the copies and
+//!   upgraded in place; or, for the hold, a crash between the
+//!   `redlock-lease-acked-PORT` write and `CONFIG REWRITE` at the
+//!   promotion, which write in that order) keeps it so, and a later new
+//!   disk loses it.
+//! - `ending_the_untaught_day_as_the_guide_says_persists_restart_grace_zero`:
+//!   the module's own `CONFIG REWRITE` (here `keep_untaught`'s, at the end
+//!   of the window) writes whatever the operator set at run time, also the
+//!   guide's temporary `restart-grace-ms 0`; the next restart has no
+//!   window. (Setting it back to -1, as the guide says, also reopens the
+//!   day on the running node: an availability surprise, not a hole.)
+//!
+//! Safe (they pass):
+//! - `a_second_promotion_writes_its_smaller_hold_and_a_new_disk_is_held_from_it`.
+//! - `the_untaught_copy_survives_a_demotion_and_a_new_disk_as_replica`.
+//! - `a_promotion_inside_exec_writes_the_hold` (Sentinel's transaction).
+//! - `a_coordinated_failover_writes_the_hold` (`FAILOVER TO`).
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::*;
+
+/// The lease of the old master that the untaught promotions must not
+/// shorten.
+const OLD_LEASE_MS: u64 = 20_000;
+
+/// M0: a master with no replica, `max-ttl-ms` raised at run time to
+/// [`OLD_LEASE_MS`] (a master that never had a replica is not held back:
+/// it grants at once), and a 5 s diskless sync delay so that a replica
+/// stays in its first sync. Returns M0 and when its lease of `key` began.
+fn old_master_granting(key: &str) -> (Node, Instant) {
+    let m0 = Node::builder()
+        .config("redlock.sync-replicas", "0")
+        .config("repl-diskless-sync", "yes")
+        .config("repl-diskless-sync-delay", "5")
+        .start();
+    let mut mc = m0.connection();
+    config_set(&mut mc, "redlock.max-ttl-ms", &OLD_LEASE_MS.to_string());
+    let granted = first_grant(
+        &mut mc,
+        key,
+        "owner-a",
+        OLD_LEASE_MS,
+        Instant::now() + Duration::from_secs(10),
+    )
+    .expect("M0 grants the long lease");
+    (m0, granted)
+}
+
+/// Points `s` at `m0` and promotes it during its first sync: untaught, a
+/// day's window. M0 is then lost.
+fn promote_untaught(s: &Node, m0: &mut Node) -> redis::Connection {
+    let mut sc = s.connection();
+    let _: () = redis::cmd("REPLICAOF")
+        .arg("127.0.0.1")
+        .arg(m0.port())
+        .query(&mut sc)
+        .unwrap();
+    promote(&mut sc);
+    m0.kill();
+    assert_eq!(redlock_info(&mut sc, "taught_by_master"), 0);
+    sc
+}
+
+fn file_of(n: &Node) -> String {
+    std::fs::read_to_string(n.config_path().unwrap()).unwrap()
+}
+
+fn file_says(n: &Node, line: &str) -> bool {
+    file_of(n).lines().any(|l| l.trim() == line)
+}
+
+/// Open finding. M0 grants K for 20 s (its `max-ttl-ms` raised at run
+/// time, before any replica: allowed, the master never had one). S
+/// (`max-ttl-ms` 1000) is pointed at M0 and promoted during its first sync
+/// (Sentinel's failover when M0 dies): untaught, it guards a day. A
+/// replacement replica R (1000, a new node) syncs from S and is taught by
+/// S, which says its longest lease is 1000 (the day is S's window, not a
+/// lease length, and travels only with the `sync-replicas` vouch, off by
+/// default). S is lost; R is promoted and guards 1000 ms; once a replica
+/// of its own acknowledged (T, Sentinel's repoint), R grants K while M0's
+/// 20 s lease runs.
+#[test]
+#[ignore = "open finding: an untaught promotion's day window does not reach the replica it teaches; promoted next, that replica guards only the untaught master's own max-ttl-ms"]
+fn an_untaught_masters_day_does_not_reach_the_replica_it_teaches() {
+    let (mut m0, granted_a) = old_master_granting("K");
+    let mut s = adversarial_node("1000").start();
+    let mut sc = promote_untaught(&s, &mut m0);
+    assert_eq!(redlock_info(&mut sc, "grace_window_ms"), 86_400_000);
+
+    let r = start_replica(&s, adversarial_node("1000"));
+    let mut rc = r.connection();
+    wait_until(Duration::from_secs(20), "R taught by S", || {
+        redlock_info(&mut rc, "taught_by_master") == 1
+    });
+    eprintln!(
+        "R taught by S: longest_lease_ms {}",
+        redlock_info(&mut rc, "longest_lease_ms")
+    );
+    drop(sc);
+    s.kill();
+    promote(&mut rc);
+    eprintln!(
+        "R promoted: grace_window_ms {}",
+        redlock_info(&mut rc, "grace_window_ms")
+    );
+    // Sentinel points the other replicas at R: one of its own acknowledges.
+    let _t = start_replica(&r, adversarial_node("1000"));
+    assert_no_second_holder(&mut rc, "K", granted_a, OLD_LEASE_MS, "R");
+}
+
+/// Open finding (or a trap of the guide's example). As above, but S runs
+/// with `redlock.restart-grace-ms 1000` (the guide's example configuration
+/// pins `restart-grace-ms` to `max-ttl-ms`): the untaught promotion's
+/// window is `restart-grace-ms` long, not a day, and the configuration
+/// copy `promoted-untaught 1` changes nothing. Once a replica of its own
+/// acknowledged (its promoted life starts held at 0), S grants K while
+/// M0's 20 s lease runs.
+#[test]
+#[ignore = "open finding: an explicit redlock.restart-grace-ms (the guide's example sets it) replaces the untaught promotion's day"]
+fn an_explicit_restart_grace_shortens_an_untaught_promotions_day() {
+    let (mut m0, granted_a) = old_master_granting("K");
+    let s = adversarial_node("1000")
+        .config("redlock.restart-grace-ms", "1000")
+        .config_file()
+        .start();
+    let mut sc = promote_untaught(&s, &mut m0);
+    eprintln!(
+        "S promoted untaught: grace_window_ms {}, promoted-untaught in the file: {}",
+        redlock_info(&mut sc, "grace_window_ms"),
+        file_says(&s, "redlock.promoted-untaught 1")
+    );
+    // Promoted with nothing acknowledged, S grants only once a replica of
+    // its own acknowledged (Sentinel's repoint of a fellow; a new one here).
+    let _t = start_replica(&s, adversarial_node("1000"));
+    assert_no_second_holder(&mut sc, "K", granted_a, OLD_LEASE_MS, "S");
+}
+
+/// Probe, safe. The second of two promotions writes its own hold over the
+/// first's. R1 (configuration file, `max-ttl-ms` 1000) is taught by M
+/// (3000, acknowledged by R1 and R2): promoted, it writes
+/// `promoted-acked-ms 3000`. Sentinel then points R1 at M2, a master whose
+/// replicas acknowledged only 1000 (R1 acknowledges 1000 there too: the
+/// length M2 announces); promoted again, R1 writes `promoted-acked-ms 1000`
+/// (the smaller value: the fellow replicas of M2 may know no more). R1
+/// loses its disk and restarts: held from 1000, it refuses a 3 s lease
+/// while no replica of its own acknowledged it. A smaller value written
+/// over a larger one only holds more: the first life's fellows (R2, still
+/// named for M) know 3000 ≥ 1000.
+#[test]
+fn a_second_promotion_writes_its_smaller_hold_and_a_new_disk_is_held_from_it() {
+    let m = adversarial_node("3000").start();
+    let mut r1 = start_replica(&m, adversarial_node("1000").config_file());
+    let _r2 = start_replica(&m, adversarial_node("3000"));
+    // M grants 3 s once R1 and R2 acknowledged knowing it; R1 then learns
+    // what M's replicas acknowledged.
+    let mut mc = m.connection();
+    first_grant(
+        &mut mc,
+        "warm",
+        "x",
+        3000,
+        Instant::now() + Duration::from_secs(15),
+    )
+    .expect("M grants 3 s");
+    let mut r1c = r1.connection();
+    wait_until(Duration::from_secs(20), "R1 learned M's acked 3000", || {
+        redlock_info(&mut r1c, "master_acked_ms") >= 3000
+            && redlock_info(&mut r1c, "taught_by_master") == 1
+    });
+    drop(mc);
+    drop(m);
+    promote(&mut r1c);
+    assert!(
+        file_says(&r1, "redlock.promoted-acked-ms 3000"),
+        "first promotion: {}",
+        file_of(&r1)
+    );
+
+    // M2 (1000) with a replica of its own: its life acknowledges 1000.
+    let m2 = adversarial_node("1000").start();
+    let _m2r = start_replica(&m2, adversarial_node("1000"));
+    let mut m2c = m2.connection();
+    first_grant(
+        &mut m2c,
+        "warm2",
+        "x",
+        1000,
+        Instant::now() + Duration::from_secs(15),
+    )
+    .expect("M2 grants 1 s");
+    let _: () = redis::cmd("REPLICAOF")
+        .arg("127.0.0.1")
+        .arg(m2.port())
+        .query(&mut r1c)
+        .unwrap();
+    let _: () = redis::cmd("CONFIG").arg("REWRITE").query(&mut r1c).unwrap();
+    wait_for_link(&mut r1c);
+    wait_until(Duration::from_secs(20), "R1 taught by M2", || {
+        redlock_info(&mut r1c, "taught_by_master") == 1
+            && redlock_info(&mut r1c, "master_acked_ms") >= 1000
+    });
+    let m2_acked = redlock_info(&mut r1c, "master_acked_ms");
+    assert_eq!(m2_acked, 1000, "M2's replicas acknowledged 1000");
+    drop(m2c);
+    drop(m2);
+    promote(&mut r1c);
+    let _: () = redis::cmd("CONFIG").arg("REWRITE").query(&mut r1c).unwrap();
+    assert!(
+        file_says(&r1, "redlock.promoted-acked-ms 1000"),
+        "second promotion: {}",
+        file_of(&r1)
+    );
+    drop(r1c);
+    r1.kill();
+    wipe_dir(&r1);
+    r1.restart();
+    let mut r1c = r1.connection();
+    assert_eq!(redlock_info(&mut r1c, "max_ttl_ms"), 3000);
+    assert_eq!(redlock_info(&mut r1c, "longest_lease_acked_ms"), 1000);
+    // The restart window (3 s) ends; a 1 s lease is granted, a 3 s one is
+    // not (no replica of its own acknowledged it).
+    first_grant(
+        &mut r1c,
+        "W",
+        "w",
+        1000,
+        Instant::now() + Duration::from_secs(15),
+    )
+    .expect("R1's restart window ends");
+    let long = first_grant(
+        &mut r1c,
+        "L",
+        "a",
+        3000,
+        Instant::now() + Duration::from_secs(3),
+    );
+    assert!(
+        long.is_none(),
+        "R1 on a new disk, held from 1000, granted 3 s with no replica"
+    );
+}
+
+/// Probe, safe. An untaught promotion's copy outlives a demotion: S,
+/// untaught and promoted (a day), is pointed at another master by Sentinel
+/// (`REPLICAOF`, then Sentinel's `CONFIG REWRITE`); the file still says
+/// `promoted-untaught 1` (the window is cleared only when it ended on a
+/// master). S loses its disk and restarts as that master's replica: its
+/// window is still a day.
+#[test]
+fn the_untaught_copy_survives_a_demotion_and_a_new_disk_as_replica() {
+    let (mut m0, _granted_a) = old_master_granting("K");
+    let mut s = adversarial_node("1000").config_file().start();
+    let mut sc = promote_untaught(&s, &mut m0);
+    assert!(file_says(&s, "redlock.promoted-untaught 1"));
+    let x = adversarial_node("1000").start();
+    let _: () = redis::cmd("REPLICAOF")
+        .arg("127.0.0.1")
+        .arg(x.port())
+        .query(&mut sc)
+        .unwrap();
+    let _: () = redis::cmd("CONFIG").arg("REWRITE").query(&mut sc).unwrap();
+    wait_for_link(&mut sc);
+    assert!(
+        file_says(&s, "redlock.promoted-untaught 1"),
+        "{}",
+        file_of(&s)
+    );
+    drop(sc);
+    s.kill();
+    wipe_dir(&s);
+    s.restart();
+    let mut sc = s.connection();
+    assert_eq!(redlock_info(&mut sc, "grace_window_ms"), 86_400_000);
+}
+
+/// Removes every line of `n`'s configuration file that starts with
+/// `name`: the file an earlier release left (it wrote no such line).
+fn as_an_earlier_release_left_it(n: &Node, name: &str) {
+    let path = n.config_path().unwrap();
+    let text: String = std::fs::read_to_string(&path)
+        .unwrap()
+        .lines()
+        .filter(|l| !l.trim_start().starts_with(name))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    std::fs::write(&path, text).unwrap();
+}
+
+/// Open finding (an upgrade inside the window). S, untaught and promoted
+/// under a release before `redlock.promoted-untaught` (played here by
+/// removing the line from its file), has the day's window in its marker
+/// file only. It is upgraded in place (a restart with its disk): the load
+/// opens the day from the marker, but writes no copy to the configuration
+/// file (`keep_untaught` runs only when the window changes). S then loses
+/// its disk inside the day: the restart waits its `max-ttl-ms` (1 s) and
+/// grants while M0's 20 s lease runs.
+#[test]
+#[ignore = "open finding: a load that opens the untaught day from its marker file does not write the configuration copy; a new disk later inside the day waits only max-ttl-ms"]
+fn an_untaught_window_loaded_from_its_marker_is_not_copied_to_the_configuration() {
+    let (mut m0, granted_a) = old_master_granting("K");
+    let mut s = adversarial_node("1000").config_file().start();
+    drop(promote_untaught(&s, &mut m0));
+    s.kill();
+    as_an_earlier_release_left_it(&s, "redlock.promoted-untaught");
+    // Upgraded in place: the marker on its data disk opens the day.
+    s.restart();
+    let mut sc = s.connection();
+    assert_eq!(redlock_info(&mut sc, "grace_window_ms"), 86_400_000);
+    eprintln!(
+        "after the upgrade, promoted-untaught in the file: {}",
+        file_says(&s, "redlock.promoted-untaught 1")
+    );
+    drop(sc);
+    s.kill();
+    wipe_dir(&s);
+    s.restart();
+    let mut sc = s.connection();
+    eprintln!(
+        "after the new disk: grace_window_ms {}",
+        redlock_info(&mut sc, "grace_window_ms")
+    );
+    let _t = start_replica(&s, adversarial_node("1000"));
+    assert_no_second_holder(&mut sc, "K", granted_a, OLD_LEASE_MS, "S");
+}
+
+/// Open finding (an upgrade inside the hold). Seed 3,098,182's sequence,
+/// with R1 promoted under a release before `redlock.promoted-acked-ms`
+/// (played by removing the line from its file): its held life is in its
+/// data disk's `redlock-lease-acked-PORT` only. R1 is upgraded in place (a
+/// restart with its disk): the load is held by that file, and writes no
+/// copy to the configuration file (`keep_promoted_acked` runs only at a
+/// promotion). R1 then loses its disk: not held, it grants a 6 s lease
+/// (raised on it) at once while R2, not repointed yet, knows 1000; R1 is
+/// lost, R2 promoted grants the lock inside the 6 s lease.
+#[test]
+#[ignore = "open finding: a load held by its lease-ack file does not write redlock.promoted-acked-ms; a new disk later is not held"]
+fn a_hold_loaded_from_its_file_is_not_copied_to_the_configuration() {
+    let mut m = adversarial_node("1000").start();
+    let mut r1 = start_replica(&m, adversarial_node("1000").config_file());
+    let r2 = start_replica(&m, adversarial_node("1000"));
+    drop(taught_replica_of(&m, &r1));
+    let mut r2c = taught_replica_of(&m, &r2);
+    m.kill();
+    let mut r1c = r1.connection();
+    promote(&mut r1c);
+    drop(r1c);
+    r1.kill();
+    as_an_earlier_release_left_it(&r1, "redlock.promoted-acked-ms");
+    // Upgraded in place: held by its data disk's file.
+    r1.restart();
+    let mut r1c = r1.connection();
+    eprintln!(
+        "after the upgrade: longest_lease_acked_ms {}, promoted-acked-ms in the file: {}",
+        redlock_info(&mut r1c, "longest_lease_acked_ms"),
+        file_of(&r1).contains("promoted-acked-ms")
+    );
+    drop(r1c);
+    r1.kill();
+    wipe_dir(&r1);
+    r1.restart();
+    let mut r1c = r1.connection();
+    first_grant(
+        &mut r1c,
+        "W",
+        "owner-w",
+        1000,
+        Instant::now() + Duration::from_secs(10),
+    )
+    .expect("R1's restart window ends");
+    config_set(&mut r1c, "redlock.max-ttl-ms", "6000");
+    let Some(granted_a) = first_grant(
+        &mut r1c,
+        "K",
+        "owner-a",
+        6000,
+        Instant::now() + Duration::from_secs(4),
+    ) else {
+        eprintln!("R1 on the new disk is held: no 6 s lease without a replica");
+        return;
+    };
+    eprintln!("R1 on the new disk granted a 6 s lease with no replica of its own");
+    drop(r1c);
+    r1.kill();
+    promote(&mut r2c);
+    assert_no_second_holder(&mut r2c, "K", granted_a, 6000, "R2");
+}
+
+/// M (1000) → R1 (configuration file) and R2, both taught. Returns M, R1.
+fn taught_pair() -> (Node, Node, Node) {
+    let m = adversarial_node("1000").start();
+    let r1 = start_replica(&m, adversarial_node("1000").config_file());
+    let r2 = start_replica(&m, adversarial_node("1000"));
+    for r in [&r1, &r2] {
+        let mut rc = taught_replica_of(&m, r);
+        wait_until(Duration::from_secs(20), "M's acked length learned", || {
+            redlock_info(&mut rc, "master_acked_ms") == 1000
+        });
+    }
+    (m, r1, r2)
+}
+
+/// Probe, safe. Sentinel promotes inside `MULTI`/`EXEC`; here without its
+/// `CONFIG REWRITE`, so that only the module's own write counts: the
+/// `CONFIG REWRITE` the module runs from the role-change event inside
+/// `EXEC` writes `promoted-acked-ms`.
+#[test]
+fn a_promotion_inside_exec_writes_the_hold() {
+    let (mut m, r1, _r2) = taught_pair();
+    m.kill();
+    let mut r1c = r1.connection();
+    let _: redis::Value = redis::pipe()
+        .atomic()
+        .cmd("REPLICAOF")
+        .arg("NO")
+        .arg("ONE")
+        .query(&mut r1c)
+        .unwrap();
+    assert!(
+        file_says(&r1, "redlock.promoted-acked-ms 1000"),
+        "{}",
+        file_of(&r1)
+    );
+}
+
+/// Probe. A coordinated `FAILOVER` (Redis 6.2+, Valkey): the replica
+/// becomes master on the old master's `PSYNC … FAILOVER`, not on a command
+/// of its own; the role-change event runs there. Does the module write
+/// `promoted-acked-ms` then?
+#[test]
+fn a_coordinated_failover_writes_the_hold() {
+    let (m, r1, _r2) = taught_pair();
+    let mut mc = m.connection();
+    let _: () = redis::cmd("FAILOVER")
+        .arg("TO")
+        .arg("127.0.0.1")
+        .arg(r1.port())
+        .query(&mut mc)
+        .unwrap();
+    let mut r1c = r1.connection();
+    wait_until(Duration::from_secs(20), "R1 is master", || {
+        info_field(&mut r1c, "replication", "role").as_deref() == Some("master")
+    });
+    wait_until(Duration::from_secs(5), "the hold in R1's file", || {
+        file_says(&r1, "redlock.promoted-acked-ms 1000")
+    });
+}
+
+/// Open finding. The guide (sentinel.md): an operator who knows that no
+/// lease of the old master still runs ends an untaught promotion's day
+/// with `CONFIG SET redlock.restart-grace-ms 0` "and sets it back to -1".
+/// The window ends at the next ACQUIRE, which clears
+/// `promoted-untaught` with a `CONFIG REWRITE` (`keep_untaught`): that
+/// rewrite also writes the operator's temporary `restart-grace-ms 0` to the
+/// file. S (no fsync of every write) grants L for 5 s; the operator sets
+/// `restart-grace-ms` back to -1 (memory only; it also reopens the day's
+/// window on the running node, whose length is still a day); S crashes; it restarts with its file's
+/// `restart-grace-ms 0`: no restart window, and it grants L again at once
+/// while the lost lease runs.
+#[test]
+#[ignore = "open finding: the module's CONFIG REWRITE at the end of an untaught window persists the guide's temporary restart-grace-ms 0; the next restart has no window"]
+fn ending_the_untaught_day_as_the_guide_says_persists_restart_grace_zero() {
+    let (mut m0, _granted) = old_master_granting("K");
+    let mut s = adversarial_node("5000").config_file().start();
+    let mut sc = promote_untaught(&s, &mut m0);
+    // The operator ends the day (no lease of M0 runs any more, say).
+    config_set(&mut sc, "redlock.restart-grace-ms", "0");
+    let _t = start_replica(&s, adversarial_node("5000"));
+    first_grant(
+        &mut sc,
+        "W",
+        "w",
+        1000,
+        Instant::now() + Duration::from_secs(10),
+    )
+    .expect("the window is over");
+    let granted_a = first_grant(
+        &mut sc,
+        "L",
+        "owner-a",
+        5000,
+        Instant::now() + Duration::from_secs(10),
+    )
+    .expect("S grants 5 s");
+    config_set(&mut sc, "redlock.restart-grace-ms", "-1");
+    eprintln!(
+        "an ACQUIRE after -1 was set back: {:?}",
+        acquire_result(&mut sc, "Z", "z", 1000).map_err(|e| e.to_string())
+    );
+    eprintln!(
+        "file after the window ended and -1 was set back: restart-grace-ms 0 written: {}, promoted-untaught 0: {}",
+        file_says(&s, "redlock.restart-grace-ms 0"),
+        file_says(&s, "redlock.promoted-untaught 0")
+    );
+    drop(sc);
+    // A crash: the lease was in memory only (no AOF, no snapshot).
+    s.kill();
+    s.restart();
+    let mut sc = s.connection();
+    eprintln!(
+        "after the crash: grace_window_ms {}",
+        redlock_info(&mut sc, "grace_window_ms")
+    );
+    assert_no_second_holder(&mut sc, "L", granted_a, 5000, "S restarted");
+}
