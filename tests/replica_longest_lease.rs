@@ -104,6 +104,16 @@ fn a_replica_learns_a_longer_max_ttl_of_its_master_in_the_full_sync() {
 #[test]
 fn a_promoted_replica_never_grants_while_its_old_masters_lease_runs() {
     let (mut master, replica) = group(Some("4000"), Some("1000"));
+    // The replica knows that every replica of its master acknowledged
+    // knowing 4 s (replicas acknowledge once a second): promoted, it is not
+    // held back for B's 1 s lease (`NOSYNC`), only guarded (`GRACE`).
+    let mut r = replica.connection();
+    wait_until(
+        Duration::from_secs(20),
+        "the replica knows what its master's replicas acknowledged",
+        || redlock_info(&mut r, "master_acked_ms") >= 4_000,
+    );
+    drop(r);
     let granted = grant_unseen_then_promote(&mut master, &replica, "L", "owner-a", 4_000);
     let mut r = replica.connection();
     let deadline = Instant::now() + Duration::from_secs(30);

@@ -9,7 +9,9 @@
 
 use std::collections::VecDeque;
 
-use redlock_module_rules::core::guard_rule::{max_ttl_to_cover, untaught_at_load, Guard, Settings};
+use redlock_module_rules::core::guard_rule::{
+    max_ttl_to_cover, untaught_at_load, untaught_to_configure, Guard, Settings,
+};
 use redlock_module_rules::core::lease_ack_rule::{waited_for, Kept, LeaseAck};
 use redlock_module_rules::core::lease_time::BootStamp;
 use redlock_module_rules::core::lock::{
@@ -376,6 +378,17 @@ impl World {
             node.untaught_configured,
             s.mutants,
         ));
+        // A window opened from the marker alone is copied to the
+        // configuration (`host/guard.rs::on_load`; the module writes it from
+        // a timer once the load is over, before it grants anything: the
+        // window is open).
+        if let Some(v) = untaught_to_configure(
+            node.guard.untaught_window(),
+            node.untaught_configured,
+            s.mutants,
+        ) {
+            node.untaught_configured = v;
+        }
         node.disk.untaught_file = node.guard.untaught_window();
         let startup = node.max_ttl;
         if node.guard.needs_record(startup) {
@@ -421,6 +434,14 @@ impl World {
             self.setup.mutants,
         )
         .held_by_configuration(node.promoted_acked, self.setup.mutants);
+        // A hold read from the data directory alone is copied to the
+        // configuration (`host/lease_ack.rs::on_load`).
+        if let Some(ms) = node
+            .lease_ack
+            .hold_to_configure(node.promoted_acked, self.setup.mutants)
+        {
+            node.promoted_acked = Some(ms);
+        }
         node.disk.lease_acked = Some(node.lease_ack.kept());
         let boot = self.nodes[n].boot;
         if self.sc.reclaim_after_ms > 0 {

@@ -282,13 +282,40 @@ impl Guard {
     /// The length of the window in ms, as configured now. By default, as
     /// long as the longest lease known now: one learned after the window
     /// opened (from the data loaded, from a master) lengthens it.
+    ///
+    /// An explicit `restart-grace-ms` (the operator's length of the longest
+    /// lease) replaces that, but not an untaught promotion's day: such a
+    /// node does not know the leases of its old master, which may be
+    /// longer than anything its own configuration says (the guide's example
+    /// pins `restart-grace-ms` to `max-ttl-ms`). 0 still turns the guard
+    /// off; `CONFIG SET redlock.promoted-untaught 0` ends the day
+    /// ([`Guard::end_untaught`]).
     pub fn window_len(&self, s: Settings) -> u64 {
-        let len = if s.restart_grace_ms >= 0 {
+        let day_stands = self.untaught_window
+            && s.restart_grace_ms > 0
+            && !s.mutants.on(Mutant::ExplicitGraceEndsDay);
+        let len = if s.restart_grace_ms >= 0 && !day_stands {
             s.restart_grace_ms as u64
         } else {
             self.window_default_len
         };
         len.min(self.window_cap)
+    }
+
+    /// The operator says no lease of the old master outlasts this node's
+    /// own longest lease (`CONFIG SET redlock.promoted-untaught 0`): the
+    /// untaught window becomes an ordinary one, as long as the longest
+    /// lease this node knows, from when it opened (it may be over at once).
+    /// Whether it was untaught (the host then removes the marker and
+    /// writes the configuration file).
+    pub fn end_untaught(&mut self, s: Settings) -> bool {
+        if !self.untaught_window {
+            return false;
+        }
+        self.untaught_window = false;
+        self.window_default_len = self.longest_lease(s);
+        self.epoch += 1;
+        true
     }
 
     /// `(elapsed, remaining)` ms when `now` is inside the window.
@@ -404,6 +431,16 @@ impl Guard {
 /// moment covers it.
 pub fn untaught_at_load(marker_file: bool, configured: bool, mutants: Mutants) -> bool {
     marker_file || (configured && !mutants.on(Mutant::UntaughtLostWithDisk))
+}
+
+/// What the configuration file must say after a load that opened its
+/// window as untaught or not (`untaught`, [`untaught_at_load`]), when it
+/// says `configured` now: a window opened from the marker file alone is
+/// copied to it (`redlock.promoted-untaught 1`), so that a later new disk
+/// inside it still waits the day (a node promoted under a release without
+/// the copy, or whose write of it failed). `None`: nothing to write.
+pub fn untaught_to_configure(untaught: bool, configured: bool, mutants: Mutants) -> Option<bool> {
+    (untaught && !configured && !mutants.on(Mutant::LoadedNotConfigured)).then_some(true)
 }
 
 /// A lease length received (from the master, or a file): the
@@ -556,5 +593,76 @@ mod tests {
         g.open_after_load(s, None, false, true, 1);
         g.on_promotion(s, Promotion::Guard, 10, true);
         assert!(matches!(g.check(s, 10, false, false).0, Err(r) if r.remaining_ms == 1_000));
+    }
+
+    fn untaught_promoted(s: Settings) -> Guard {
+        let mut g = Guard::new();
+        g.load_recorded(1_000);
+        g.open_after_load(s, None, false, true, 1);
+        g.on_promotion(s, Promotion::Guard, 10, false);
+        g
+    }
+
+    #[test]
+    fn an_explicit_restart_grace_does_not_shorten_an_untaught_day() {
+        // The guide's `max-ttl-ms 1000 restart-grace-ms 1000`.
+        let s = Settings {
+            restart_grace_ms: 1_000,
+            ..settings(1_000)
+        };
+        let g = untaught_promoted(s);
+        assert_eq!(g.window_len(s), LEASE_LIMIT_MS);
+        assert!(g.state(s, 60_000).is_some());
+        // A restart inside it too.
+        let mut restarted = Guard::new();
+        restarted.load_untaught_window(true);
+        restarted.open_after_load(s, None, false, false, 1);
+        assert_eq!(restarted.window_len(s), LEASE_LIMIT_MS);
+        // 0 still turns the guard off.
+        let off = Settings {
+            restart_grace_ms: 0,
+            ..s
+        };
+        assert_eq!(g.window_len(off), 0);
+        // Under the mutant the explicit value replaces the day.
+        #[cfg(feature = "danger-mutants")]
+        {
+            let broken = Settings {
+                mutants: Mutants::NONE.with(Mutant::ExplicitGraceEndsDay, true),
+                ..s
+            };
+            assert_eq!(g.window_len(broken), 1_000);
+        }
+    }
+
+    #[test]
+    fn ending_the_untaught_day_leaves_the_longest_lease() {
+        let s = settings(1_000);
+        let mut g = untaught_promoted(s);
+        let epoch = g.epoch();
+        assert!(g.end_untaught(s));
+        assert!(!g.untaught_window());
+        assert!(g.epoch() > epoch);
+        assert_eq!(g.window_len(s), 1_000);
+        // Counted from the promotion at 10: still open at 500, over at 1_010.
+        assert!(g.check(s, 500, false, false).0.is_err());
+        assert_eq!(g.check(s, 1_010, false, false).0, Ok(()));
+        // Nothing to end the second time.
+        assert!(!g.end_untaught(s));
+    }
+
+    #[test]
+    fn a_window_opened_from_the_marker_alone_is_copied_to_the_configuration() {
+        assert_eq!(
+            untaught_to_configure(true, false, Mutants::NONE),
+            Some(true)
+        );
+        assert_eq!(untaught_to_configure(true, true, Mutants::NONE), None);
+        assert_eq!(untaught_to_configure(false, false, Mutants::NONE), None);
+        #[cfg(feature = "danger-mutants")]
+        {
+            let broken = Mutants::NONE.with(Mutant::LoadedNotConfigured, true);
+            assert_eq!(untaught_to_configure(true, false, broken), None);
+        }
     }
 }

@@ -356,6 +356,22 @@ impl LeaseAck {
         self
     }
 
+    /// After a load: the `redlock.promoted-acked-ms` to write when the
+    /// configuration file (saying `configured`) holds this life back less
+    /// than its files do ([`LeaseAck::configured_hold`]); `None`: nothing to
+    /// write. A life held by its data directory alone (promoted under a
+    /// release without the copy, a configuration write that failed, a crash
+    /// between the file and the configuration) is copied, so that a later
+    /// new disk is held too. A smaller configured value stays: it only
+    /// holds back more.
+    pub fn hold_to_configure(&self, configured: Option<u64>, mutants: Mutants) -> Option<u64> {
+        if mutants.on(Mutant::LoadedNotConfigured) {
+            return None;
+        }
+        let hold = self.configured_hold()?;
+        configured.is_none_or(|c| c > hold).then_some(hold)
+    }
+
     /// What the master's file keeps.
     pub fn kept(&self) -> Kept {
         Kept {
@@ -996,5 +1012,32 @@ mod tests {
         let both = set(&["ip:5", "ip#2:5"]);
         let acks = vec![("ip:5".into(), true, 1), ("ip#2:5".into(), true, 1)];
         assert_eq!(c.check(5_000, &both, &acks, counted), Ok(()));
+    }
+
+    #[test]
+    fn a_hold_loaded_from_the_file_alone_is_copied_to_the_configuration() {
+        let kept = Kept {
+            acked_ms: 1_000,
+            held: true,
+            base_ms: 1_000,
+            ..Kept::default()
+        };
+        let loaded = LeaseAck::at_load(Some(kept), false, 6_000, Mutants::NONE);
+        assert_eq!(loaded.hold_to_configure(None, Mutants::NONE), Some(1_000));
+        assert_eq!(
+            loaded.hold_to_configure(Some(3_000), Mutants::NONE),
+            Some(1_000)
+        );
+        // Already there, or smaller (holds back more): nothing to write.
+        assert_eq!(loaded.hold_to_configure(Some(1_000), Mutants::NONE), None);
+        assert_eq!(loaded.hold_to_configure(Some(500), Mutants::NONE), None);
+        // A life that is not held writes nothing.
+        let free = LeaseAck::at_load(None, false, 6_000, Mutants::NONE);
+        assert_eq!(free.hold_to_configure(None, Mutants::NONE), None);
+        #[cfg(feature = "danger-mutants")]
+        {
+            let broken = Mutants::NONE.with(Mutant::LoadedNotConfigured, true);
+            assert_eq!(loaded.hold_to_configure(None, broken), None);
+        }
     }
 }

@@ -129,12 +129,24 @@ pub enum Mutant {
     /// (simulator seed 3,508,262): restarted on a new disk inside it, the
     /// node waits only its `max-ttl-ms`.
     UntaughtLostWithDisk = 67108864,
+    /// An explicit `redlock.restart-grace-ms` replaces an untaught
+    /// promotion's day (the guide's `max-ttl-ms 30000 restart-grace-ms
+    /// 30000` then guards an untaught promotion for 30 s while a longer
+    /// lease of the old master runs).
+    ExplicitGraceEndsDay = 268435456,
+    /// A load that opens an untaught window from its marker file, or is
+    /// held by its file of what its replicas acknowledged, leaves the
+    /// configuration file as it is: a later restart on a new disk waits
+    /// only its `max-ttl-ms`, or is not held (a node promoted under an
+    /// earlier release, a configuration write that failed, a crash between
+    /// the two writes).
+    LoadedNotConfigured = 536870912,
 }
 
 impl Mutant {
     /// Every mutant with its name (as in `REDLOCK.TESTHOOK MUTANT name 0|1`,
     /// the `REDLOCK_TEST_MUTANTS` variable and the simulator's `--mutant`).
-    pub const ALL: [(&'static str, Mutant); 27] = [
+    pub const ALL: [(&'static str, Mutant); 29] = [
         ("config-exemption", Mutant::ConfigExemption),
         ("disk-lease-from-wall", Mutant::DiskLeaseFromWall),
         ("no-reclaimed-floor", Mutant::NoReclaimedFloor),
@@ -171,6 +183,8 @@ impl Mutant {
         ("learned-not-configured", Mutant::LearnedNotConfigured),
         ("held-lost-with-disk", Mutant::HeldLostWithDisk),
         ("untaught-lost-with-disk", Mutant::UntaughtLostWithDisk),
+        ("explicit-grace-ends-day", Mutant::ExplicitGraceEndsDay),
+        ("loaded-not-configured", Mutant::LoadedNotConfigured),
     ];
 
     /// The mutant of that name (ASCII case-insensitive).

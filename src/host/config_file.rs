@@ -118,6 +118,62 @@ pub fn keep_untaught(ctx: &Context, marked: bool) {
     }
 }
 
+/// What a load put into the configuration values that the file must keep
+/// (`redlock.promoted-untaught`, `redlock.promoted-acked-ms` copied from the
+/// data directory's files, [`keep_after_start`]) and is not written yet.
+static AFTER_START: AtomicBool = AtomicBool::new(false);
+
+/// A configuration value set at load (in `OnLoad`, where no command runs)
+/// must reach the file: it is written with `CONFIG REWRITE` from a timer
+/// once the server runs its event loop, after the data loaded. Until then
+/// nothing depends on it: the copies are of an untaught window (the node
+/// grants nothing inside it) or of a hold (a longer lease waits for a
+/// replica's acknowledgement, sent once a second), and only a new disk
+/// before the write would miss them.
+pub fn keep_after_start(ctx: &Context) {
+    if AFTER_START.swap(true, Relaxed) {
+        return;
+    }
+    arm_after_start(ctx.ctx, 0);
+}
+
+fn arm_after_start(ctx: *mut redis_module::raw::RedisModuleCtx, after_ms: i64) {
+    // SAFETY: a plain module API call on the main thread with a live
+    // context (OnLoad's or a timer's).
+    unsafe {
+        if let Some(create) = redis_module::raw::RedisModule_CreateTimer {
+            create(ctx, after_ms, Some(after_start_timer), std::ptr::null_mut());
+        }
+    }
+}
+
+unsafe extern "C" fn after_start_timer(
+    ctx: *mut redis_module::raw::RedisModuleCtx,
+    _data: *mut std::os::raw::c_void,
+) {
+    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let context = Context::new(ctx);
+        if context.get_flags().contains(ContextFlags::LOADING) {
+            arm_after_start(ctx, 20);
+            return;
+        }
+        if !AFTER_START.swap(false, Relaxed) {
+            return;
+        }
+        write_now(&context, "what this node loaded from its data directory");
+    }));
+}
+
+/// `CONFIG REWRITE` now; a failure is logged with `what` the file lacks.
+pub fn write_now(ctx: &Context, what: &str) {
+    if let Err(e) = rewrite(ctx) {
+        ctx.log_warning(&format!(
+            "{what} is not in a configuration file ({e}): a restart on a new disk would not \
+             know it"
+        ));
+    }
+}
+
 /// At the end of a load: writes a raise learned during it.
 pub fn on_load_ended(ctx: &Context) {
     if PENDING.swap(false, Relaxed) {

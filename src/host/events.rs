@@ -96,14 +96,14 @@ extern "C" fn on_role_change(
             // A life as master starts from what every replica of the old
             // master acknowledged knowing, held back until its own
             // replicas acknowledge more (`LeaseAck::promoted`).
+            // And so is a later run on a new disk: the configuration file
+            // keeps it (`LeaseAck::held_by_configuration`).
             lease_ack::promoted(
+                &ctx,
                 learned_acked,
                 guard::longest_lease(),
                 sync::take_inherited(),
             );
-            // And so is a later run on a new disk: the configuration file
-            // keeps it (`LeaseAck::held_by_configuration`).
-            crate::host::config_file::keep_promoted_acked(&ctx, lease_ack::configured_hold());
             guard::on_promotion(&ctx, now, promotion, taught);
         } else {
             // Also a replica pointed at another master (Redis fires this

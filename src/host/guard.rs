@@ -152,6 +152,15 @@ pub fn on_load(ctx: &Context, now: MonoMillis) {
     let configured = config::PROMOTED_UNTAUGHT.load(std::sync::atomic::Ordering::Relaxed) == 1;
     let marked = crate::core::guard_rule::untaught_at_load(marked, configured, mutant::current());
     guard().load_untaught_window(marked);
+    // A window opened from the marker alone reaches the configuration file
+    // too (a node promoted under a release without the copy, or whose write
+    // of it failed), so that a new disk later inside it still waits the day.
+    if crate::core::guard_rule::untaught_to_configure(marked, configured, mutant::current())
+        .is_some()
+    {
+        config::PROMOTED_UNTAUGHT.store(1, std::sync::atomic::Ordering::Relaxed);
+        crate::host::config_file::keep_after_start(ctx);
+    }
     let _ = UNTAUGHT_PATH.set(untaught_path);
     // The startup max-ttl-ms is recorded too: a restart that brings a
     // smaller one back from redis.conf must still cover this run's leases.
@@ -263,6 +272,7 @@ pub fn on_demotion(ctx: &Context) {
 /// its record at once (before any later grant is acknowledged), so the next
 /// start is not exempt. Becoming durable later changes nothing.
 pub fn on_config_change(ctx: &Context) {
+    untaught_config_changed(ctx);
     let mut g = guard();
     if !g.durable_run() {
         return;
@@ -270,6 +280,37 @@ pub fn on_config_change(ctx: &Context) {
     if let Some(record) = g.on_config_change(is_durable(ctx)) {
         save_run_state(ctx, record);
     }
+}
+
+/// `redlock.promoted-untaught` is the module's copy of the guard's
+/// untaught window; an operator may set it to 0 to end that window (they
+/// know no lease of the old master outlasts this node's own longest lease,
+/// [`crate::core::guard_rule::Guard::end_untaught`]). The marker is removed
+/// and the 0 written to the file. Any other change of it is put back.
+fn untaught_config_changed(ctx: &Context) {
+    use std::sync::atomic::Ordering::Relaxed;
+    let configured = config::PROMOTED_UNTAUGHT.load(Relaxed);
+    let mut g = guard();
+    let untaught = g.untaught_window();
+    if configured == i64::from(untaught) {
+        return;
+    }
+    if configured == 0 && g.end_untaught(settings()) {
+        save_untaught_window(ctx, false);
+        drop(g);
+        ctx.log_notice(
+            "redlock.promoted-untaught set to 0: the untaught promotion's window (a day) ends; \
+             the window lasts this node's longest lease from the promotion",
+        );
+        crate::host::config_file::write_now(ctx, "redlock.promoted-untaught 0");
+        return;
+    }
+    config::PROMOTED_UNTAUGHT.store(i64::from(untaught), Relaxed);
+    drop(g);
+    ctx.log_warning(
+        "redlock.promoted-untaught is kept by the module: only 0, which ends an untaught \
+         promotion's window, may be set; the value is put back",
+    );
 }
 
 /// What opened the current (or last) window.

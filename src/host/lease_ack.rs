@@ -82,15 +82,23 @@ pub fn on_load(ctx: &Context) {
     // A promotion's hold outlives a lost disk through the configuration
     // file (`redlock.promoted-acked-ms`).
     let configured = config::promoted_acked();
-    begin(
-        LeaseAck::at_load(
-            kept,
-            had_replicas,
-            guard::longest_lease(),
-            mutant::current(),
-        )
-        .held_by_configuration(configured, mutant::current()),
-    );
+    let start = LeaseAck::at_load(
+        kept,
+        had_replicas,
+        guard::longest_lease(),
+        mutant::current(),
+    )
+    .held_by_configuration(configured, mutant::current());
+    // A hold read from the data directory alone reaches the configuration
+    // file too, so that a later new disk is held as well.
+    if let Some(ms) = start.hold_to_configure(configured, mutant::current()) {
+        let value = i64::try_from(ms)
+            .unwrap_or(i64::MAX)
+            .min(config::MAX_TTL_LIMIT);
+        config::PROMOTED_ACKED_MS.store(value, Relaxed);
+        crate::host::config_file::keep_after_start(ctx);
+    }
+    begin(start);
     if missing && !had_replicas {
         if let Some(ms) = configured {
             ctx.log_notice(&format!(
@@ -137,23 +145,20 @@ fn begin(start: LeaseAck) {
 /// ([`crate::host::teacher::on_promotion`]), `longest_ms` the longest lease
 /// this node knows, `inherited` the replicas it had as a replica
 /// ([`sync::take_inherited`]).
+///
+/// The configuration file is written first (`redlock.promoted-acked-ms`,
+/// [`crate::host::config_file::keep_promoted_acked`]): a crash between the
+/// two writes then leaves a restart held by its configuration, never a
+/// data directory that holds while the configuration does not.
 pub fn promoted(
+    ctx: &Context,
     learned_acked_ms: u64,
     longest_ms: u64,
     inherited: std::collections::BTreeSet<String>,
 ) {
-    begin(LeaseAck::promoted(
-        learned_acked_ms,
-        longest_ms,
-        inherited,
-        mutant::current(),
-    ));
-}
-
-/// What the configuration file keeps of this life
-/// ([`LeaseAck::configured_hold`]).
-pub fn configured_hold() -> Option<u64> {
-    ack().configured_hold()
+    let start = LeaseAck::promoted(learned_acked_ms, longest_ms, inherited, mutant::current());
+    crate::host::config_file::keep_promoted_acked(ctx, start.configured_hold());
+    begin(start);
 }
 
 /// The replicas online now (the replica events' scan): identities that
