@@ -100,7 +100,7 @@ pub(crate) fn checked_names<S: AsRef<str>>(
 pub(crate) struct SetLeftover {
     pub(crate) nodes: Vec<usize>,
     busy: bool,
-    _unanswered: Unanswered,
+    pub(crate) _unanswered: Unanswered,
 }
 
 impl Quorum {
@@ -245,6 +245,25 @@ impl Quorum {
                 .map(|name| self.release_on(name, owner, targets)),
         )
         .await;
+    }
+
+    /// RELEASE of every name of a set for `owner` on `targets`, queued on
+    /// each node's connection behind the attempt's `unanswered` calls but
+    /// not awaited ([`Quorum::release_queued`] for each name): a set waiter
+    /// sends its WAITs at once (see `AfterAttempt::Wait` for why that is
+    /// sound).
+    pub(crate) async fn release_set_queued(
+        &self,
+        names: &[String],
+        owner: &str,
+        targets: &[usize],
+        unanswered: Unanswered,
+    ) {
+        for name in names {
+            self.release_queued(name, owner, targets, Unanswered::default())
+                .await;
+        }
+        drop(unanswered);
     }
 }
 

@@ -1,7 +1,8 @@
 //! Waiting for a busy lock set: [`Redlock::acquire_many_wait`], woken by
 //! the nodes as [`Redlock::acquire_wait`] is for one name.
 //!
-//! A busy attempt at the set releases what it got at once, then sends
+//! A busy attempt at the set queues the release of what it got (without
+//! awaiting the replies), then sends
 //! `REDLOCK.WAIT name timeout QUEUE owner ticket` for every name of the set
 //! to every node (each on a connection of its own), and tries the set
 //! again once every name was free on a quorum. While a name stays held,
@@ -97,13 +98,6 @@ impl Redlock {
                     }
                     Err(failed) => failed,
                 };
-                // What the attempt got goes back before the wait: the other
-                // waiters must not find it in their way.
-                quorum
-                    .release_set_on(&names, owner.as_str(), &leftover.nodes)
-                    .await;
-                settled.disarm();
-                owner = OwnerId::new();
                 let now = Instant::now();
                 let next = after_failed_attempt(
                     &error,
@@ -114,6 +108,26 @@ impl Redlock {
                     self.inner.retry_pause(),
                     &mut rand::thread_rng(),
                 );
+                // What the attempt got goes back before the wait: the other
+                // waiters must not find it in their way. Before a wait the
+                // RELEASEs are only queued, not awaited, as for one name
+                // (`waiting.rs`): the waiter is in the nodes' queues at once.
+                if matches!(next, AfterAttempt::Wait { .. }) {
+                    quorum
+                        .release_set_queued(
+                            &names,
+                            owner.as_str(),
+                            &leftover.nodes,
+                            leftover._unanswered,
+                        )
+                        .await;
+                } else {
+                    quorum
+                        .release_set_on(&names, owner.as_str(), &leftover.nodes)
+                        .await;
+                }
+                settled.disarm();
+                owner = OwnerId::new();
                 match next {
                     AfterAttempt::GiveUp => return Err(error),
                     AfterAttempt::Retry { at } => {

@@ -377,3 +377,54 @@ async fn a_released_lock_goes_to_the_waiter_while_a_node_lags() {
     assert!(lock.token() > first);
     assert!(lock.release().await.unwrap());
 }
+
+/// The same for a set waiter (`acquire_many_wait`): its busy attempt's
+/// RELEASEs are queued, not awaited, so its WAITs (one per name) block on
+/// the four live nodes at once while the frozen node holds the RELEASE
+/// back; the holder's release of the set then reserves both names for the
+/// waiter, and the holder's next attempt at the set is busy.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_released_set_goes_to_the_set_waiter_while_a_node_lags() {
+    let nodes = five();
+    let holder = client(&nodes).await;
+    let waiter = redlock_client::Redlock::builder(common::urls(&nodes))
+        .node_timeout(Duration::from_secs(4))
+        .connect_timeout(common::CONNECT_TIMEOUT)
+        .retry(redlock_client::RetryPolicy::no_retry())
+        .build()
+        .await
+        .unwrap();
+    let names = ["set:a", "set:b"];
+    let set = holder
+        .acquire_many(&names, Duration::from_secs(10))
+        .await
+        .unwrap();
+    let first: Vec<u64> = set.tokens().map(|(_, token)| token).collect();
+    nodes[4].pause();
+    let waiting = tokio::spawn(async move {
+        waiter
+            .acquire_many_wait(&names, Duration::from_secs(5), Duration::from_secs(20))
+            .await
+    });
+    // One WAIT per name on each live node.
+    let queued = blocked_on_all(&nodes[..4], 2, Duration::from_secs(2)).await;
+    assert!(set.release().await.unwrap());
+    let again = holder
+        .try_acquire_many(&names, Duration::from_secs(10))
+        .await;
+    nodes[4].resume();
+    assert!(
+        matches!(again, Ok(None)),
+        "the releaser took the set back from a waiter (blocked in WAIT on the four live nodes: {queued}): {again:?}"
+    );
+    assert!(
+        queued,
+        "the set waiter was not blocked in WAIT on the four live nodes within 2 s"
+    );
+    let set = waiting.await.unwrap().unwrap();
+    assert!(set
+        .tokens()
+        .zip(&first)
+        .all(|((_, now), before)| now > *before));
+    assert!(set.release().await.unwrap());
+}
