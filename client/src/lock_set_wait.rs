@@ -88,7 +88,6 @@ impl Redlock {
             // `acquire_wait`).
             let ticket = now_micros();
             let quorum = &self.inner.quorum;
-            quorum.warm_blocking();
             let mut owner = OwnerId::new();
             loop {
                 let settled = ReleaseSetIfDropped::new(&self.inner, &names, owner);

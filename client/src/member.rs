@@ -354,21 +354,6 @@ impl Voter {
         }
     }
 
-    /// Opens a connection for a `REDLOCK.WAIT` ahead of time when none is
-    /// idle ([`Node::warm_blocking`]; a Sentinel member's master when it is
-    /// known; a cluster member connects when it waits).
-    pub(crate) async fn warm_blocking(&self) {
-        match self {
-            Voter::Node(n) => n.warm_blocking().await,
-            Voter::Cluster(_) => {}
-            Voter::Sentinel(s) => {
-                if let Some(node) = s.current() {
-                    node.warm_blocking().await;
-                }
-            }
-        }
-    }
-
     /// A `REDLOCK.WAIT` for `key` on a connection of its own (see
     /// [`Node::wait_free`]; a cluster member sends it to the shard that owns
     /// the key's slot).

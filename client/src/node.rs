@@ -435,32 +435,6 @@ impl Node {
         }
     }
 
-    /// Opens a connection for a blocking command ahead of time, when none
-    /// is idle: a waiter's first attempt runs meanwhile, so that its WAIT,
-    /// if the attempt is busy, does not wait for a connection while the
-    /// holder releases (the cold start of a hand-off). A failure is left
-    /// to the WAIT, which connects again and reports it.
-    pub(crate) async fn warm_blocking(&self) {
-        let idle = self
-            .blocking
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .len();
-        if idle > 0 {
-            return;
-        }
-        let config = connection_config(self.connect_timeout);
-        let attempt = self
-            .client
-            .get_multiplexed_async_connection_with_config(&config);
-        if let Ok(Ok(conn)) = tokio::time::timeout(self.connect_timeout, attempt).await {
-            let mut pool = self.blocking.lock().unwrap_or_else(|p| p.into_inner());
-            if pool.len() < BLOCKING_POOL_MAX {
-                pool.push(conn);
-            }
-        }
-    }
-
     /// A blocking command (`REDLOCK.WAIT`, `XREAD BLOCK`) on a pooled
     /// connection of its own, so that it never stalls the shared one. Not
     /// bounded by the per-node timeout; dropping the future closes the

@@ -600,20 +600,6 @@ impl Quorum {
         tracing::debug!(outcomes = %Outcomes(&self.nodes, &replies), "release of a failed attempt");
     }
 
-    /// Opens a connection for a `REDLOCK.WAIT` on every member ahead of
-    /// time, in the background, where none is idle
-    /// ([`crate::member::Voter::warm_blocking`]): called as a wait begins,
-    /// while its first attempt runs.
-    pub(crate) fn warm_blocking(&self) {
-        let Ok(handle) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
-        for voter in self.nodes.iter() {
-            let voter = voter.clone();
-            handle.spawn(async move { voter.warm_blocking().await });
-        }
-    }
-
     /// RELEASE on `targets` without waiting for a reply (a busy
     /// `try_acquire`). Every command is queued on its node's connection
     /// before this returns, so whatever this client sends a node next (in

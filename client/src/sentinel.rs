@@ -128,7 +128,7 @@ impl SentinelMember {
         self.timeout + self.sync.extra()
     }
 
-    pub(crate) fn current(&self) -> Option<Arc<Node>> {
+    fn current(&self) -> Option<Arc<Node>> {
         self.current
             .lock()
             .unwrap_or_else(|p| p.into_inner())

@@ -98,8 +98,6 @@ impl Redlock {
             // will ACQUIRE it.
             let ticket = now_micros();
             let called = Instant::now();
-            // A WAIT after a busy first attempt finds its connection open.
-            self.inner.quorum.warm_blocking();
             let metrics = self.inner.quorum.metrics;
             let timed_out = || metrics.wait_timed_out(key, called.elapsed());
             let mut owner = OwnerId::new();
