@@ -151,10 +151,11 @@ fn control_the_raise_is_written_before_the_ack_and_a_new_disk_waits() {
 /// of anyone. After R learned (and wrote) 3000, the operator sets R back to
 /// 400 (`CONFIG SET` lowering is accepted while the learned lease runs, and
 /// "a lower value is not written" by the module). Sentinel's failover then
-/// sends `CONFIG REWRITE` to R, which writes 400: R on a new disk waits
-/// 400 ms inside the 3 s lease.
+/// sends `CONFIG REWRITE` to R, which writes 400: R on a new disk waited
+/// 400 ms inside the 3 s lease. Fixed: the lowering below the longest lease
+/// recorded writes that length as `redlock.longest-lease-ms`, which a load
+/// reads too (`guard_rule::recorded_at_load`).
 #[test]
-#[ignore = "open finding: CONFIG SET lowers max-ttl-ms while a learned lease runs, and the next CONFIG REWRITE (Sentinel's) writes the lower value"]
 fn a_lowering_written_by_sentinels_rewrite_shortens_the_new_disk_wait() {
     let gap = new_disk_after_learning(
         Raise::Plain,
@@ -183,12 +184,12 @@ fn a_lowering_written_by_sentinels_rewrite_shortens_the_new_disk_wait() {
 /// Finding 2: a `redlock.max-ttl-ms` on the server's command line (after
 /// the configuration file, as `redis-server /etc/redis.conf
 /// --redlock.max-ttl-ms 400` in a container's command) wins over the line
-/// `CONFIG REWRITE` wrote into the file. The module takes the value it
-/// started with as "what a restart would read" and says nothing.
+/// `CONFIG REWRITE` wrote into the file. Fixed: the raise's rewrite also
+/// writes `redlock.longest-lease-ms 3000`, which the command line does not
+/// override.
 /// (The option is spelled in capitals so that the test kit puts it on the
 /// command line again; config names are case-insensitive.)
 #[test]
-#[ignore = "open finding: a redlock.max-ttl-ms on the command line wins over the line CONFIG REWRITE wrote"]
 fn a_max_ttl_on_the_command_line_overrides_the_rewritten_file() {
     let gap = new_disk_after_learning(
         Raise::Plain,
@@ -332,13 +333,19 @@ fn a_raise_learned_in_a_full_sync_is_in_the_file_before_the_master_relies_on_it(
 }
 
 /// Finding 1 on a master: M, raised to 3000 at run time (written), grants a
-/// 3 s lease; the operator lowers M to 400 at once (accepted; the module does
-/// not write a lowering) and any `CONFIG REWRITE` follows (Sentinel's, the
-/// operator's). M loses its disk and restarts: it waits 400 ms.
-#[test]
-#[ignore = "open finding: CONFIG SET lowers max-ttl-ms while a granted lease runs, and the next CONFIG REWRITE writes the lower value"]
-fn a_master_lowered_after_a_long_grant_then_rewritten_waits_too_short() {
-    let mut m = adversarial_node("400").config_file().start();
+/// 3 s lease; the operator lowers M to 400 at once (accepted) and any
+/// `CONFIG REWRITE` follows (Sentinel's, the operator's). M loses its disk
+/// and restarts: it waited 400 ms. Fixed by `redlock.longest-lease-ms`
+/// (mutant `longest-lost-with-disk`). Returns how far into the 3 s lease M
+/// granted L again, if it did.
+fn master_lowered_after_a_long_grant(mutant: bool) -> Option<Duration> {
+    let builder = adversarial_node("400").config_file();
+    let builder = if mutant {
+        builder.env("REDLOCK_TEST_MUTANTS", "longest-lost-with-disk")
+    } else {
+        builder
+    };
+    let mut m = builder.start();
     let mut mm = m.connection();
     config_set(&mut mm, "redlock.max-ttl-ms", "3000");
     let granted_a = first_grant(
@@ -349,35 +356,51 @@ fn a_master_lowered_after_a_long_grant_then_rewritten_waits_too_short() {
         Instant::now() + Duration::from_secs(10),
     )
     .expect("a master without replicas grants at once");
-    let lowered: redis::RedisResult<()> = redis::cmd("CONFIG")
-        .arg("SET")
-        .arg("redlock.max-ttl-ms")
-        .arg("400")
-        .query(&mut mm);
-    eprintln!("CONFIG SET redlock.max-ttl-ms 400 on M: {lowered:?}");
-    let _: redis::RedisResult<()> = redis::cmd("CONFIG").arg("REWRITE").query(&mut mm);
+    config_set(&mut mm, "redlock.max-ttl-ms", "400");
+    let _: () = redis::cmd("CONFIG").arg("REWRITE").query(&mut mm).unwrap();
+    let file = file_of(&m);
+    assert!(
+        file.lines().any(|l| l.trim() == "redlock.max-ttl-ms 400"),
+        "{file}"
+    );
+    assert!(
+        file.lines()
+            .any(|l| l.trim() == "redlock.longest-lease-ms 3000"),
+        "{file}"
+    );
     drop(mm);
     m.kill();
     wipe_dir(&m);
     m.restart();
     let mut mm = m.connection();
     let until = granted_a + Duration::from_millis(LEASE_MS);
-    let gap = first_grant(&mut mm, "L", "owner-b", 400, until).map(|b| b - granted_a);
-    match gap {
-        None => {}
-        Some(gap) => panic!(
-            "two holders (master lowered, then rewritten): M, restarted on a new disk, granted L {gap:?} into a 3 s lease"
-        ),
-    }
+    first_grant(&mut mm, "L", "owner-b", 400, until).map(|b| b - granted_a)
+}
+
+#[test]
+fn a_master_lowered_after_a_long_grant_then_rewritten_waits_the_lease_out() {
+    assert_safe(
+        master_lowered_after_a_long_grant(false),
+        "master lowered, then rewritten",
+    );
+}
+
+/// The test above fails with the fix switched off: the hole is real.
+#[test]
+fn with_longest_lost_with_disk_the_lowered_master_grants_inside_the_lease() {
+    let gap = master_lowered_after_a_long_grant(true)
+        .expect("with longest-lost-with-disk, M grants L inside the 3 s lease");
+    eprintln!("with longest-lost-with-disk, M granted L {gap:?} into the 3 s lease");
 }
 
 /// Finding 4: an `include` at the end of the configuration file (Redis's
 /// documented way to let a shared file override the node's own) that names
 /// `redlock.max-ttl-ms` wins over the line `CONFIG REWRITE` changed in place
 /// above it. (When the node's own file has no such line, the rewrite appends
-/// one after the `include`, and the raise wins: safe.)
+/// one after the `include`, and the raise wins: safe.) Fixed: the
+/// `include` does not name `redlock.longest-lease-ms`, which the raise's
+/// rewrite writes too.
 #[test]
-#[ignore = "open finding: an include after the rewritten redlock.max-ttl-ms line overrides it at restart"]
 fn an_include_after_the_rewritten_line_overrides_the_raise() {
     let gap = new_disk_after_learning(
         Raise::Plain,

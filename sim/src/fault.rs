@@ -505,6 +505,9 @@ impl World {
         for m in 0..self.sc.members {
             let n = self.members[m].master as usize;
             self.nodes[n].max_ttl = self.nodes[n].max_ttl.max(self.ttl_ceiling_ms);
+            // The raise is written with the copy of the longest lease.
+            self.nodes[n].longest_configured =
+                self.nodes[n].longest_configured.max(self.nodes[n].max_ttl);
             if self.nodes[n].up {
                 self.config_changed(n);
             }

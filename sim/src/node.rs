@@ -10,7 +10,7 @@
 use std::collections::VecDeque;
 
 use redlock_module_rules::core::guard_rule::{
-    max_ttl_to_cover, untaught_at_load, untaught_to_configure, Guard, Settings,
+    max_ttl_to_cover, recorded_at_load, untaught_at_load, untaught_to_configure, Guard, Settings,
 };
 use redlock_module_rules::core::lease_ack_rule::{waited_for, Kept, LeaseAck};
 use redlock_module_rules::core::lease_time::BootStamp;
@@ -157,6 +157,13 @@ pub struct Node {
     /// untaught-window marker (`host/config_file.rs::keep_untaught`); like
     /// `max_ttl`, it survives a lost disk.
     pub untaught_configured: bool,
+    /// `redlock.longest-lease-ms`: the configuration file's copy of the
+    /// longest lease, written with every raise the module writes
+    /// (`host/config_file.rs`); like `max_ttl`, it survives a lost disk. The
+    /// simulated nodes never lower `max-ttl-ms`, so it never says more than
+    /// `max_ttl` here; a load reads it as the module does
+    /// (`guard_rule::recorded_at_load`).
+    pub longest_configured: u64,
     /// Its persistence.
     pub persistence: Persistence,
     /// The lock records, by key.
@@ -227,6 +234,7 @@ impl Node {
             },
             promoted_acked: None,
             untaught_configured: false,
+            longest_configured: 0,
             persistence: sc.persistence[id as usize],
             keys: vec![None; sc.keys],
             waits: vec![KeyWaiters::default(); sc.keys],
@@ -372,7 +380,11 @@ impl World {
         let s = self.settings(n);
         let mono = self.mono(n);
         let node = &mut self.nodes[n];
-        node.guard.load_recorded(node.disk.longest_file);
+        node.guard.load_recorded(recorded_at_load(
+            node.disk.longest_file,
+            node.longest_configured,
+            s.mutants,
+        ));
         node.guard.load_untaught_window(untaught_at_load(
             node.disk.untaught_file,
             node.untaught_configured,
@@ -647,6 +659,7 @@ impl World {
         // have one, off the disk a disk loss erases, as behind Sentinel.
         if let Some(raised) = max_ttl_to_cover(ms, node.max_ttl, s.mutants) {
             node.max_ttl = raised;
+            node.longest_configured = node.longest_configured.max(raised);
         }
     }
 

@@ -443,6 +443,29 @@ pub fn untaught_to_configure(untaught: bool, configured: bool, mutants: Mutants)
     (untaught && !configured && !mutants.on(Mutant::LoadedNotConfigured)).then_some(true)
 }
 
+/// The longest lease a load starts from: the larger of its data
+/// directory's record (`file_ms`, 0 when there is none) and the
+/// configuration file's copy of it (`redlock.longest-lease-ms`,
+/// `configured_ms`). The record alone is lost with a new disk, and
+/// `redlock.max-ttl-ms` alone may say less than a lease that still runs: it
+/// may have been lowered since (and the lower value written by the next
+/// `CONFIG REWRITE`, Sentinel's included), or be given again on the command
+/// line over the file. The copy only grows, like the record.
+pub fn recorded_at_load(file_ms: u64, configured_ms: u64, mutants: Mutants) -> u64 {
+    if mutants.on(Mutant::LongestLostWithDisk) {
+        return file_ms;
+    }
+    file_ms.max(configured_ms)
+}
+
+/// The `redlock.longest-lease-ms` to write so that the configuration file
+/// covers the longest lease recorded (`recorded_ms`) when its own
+/// `redlock.max-ttl-ms` (`max_ttl_ms`, as a rewrite would write it now) does
+/// not, and its copy (`configured_ms`) is shorter; `None`: it covers it.
+pub fn longest_to_configure(recorded_ms: u64, max_ttl_ms: u64, configured_ms: u64) -> Option<u64> {
+    (recorded_ms > max_ttl_ms && recorded_ms > configured_ms).then_some(recorded_ms)
+}
+
 /// A lease length received (from the master, or a file): the
 /// `redlock.max-ttl-ms` the node must be configured for from now on, when
 /// its own is shorter (finding L).
@@ -649,6 +672,23 @@ mod tests {
         assert_eq!(g.check(s, 1_010, false, false).0, Ok(()));
         // Nothing to end the second time.
         assert!(!g.end_untaught(s));
+    }
+
+    #[test]
+    fn the_longest_lease_survives_in_the_configuration_file() {
+        assert_eq!(recorded_at_load(0, 3_000, Mutants::NONE), 3_000);
+        assert_eq!(recorded_at_load(5_000, 3_000, Mutants::NONE), 5_000);
+        assert_eq!(recorded_at_load(0, 0, Mutants::NONE), 0);
+        // Written only when max-ttl-ms and the copy both say less.
+        assert_eq!(longest_to_configure(3_000, 400, 0), Some(3_000));
+        assert_eq!(longest_to_configure(3_000, 3_000, 0), None);
+        assert_eq!(longest_to_configure(3_000, 400, 3_000), None);
+        assert_eq!(longest_to_configure(3_000, 400, 5_000), None);
+        #[cfg(feature = "danger-mutants")]
+        {
+            let broken = Mutants::NONE.with(Mutant::LongestLostWithDisk, true);
+            assert_eq!(recorded_at_load(0, 3_000, broken), 0);
+        }
     }
 
     #[test]

@@ -141,12 +141,19 @@ pub enum Mutant {
     /// earlier release, a configuration write that failed, a crash between
     /// the two writes).
     LoadedNotConfigured = 536870912,
+    /// A load reads the longest lease this node may have granted from its
+    /// data directory's record only, not from the configuration file's copy
+    /// too (`redlock.longest-lease-ms`): after `max-ttl-ms` was lowered (and
+    /// the lower value written by any `CONFIG REWRITE`), or overridden on
+    /// the command line, a restart on a new disk waits only that value
+    /// while a longer lease runs.
+    LongestLostWithDisk = 1073741824,
 }
 
 impl Mutant {
     /// Every mutant with its name (as in `REDLOCK.TESTHOOK MUTANT name 0|1`,
     /// the `REDLOCK_TEST_MUTANTS` variable and the simulator's `--mutant`).
-    pub const ALL: [(&'static str, Mutant); 29] = [
+    pub const ALL: [(&'static str, Mutant); 30] = [
         ("config-exemption", Mutant::ConfigExemption),
         ("disk-lease-from-wall", Mutant::DiskLeaseFromWall),
         ("no-reclaimed-floor", Mutant::NoReclaimedFloor),
@@ -185,6 +192,7 @@ impl Mutant {
         ("untaught-lost-with-disk", Mutant::UntaughtLostWithDisk),
         ("explicit-grace-ends-day", Mutant::ExplicitGraceEndsDay),
         ("loaded-not-configured", Mutant::LoadedNotConfigured),
+        ("longest-lost-with-disk", Mutant::LongestLostWithDisk),
     ];
 
     /// The mutant of that name (ASCII case-insensitive).

@@ -39,7 +39,7 @@ struct NumericConfig {
     max: i64,
 }
 
-const CONFIGS: [NumericConfig; 7] = [
+const CONFIGS: [NumericConfig; 8] = [
     NumericConfig {
         name: "max-ttl-ms",
         value: &MAX_TTL_MS,
@@ -89,7 +89,26 @@ const CONFIGS: [NumericConfig; 7] = [
         min: 0,
         max: 1,
     },
+    NumericConfig {
+        name: "longest-lease-ms",
+        value: &LONGEST_LEASE_MS,
+        default: 0,
+        min: 0,
+        max: MAX_TTL_LIMIT,
+    },
 ];
+
+/// `redlock.longest-lease-ms`: written by the module (with `CONFIG
+/// REWRITE`, `config_file`) when its `max-ttl-ms` no longer covers the
+/// longest lease recorded (lowered, or raised with the raise written): the
+/// configuration file's copy of that record, which a new disk keeps
+/// (`guard_rule::recorded_at_load`). 0: none.
+pub static LONGEST_LEASE_MS: AtomicI64 = AtomicI64::new(0);
+
+/// The current `redlock.longest-lease-ms`.
+pub fn longest_lease_configured() -> u64 {
+    LONGEST_LEASE_MS.load(Relaxed).max(0) as u64
+}
 
 /// `redlock.promoted-untaught`: written by the module (with `CONFIG
 /// REWRITE`, `config_file::keep_untaught`) while the window of a promotion
@@ -156,7 +175,7 @@ pub fn parse_module_args(args: &[&[u8]]) -> Result<[i64; CONFIGS.len()], String>
             return Err(format!(
                 "unknown module argument '{name}' (known: max-ttl-ms, restart-grace-ms, \
                  reclaim-after-ms, handoff-ms, sync-replicas, promoted-acked-ms, \
-                 promoted-untaught)"
+                 promoted-untaught, longest-lease-ms)"
             ));
         };
         let c = &CONFIGS[i];
@@ -284,19 +303,19 @@ mod tests {
     fn module_args_set_defaults() {
         assert_eq!(
             parse_module_args(&[]),
-            Ok([60_000, -1, 86_400_000, 50, 0, -1, 0])
+            Ok([60_000, -1, 86_400_000, 50, 0, -1, 0, 0])
         );
         assert_eq!(
             parse_module_args(&[b"max-ttl-ms", b"30000", b"restart-grace-ms", b"0"]),
-            Ok([30_000, 0, 86_400_000, 50, 0, -1, 0])
+            Ok([30_000, 0, 86_400_000, 50, 0, -1, 0, 0])
         );
         assert_eq!(
             parse_module_args(&[b"redlock.max-ttl-ms", b"5", b"reclaim-after-ms", b"0"]),
-            Ok([5, -1, 0, 50, 0, -1, 0])
+            Ok([5, -1, 0, 50, 0, -1, 0, 0])
         );
         assert_eq!(
             parse_module_args(&[b"sync-replicas", b"2"]),
-            Ok([60_000, -1, 86_400_000, 50, 2, -1, 0])
+            Ok([60_000, -1, 86_400_000, 50, 2, -1, 0, 0])
         );
         let err = parse_module_args(&[b"reclaim-after-ms", b"-1"]).unwrap_err();
         assert!(

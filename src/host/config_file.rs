@@ -25,7 +25,7 @@ use std::sync::atomic::{AtomicBool, AtomicI64, Ordering::Relaxed};
 
 use redis_module::{Context, ContextFlags, RedisValue};
 
-use crate::core::guard_rule::max_ttl_to_cover;
+use crate::core::guard_rule::{longest_to_configure, max_ttl_to_cover};
 use crate::host::config;
 use crate::host::mutant;
 
@@ -71,8 +71,19 @@ pub fn cover_learned(ctx: &Context, learned_ms: u64) {
     save_soon(ctx);
 }
 
-/// After `CONFIG SET`: a raised `max-ttl-ms` is written to the file.
+/// After `CONFIG SET`: a raised `max-ttl-ms` is written to the file; a
+/// lowered one below the longest lease recorded leaves that length in the
+/// file as `redlock.longest-lease-ms` (written now: any later `CONFIG
+/// REWRITE`, Sentinel's included, writes the lower `max-ttl-ms`).
 pub fn on_config_change(ctx: &Context) {
+    let recorded = crate::host::guard::recorded_longest();
+    let max_ttl = config::max_ttl().max(0) as u64;
+    if let Some(ms) = longest_to_configure(recorded, max_ttl, config::longest_lease_configured()) {
+        if !mutant::on(mutant::Mutant::LongestLostWithDisk) {
+            config::LONGEST_LEASE_MS.store(ms as i64, Relaxed);
+            write_now(ctx, &format!("redlock.longest-lease-ms {ms}"));
+        }
+    }
     save_soon(ctx);
 }
 
@@ -191,6 +202,12 @@ fn save_soon(ctx: &Context) {
         return;
     }
     let max_ttl = config::max_ttl();
+    // The raise's length goes to the file twice: as `max-ttl-ms`, which
+    // may later be lowered or given again on the command line, and as the
+    // copy of the longest lease, which only grows
+    // (`guard_rule::recorded_at_load`).
+    let longest = crate::host::guard::recorded_longest().max(max_ttl.max(0) as u64);
+    config::LONGEST_LEASE_MS.fetch_max(longest as i64, Relaxed);
     let saved = rewrite(ctx);
     match saved {
         Ok(()) => {

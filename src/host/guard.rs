@@ -167,8 +167,21 @@ pub fn on_load(ctx: &Context, now: MonoMillis) {
     // When the record cannot be written, the longest lease stays at what
     // is recorded: a grant of the startup length then tries again and is
     // refused if it still fails, never granted unrecorded.
-    guard().load_recorded(recorded);
+    // The configuration file's copy of the record survives a new disk
+    // (`guard_rule::recorded_at_load`); a record it lacks (written before
+    // the copy existed, or after `max-ttl-ms` came back smaller from the
+    // file or the command line) is copied to it once the load is over.
+    let configured = config::longest_lease_configured();
     let startup = config::max_ttl().max(0) as u64;
+    if let Some(ms) = crate::core::guard_rule::longest_to_configure(recorded, startup, configured) {
+        if !mutant::on(mutant::Mutant::LoadedNotConfigured) {
+            config::LONGEST_LEASE_MS.store(ms as i64, std::sync::atomic::Ordering::Relaxed);
+            crate::host::config_file::keep_after_start(ctx);
+        }
+    }
+    let recorded =
+        crate::core::guard_rule::recorded_at_load(recorded, configured, mutant::current());
+    guard().load_recorded(recorded);
     if let Err(e) = record_lease(startup) {
         ctx.log_warning(&format!("{e}"));
     }
@@ -375,6 +388,12 @@ fn is_durable(ctx: &Context) -> bool {
 /// disk is clamped to.
 pub fn longest_lease() -> u64 {
     guard().longest_lease(settings())
+}
+
+/// The longest lease recorded (the record file's, or learned; without the
+/// configuration's `max-ttl-ms`).
+pub fn recorded_longest() -> u64 {
+    guard().recorded_longest()
 }
 
 /// Makes sure a lease of `ttl_ms` is covered by the durable record before
