@@ -7,6 +7,23 @@
 //! `REDLOCK_SERVER_BIN`) and asserts the SAFE (or live) outcome. A test
 //! that fails while its hole is open is `#[ignore = "open finding: …"]`
 //! (run them with `-- --ignored`); the probes found safe pass.
+//!
+//! Open findings (Redis 7.0.15 and Valkey 8.1.8 alike):
+//! - `an_ordinary_master_restarted_with_replicas_grants_after_a_new_disk_alone`
+//!   (liveness): `hold_to_configure` writes `promoted-acked-ms 0` at an
+//!   ordinary restart with replicas (base 0: never promoted); alone on a
+//!   new disk later, the master answers NOSYNC to every ACQUIRE, and
+//!   `REDLOCK.REPLICAS FORGET` does not help.
+//! - `restoring_the_guard_after_an_untaught_promotion_under_grace_0_keeps_the_day`
+//!   (two holders, 1.10 s into a 20 s lease): a promotion under
+//!   `restart-grace-ms 0` sets the guard's untaught flag but not
+//!   `promoted-untaught`; the next CONFIG SET of anything ends the day.
+//!
+//! Safe (they pass): an unrelated CONFIG SET racing the deferred rewrite
+//! after a load from the marker alone; promoted-untaught set on a plain
+//! replica or master; a stale untaught flag through a demotion (the window
+//! is the taught longest lease, not the explicit restart-grace-ms: shorter
+//! than configured, still no second holder).
 
 mod common;
 
@@ -93,9 +110,11 @@ fn an_ordinary_master_restarted_with_replicas_grants_after_a_new_disk_alone() {
     // An ordinary restart of M with its files.
     m.restart();
     let mut mc = m.connection();
-    wait_until(Duration::from_secs(10), "the deferred CONFIG REWRITE", || {
-        file_of(&m).contains("promoted-acked-ms")
-    });
+    wait_until(
+        Duration::from_secs(10),
+        "the deferred CONFIG REWRITE",
+        || file_of(&m).contains("promoted-acked-ms"),
+    );
     eprintln!(
         "after M's ordinary restart: promoted-acked-ms {} in memory, file: {:?}",
         config_get(&mut mc, "redlock.promoted-acked-ms"),
@@ -120,10 +139,7 @@ fn an_ordinary_master_restarted_with_replicas_grants_after_a_new_disk_alone() {
         Instant::now() + Duration::from_secs(5),
     );
     if granted.is_none() {
-        let err = error_of(
-            &mut mc,
-            &[b"REDLOCK.ACQUIRE", b"K", b"owner-a", b"1000"],
-        );
+        let err = error_of(&mut mc, &[b"REDLOCK.ACQUIRE", b"K", b"owner-a", b"1000"]);
         eprintln!("M alone on a new disk, 5 s after its start: {err}");
         // The refusal's advice: forget the replica gone for good.
         let forgot: redis::RedisResult<redis::Value> = redis::cmd("REDLOCK.REPLICAS")
@@ -227,4 +243,48 @@ fn setting_promoted_untaught_on_a_plain_replica_changes_nothing() {
     config_set(&mut mc, "redlock.promoted-untaught", "1");
     assert_eq!(config_get(&mut mc, "redlock.promoted-untaught"), "0");
     assert!(!file_says(&m, "redlock.promoted-untaught 1"));
+}
+
+/// Safe (a deviation, reported): S is promoted untaught (a day), then
+/// pointed at a master M1 inside the day (a demotion does not clear the
+/// guard's untaught flag, nor the marker), taught by it, and promoted
+/// again with an explicit `restart-grace-ms 5000`. The stale untaught flag
+/// makes `window_len` take the window's default (M1's longest lease, 1000)
+/// in place of the explicit 5000: shorter than configured, but as long as
+/// every lease M1 granted (S was taught it), so no second holder.
+#[test]
+fn a_stale_untaught_flag_after_a_demotion_keeps_the_taught_window() {
+    let (mut m0, _granted_a) = old_master_granting("K0");
+    let s = adversarial_node("1000").config_file().start();
+    let mut sc = promote_untaught(&s, &mut m0);
+    assert_eq!(redlock_info(&mut sc, "grace_window_ms"), 86_400_000);
+    let m1 = adversarial_node("1000").start();
+    let _: () = redis::cmd("REPLICAOF")
+        .arg("127.0.0.1")
+        .arg(m1.port())
+        .query(&mut sc)
+        .unwrap();
+    wait_for_link(&mut sc);
+    let mut sc = taught_replica_of(&m1, &s);
+    let mut m1c = m1.connection();
+    let granted_a = first_grant(
+        &mut m1c,
+        "K",
+        "owner-a",
+        1000,
+        Instant::now() + Duration::from_secs(5),
+    )
+    .unwrap();
+    let _: i64 = redis::cmd("WAIT").arg(1).arg(5000).query(&mut m1c).unwrap();
+    config_set(&mut sc, "redlock.restart-grace-ms", "5000");
+    promote(&mut sc);
+    let window = redlock_info(&mut sc, "grace_window_ms");
+    eprintln!(
+        "second promotion (taught, restart-grace-ms 5000): grace_window_ms {window}, \
+         promoted-untaught {}",
+        config_get(&mut sc, "redlock.promoted-untaught")
+    );
+    assert!(window >= 1000);
+    let _t = start_replica(&s, adversarial_node("1000"));
+    assert_no_second_holder(&mut sc, "K", granted_a, 1000, "S");
 }
