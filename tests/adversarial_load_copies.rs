@@ -4,26 +4,28 @@
 //! of `CONFIG SET redlock.promoted-untaught 0` ending an untaught day
 //! (`host/guard.rs` `untaught_config_changed`, run at every configuration
 //! change). Each test plays a sequence on real processes (the server of
-//! `REDLOCK_SERVER_BIN`) and asserts the SAFE (or live) outcome. A test
-//! that fails while its hole is open is `#[ignore = "open finding: …"]`
-//! (run them with `-- --ignored`); the probes found safe pass.
+//! `REDLOCK_SERVER_BIN`) and asserts the SAFE (or live) outcome.
 //!
-//! Open findings (Redis 7.0.15 and Valkey 8.1.8 alike):
+//! Findings, fixed (Redis 7.0.15 and Valkey 8.1.8 alike):
 //! - `an_ordinary_master_restarted_with_replicas_grants_after_a_new_disk_alone`
-//!   (liveness): `hold_to_configure` writes `promoted-acked-ms 0` at an
+//!   (liveness): `hold_to_configure` wrote `promoted-acked-ms 0` at an
 //!   ordinary restart with replicas (base 0: never promoted); alone on a
-//!   new disk later, the master answers NOSYNC to every ACQUIRE, and
-//!   `REDLOCK.REPLICAS FORGET` does not help.
+//!   new disk later, the master answered NOSYNC to every ACQUIRE. A hold
+//!   of 0 is no longer copied.
 //! - `restoring_the_guard_after_an_untaught_promotion_under_grace_0_keeps_the_day`
 //!   (two holders, 1.10 s into a 20 s lease): a promotion under
-//!   `restart-grace-ms 0` sets the guard's untaught flag but not
-//!   `promoted-untaught`; the next CONFIG SET of anything ends the day.
+//!   `restart-grace-ms 0` set the guard's untaught flag but not
+//!   `promoted-untaught`; the next CONFIG SET of anything ended the day.
+//!   The marker and its copy now follow the guard at every promotion, and
+//!   an operator's change is told apart from the module's by the value the
+//!   module last set (`config::UNTAUGHT_KEPT`).
 //! - `a_crash_between_the_promotions_writes_is_held_from_the_configuration`
 //!   (two holders, 1.02 s into a 20 s lease): a node started as a replica
 //!   on a held master's data directory keeps that held file (acked 20 s)
 //!   until its promotion writes the new one; a crash after the new
-//!   `promoted-acked-ms 1000` and before the file restarts held by the
-//!   file's 20 s, the configuration's smaller hold unread.
+//!   `promoted-acked-ms 1000` and before the file restarted held by the
+//!   file's 20 s. A load held by its files is now held from the smaller of
+//!   the file's and the configuration's (`held_by_configuration`).
 //!
 //! Safe (they pass): an unrelated CONFIG SET racing the deferred rewrite
 //! after a load from the marker alone; promoted-untaught set on a plain
@@ -95,7 +97,7 @@ fn promote_untaught(s: &Node, m0: &mut Node) -> redis::Connection {
     sc
 }
 
-/// Open finding (liveness). An ordinary master M (never promoted) with a
+/// Finding (fixed: a hold of 0 is not copied). An ordinary master M (never promoted) with a
 /// replica R restarts (its own data directory): the load is held by its
 /// replica set, and `LeaseAck::hold_to_configure` copies
 /// `configured_hold()` = min(acked, base) to the configuration file. A
@@ -107,7 +109,6 @@ fn promote_untaught(s: &Node, m0: &mut Node) -> redis::Connection {
 /// online and acknowledges: never, for a master that runs alone now. Before
 /// the copy such a run was a fresh master and granted at once.
 #[test]
-#[ignore = "open finding: an ordinary master's restart with replicas copies promoted-acked-ms 0 to its configuration; after a new disk without replicas it refuses every ACQUIRE (NOSYNC) for good"]
 fn an_ordinary_master_restarted_with_replicas_grants_after_a_new_disk_alone() {
     let mut m = adversarial_node("1000").config_file().start();
     assert!(!file_of(&m).contains("promoted-acked-ms"));
@@ -116,11 +117,16 @@ fn an_ordinary_master_restarted_with_replicas_grants_after_a_new_disk_alone() {
     // An ordinary restart of M with its files.
     m.restart();
     let mut mc = m.connection();
-    wait_until(
-        Duration::from_secs(10),
-        "the deferred CONFIG REWRITE",
-        || file_of(&m).contains("promoted-acked-ms"),
-    );
+    // Held from 0 (nothing to start from): nothing is copied.
+    let looked = Instant::now();
+    while looked.elapsed() < Duration::from_millis(500) {
+        assert!(
+            !file_of(&m).contains("promoted-acked-ms"),
+            "a hold of 0 was copied:\n{}",
+            file_of(&m)
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
     eprintln!(
         "after M's ordinary restart: promoted-acked-ms {} in memory, file: {:?}",
         config_get(&mut mc, "redlock.promoted-acked-ms"),
@@ -163,7 +169,7 @@ fn an_ordinary_master_restarted_with_replicas_grants_after_a_new_disk_alone() {
     );
 }
 
-/// Open finding (safety). S (`max-ttl-ms` 1000) runs with
+/// Finding (fixed). S (`max-ttl-ms` 1000) runs with
 /// `restart-grace-ms 0` (the guard off, an operator's temporary choice)
 /// and is promoted untaught while M0's 20 s lease of K runs. The promotion
 /// opens no window (`on_promotion` returns no record when the window is
@@ -177,7 +183,6 @@ fn an_ordinary_master_restarted_with_replicas_grants_after_a_new_disk_alone() {
 /// grants K while M0's lease runs. Any unrelated `CONFIG SET` does the
 /// same.
 #[test]
-#[ignore = "open finding: any CONFIG SET while promoted-untaught is 0 and the guard is untaught (a promotion under restart-grace-ms 0) ends the day; restoring restart-grace-ms -1 then grants inside the old master's lease"]
 fn restoring_the_guard_after_an_untaught_promotion_under_grace_0_keeps_the_day() {
     let (mut m0, granted_a) = old_master_granting("K");
     let s = adversarial_node("1000").config_file().start();
@@ -300,7 +305,7 @@ fn acked_file(n: &Node) -> std::path::PathBuf {
     n.dir().join(format!("redlock-lease-acked-{}", n.port()))
 }
 
-/// Candidate: a promotion writes `promoted-acked-ms` before its data file,
+/// Finding (fixed): a promotion writes `promoted-acked-ms` before its data file,
 /// so a crash between the two leaves the data file as it was. When that
 /// file is itself held (a node started as a replica on the data directory
 /// of a held life as master: no role change resets it), the restart is
@@ -313,7 +318,6 @@ fn acked_file(n: &Node) -> std::path::PathBuf {
 /// a master, it grants a 20 s lease without any replica acknowledging;
 /// it is lost, F is promoted, guards 1000 ms and grants the lock.
 #[test]
-#[ignore = "open finding: a crash between a promotion's configuration write and its data file write leaves a stale held lease-acked file that outranks the configuration's smaller hold"]
 fn a_crash_between_the_promotions_writes_is_held_from_the_configuration() {
     // N's old life: a master whose replica acknowledged 20 s.
     let mut n = adversarial_node("1000").config_file().start();

@@ -222,12 +222,15 @@ fn seed_3098182(mutant: bool) -> Option<Duration> {
     let mut r1c = taught_replica_of(&m, &r1);
     let mut r2c = taught_replica_of(&m, &r2);
     // M tells its replicas what all of them acknowledged knowing once R2
-    // acknowledged too: R1 is promoted knowing it (1000 ms).
-    wait_until(
-        Duration::from_secs(20),
-        "R1 knows what M's replicas acked",
-        || redlock_info(&mut r1c, "master_acked_ms") >= 1000,
-    );
+    // acknowledged too: R1 and R2 are promoted knowing it (1000 ms); R2,
+    // promoted not knowing it, would be held from 0 and grant nothing alone.
+    for (rc, which) in [(&mut r1c, "R1"), (&mut r2c, "R2")] {
+        wait_until(
+            Duration::from_secs(20),
+            &format!("{which} knows what M's replicas acked"),
+            || redlock_info(rc, "master_acked_ms") >= 1000,
+        );
+    }
     drop(r1c);
     m.kill();
 

@@ -1693,9 +1693,12 @@ impl World {
         // Written to the configuration file too (`CONFIG REWRITE`,
         // `host/config_file.rs::keep_promoted_acked`), before any command.
         node.promoted_acked = node.lease_ack.configured_hold();
-        if let Some(record) = node.guard.on_promotion(s, Promotion::Guard, mono, taught) {
-            node.disk.untaught_file = node.guard.untaught_window();
-            node.untaught_configured = node.guard.untaught_window();
+        // The marker and its configuration copy follow the guard also when
+        // no window opens (`host/guard.rs::on_promotion`).
+        let record = node.guard.on_promotion(s, Promotion::Guard, mono, taught);
+        node.disk.untaught_file = node.guard.untaught_window();
+        node.untaught_configured = node.guard.untaught_window();
+        if let Some(record) = record {
             node.disk.run_state = Some(record);
         }
         if node.guard.longest_lease(s) < self.ttl_ceiling_ms {

@@ -342,13 +342,23 @@ impl LeaseAck {
     /// of the old master acknowledged it there. A load with its files
     /// knows more: those decide. (Under the `held-lost-with-disk` mutant
     /// the configuration is not read.)
+    ///
+    /// A load held by its files is held from the smaller of the two: the
+    /// file may be an earlier life's (a crash between the configuration
+    /// and the file writes of a promotion, or a failed write of the file,
+    /// on a directory whose file said held from a longer length).
     pub fn held_by_configuration(mut self, configured_ms: Option<u64>, mutants: Mutants) -> Self {
-        if self.held || mutants.on(Mutant::HeldLostWithDisk) {
+        if mutants.on(Mutant::HeldLostWithDisk) {
             return self;
         }
         let Some(ms) = configured_ms else {
             return self;
         };
+        if self.held {
+            self.acked_ms = self.acked_ms.min(ms);
+            self.base_ms = self.base_ms.min(ms);
+            return self;
+        }
         let ms = ms.min(self.acked_ms);
         self.acked_ms = ms;
         self.base_ms = ms;
@@ -368,7 +378,10 @@ impl LeaseAck {
         if mutants.on(Mutant::LoadedNotConfigured) {
             return None;
         }
-        let hold = self.configured_hold()?;
+        // A hold of 0 is a life with nothing to start from (every
+        // ordinary master restarted with replicas): copied, it would refuse
+        // every lease of a later run on a new disk without replicas.
+        let hold = self.configured_hold().filter(|&h| h > 0)?;
         configured.is_none_or(|c| c > hold).then_some(hold)
     }
 
@@ -1034,6 +1047,21 @@ mod tests {
         // A life that is not held writes nothing.
         let free = LeaseAck::at_load(None, false, 6_000, Mutants::NONE);
         assert_eq!(free.hold_to_configure(None, Mutants::NONE), None);
+        // Nor one held from 0 (an ordinary master restarted with replicas).
+        let ordinary = LeaseAck::at_load(None, true, 6_000, Mutants::NONE);
+        assert_eq!(ordinary.configured_hold(), Some(0));
+        assert_eq!(ordinary.hold_to_configure(None, Mutants::NONE), None);
+        // A held file and a smaller configured hold: the smaller.
+        let stale = Kept {
+            acked_ms: 20_000,
+            held: true,
+            base_ms: 20_000,
+            ..Kept::default()
+        };
+        let held = LeaseAck::at_load(Some(stale), false, 20_000, Mutants::NONE)
+            .held_by_configuration(Some(1_000), Mutants::NONE);
+        assert_eq!(held.configured_hold(), Some(1_000));
+        assert_eq!(held.acked_ms(), 1_000);
         #[cfg(feature = "danger-mutants")]
         {
             let broken = Mutants::NONE.with(Mutant::LoadedNotConfigured, true);

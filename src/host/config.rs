@@ -117,6 +117,11 @@ pub fn longest_lease_configured() -> u64 {
 /// (`guard_rule::untaught_at_load`).
 pub static PROMOTED_UNTAUGHT: AtomicI64 = AtomicI64::new(0);
 
+/// The `redlock.promoted-untaught` the module itself last set (or loaded):
+/// a value that differs from it was set by an operator
+/// (`guard::untaught_config_changed`).
+pub static UNTAUGHT_KEPT: AtomicI64 = AtomicI64::new(0);
+
 /// `redlock.promoted-acked-ms` value meaning "never promoted".
 pub const PROMOTED_ACKED_NONE: i64 = -1;
 /// `redlock.promoted-acked-ms`: written by the module at a promotion (with

@@ -117,6 +117,7 @@ pub fn keep_promoted_acked(ctx: &Context, held_from_ms: Option<u64>) {
 /// (`guard_rule::untaught_at_load`, simulator seed 3,508,262).
 pub fn keep_untaught(ctx: &Context, marked: bool) {
     let value = i64::from(marked);
+    config::UNTAUGHT_KEPT.store(value, Relaxed);
     if config::PROMOTED_UNTAUGHT.swap(value, Relaxed) == value {
         return;
     }

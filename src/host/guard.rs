@@ -161,6 +161,10 @@ pub fn on_load(ctx: &Context, now: MonoMillis) {
         config::PROMOTED_UNTAUGHT.store(1, std::sync::atomic::Ordering::Relaxed);
         crate::host::config_file::keep_after_start(ctx);
     }
+    config::UNTAUGHT_KEPT.store(
+        config::PROMOTED_UNTAUGHT.load(std::sync::atomic::Ordering::Relaxed),
+        std::sync::atomic::Ordering::Relaxed,
+    );
     let _ = UNTAUGHT_PATH.set(untaught_path);
     // The startup max-ttl-ms is recorded too: a restart that brings a
     // smaller one back from redis.conf must still cover this run's leases.
@@ -259,10 +263,14 @@ pub fn durable_run() -> bool {
 /// ([`crate::host::teacher::on_promotion`]).
 pub fn on_promotion(ctx: &Context, now: MonoMillis, promotion: Promotion, taught: bool) {
     let mut g = guard();
-    if let Some(record) = g.on_promotion(settings(), promotion, now, taught) {
-        // The marker first: a restart that reads the record's open window
-        // must know how long it is.
-        save_untaught_window(ctx, g.untaught_window());
+    let record = g.on_promotion(settings(), promotion, now, taught);
+    // The marker first: a restart that reads the record's open window must
+    // know how long it is. Also when no window opens (`restart-grace-ms
+    // 0`): the day comes back with the guard, and the marker and its
+    // configuration copy must say what the guard says (an operator's
+    // change of the copy is told apart from the module's by that).
+    save_untaught_window(ctx, g.untaught_window());
+    if let Some(record) = record {
         save_run_state(ctx, record);
     }
 }
@@ -303,11 +311,12 @@ pub fn on_config_change(ctx: &Context) {
 fn untaught_config_changed(ctx: &Context) {
     use std::sync::atomic::Ordering::Relaxed;
     let configured = config::PROMOTED_UNTAUGHT.load(Relaxed);
-    let mut g = guard();
-    let untaught = g.untaught_window();
-    if configured == i64::from(untaught) {
+    let kept = config::UNTAUGHT_KEPT.load(Relaxed);
+    if configured == kept {
+        // Not changed by this `CONFIG SET` (the event names no config).
         return;
     }
+    let mut g = guard();
     if configured == 0 && g.end_untaught(settings()) {
         save_untaught_window(ctx, false);
         drop(g);
@@ -318,7 +327,7 @@ fn untaught_config_changed(ctx: &Context) {
         crate::host::config_file::write_now(ctx, "redlock.promoted-untaught 0");
         return;
     }
-    config::PROMOTED_UNTAUGHT.store(i64::from(untaught), Relaxed);
+    config::PROMOTED_UNTAUGHT.store(kept, Relaxed);
     drop(g);
     ctx.log_warning(
         "redlock.promoted-untaught is kept by the module: only 0, which ends an untaught \
