@@ -129,12 +129,18 @@ pub enum Mutant {
     /// (simulator seed 3,508,262): restarted on a new disk inside it, the
     /// node waits only its `max-ttl-ms`.
     UntaughtLostWithDisk = 67108864,
+    /// A replica taught by a master that was, as last announced, inside a
+    /// window longer than the replica's own guard (an untaught promotion's
+    /// day), or whose announcement it has not received, counts as taught
+    /// at its promotion (`sync_rule::taught_at_promotion`): it guards only
+    /// its own longest lease while a lease of its teacher's old master runs.
+    UntaughtNotTaughtOn = 134217728,
 }
 
 impl Mutant {
     /// Every mutant with its name (as in `REDLOCK.TESTHOOK MUTANT name 0|1`,
     /// the `REDLOCK_TEST_MUTANTS` variable and the simulator's `--mutant`).
-    pub const ALL: [(&'static str, Mutant); 27] = [
+    pub const ALL: [(&'static str, Mutant); 28] = [
         ("config-exemption", Mutant::ConfigExemption),
         ("disk-lease-from-wall", Mutant::DiskLeaseFromWall),
         ("no-reclaimed-floor", Mutant::NoReclaimedFloor),
@@ -171,6 +177,7 @@ impl Mutant {
         ("learned-not-configured", Mutant::LearnedNotConfigured),
         ("held-lost-with-disk", Mutant::HeldLostWithDisk),
         ("untaught-lost-with-disk", Mutant::UntaughtLostWithDisk),
+        ("untaught-not-taught-on", Mutant::UntaughtNotTaughtOn),
     ];
 
     /// The mutant of that name (ASCII case-insensitive).

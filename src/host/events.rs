@@ -92,6 +92,16 @@ extern "C" fn on_role_change(
             // Taught by the master it followed until now, and what that
             // master's replicas acknowledged knowing (`core/teacher.rs`).
             let (taught, learned_acked) = teacher::on_promotion(&ctx);
+            // Taught by a master that was still inside a window longer than
+            // this node covers (an untaught promotion's day), or whose
+            // announcement has not arrived: untaught (`sync_rule`).
+            let taught = crate::core::sync_rule::taught_at_promotion(
+                taught,
+                sync::announced_hold_until(),
+                guard::longest_lease(),
+                now,
+                crate::host::mutant::current(),
+            );
             let promotion = sync::on_promotion(&ctx, now);
             // A life as master starts from what every replica of the old
             // master acknowledged knowing, held back until its own
