@@ -176,6 +176,12 @@ pub const MUTANTS: &[SimMutant] = &[
         known_seed: 1_430,
     },
     SimMutant {
+        name: "untaught-not-taught-on",
+        hole: Hole::Module(Mutant::UntaughtNotTaughtOn),
+        what: "a replica taught by a master inside an untaught promotion's day (its announced hold reaches past the replica's longest lease), or without that master's announcement, counts as taught once promoted: it guards only its own longest lease while a lease of its teacher's old master runs (module, adversarial read of the untaught day; caught through untaught-teaches)",
+        known_seed: 15_770,
+    },
+    SimMutant {
         name: "no-clock-floor",
         hole: Hole::NoClockFloor,
         what: "clients send no FLOOR: a node that lost its counters hands out low tokens again (client setting)",
