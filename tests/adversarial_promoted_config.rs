@@ -112,17 +112,39 @@ fn file_says(n: &Node, line: &str) -> bool {
 /// hold reaches past its own longest lease, is untaught too
 /// (`sync_rule::taught_at_promotion`): a day. Returns R's grant of K after
 /// M0's lease began, if any; `mutant`: R runs `untaught-not-taught-on`.
-fn untaught_masters_day(mutant: bool) -> Option<Duration> {
+/// `fellow`: R is not a new node but a fellow replica of S, pointed at M0
+/// (still in its first sync) before S's promotion and repointed at S after
+/// it (Sentinel's reconfiguration).
+fn untaught_masters_day(mutant: bool, fellow: bool) -> Option<Duration> {
     let (mut m0, granted_a) = old_master_granting("K");
     let mut s = adversarial_node("1000").start();
-    let mut sc = promote_untaught(&s, &mut m0);
-    assert_eq!(redlock_info(&mut sc, "grace_window_ms"), 86_400_000);
-
     let mut builder = adversarial_node("1000");
     if mutant {
         builder = builder.env("REDLOCK_TEST_MUTANTS", "untaught-not-taught-on");
     }
-    let r = start_replica(&s, builder);
+    let replica_of = |node: &Node, of: &Node| {
+        let mut c = node.connection();
+        let _: () = redis::cmd("REPLICAOF")
+            .arg("127.0.0.1")
+            .arg(of.port())
+            .query(&mut c)
+            .unwrap();
+    };
+    let fellow_node = fellow.then(|| {
+        let f = builder.clone().start();
+        replica_of(&f, &m0);
+        f
+    });
+    let mut sc = promote_untaught(&s, &mut m0);
+    assert_eq!(redlock_info(&mut sc, "grace_window_ms"), 86_400_000);
+
+    let r = match fellow_node {
+        Some(f) => {
+            replica_of(&f, &s);
+            f
+        }
+        None => start_replica(&s, builder),
+    };
     let mut rc = r.connection();
     wait_until(Duration::from_secs(20), "R taught by S, current", || {
         redlock_info(&mut rc, "taught_by_master") == 1 && redlock_info(&mut rc, "sync_current") == 1
@@ -151,7 +173,18 @@ fn untaught_masters_day(mutant: bool) -> Option<Duration> {
 
 #[test]
 fn an_untaught_masters_day_reaches_the_replica_it_teaches() {
-    if let Some(gap) = untaught_masters_day(false) {
+    if let Some(gap) = untaught_masters_day(false, false) {
+        assert!(
+            gap >= Duration::from_millis(OLD_LEASE_MS),
+            "two holders: R granted K {gap:?} after a {OLD_LEASE_MS} ms lease began"
+        );
+    }
+}
+
+/// The same for a fellow replica of S repointed at it during its day.
+#[test]
+fn an_untaught_masters_day_reaches_a_fellow_replica_repointed_at_it() {
+    if let Some(gap) = untaught_masters_day(false, true) {
         assert!(
             gap >= Duration::from_millis(OLD_LEASE_MS),
             "two holders: R granted K {gap:?} after a {OLD_LEASE_MS} ms lease began"
@@ -163,7 +196,7 @@ fn an_untaught_masters_day_reaches_the_replica_it_teaches() {
 /// M0's lease runs.
 #[test]
 fn with_the_mutant_the_replica_it_teaches_grants_during_the_old_lease() {
-    let gap = untaught_masters_day(true).expect("R grants K");
+    let gap = untaught_masters_day(true, false).expect("R grants K");
     assert!(
         gap < Duration::from_millis(OLD_LEASE_MS),
         "R granted K only {gap:?} after the lease began"
