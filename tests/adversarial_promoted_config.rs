@@ -8,13 +8,14 @@
 //! while its hole is open is `#[ignore = "open finding: …"]` (run them with
 //! `-- --ignored`); the probes found safe pass.
 //!
-//! Open finding:
-//! - `an_untaught_masters_day_does_not_reach_the_replica_it_teaches`: the
-//!   day's window of an untaught promotion is this node's only; a replica
-//!   that syncs from it is *taught* by it, learns only its (shorter)
-//!   longest lease, and, promoted next, guards that long.
-//!
 //! Fixed, each with a test that fails under its mutant:
+//! - `an_untaught_masters_day_reaches_the_replica_it_teaches` (was
+//!   `an_untaught_masters_day_does_not_reach_the_replica_it_teaches`): the
+//!   day's window of an untaught promotion was this node's only; a replica
+//!   that synced from it was *taught* by it, learned only its (shorter)
+//!   longest lease, and, promoted next, guarded that long. The master's
+//!   announced hold now decides (`sync_rule::taught_at_promotion`;
+//!   `untaught-not-taught-on`);
 //! - an explicit `redlock.restart-grace-ms` (the guide's example sets it
 //!   to `max-ttl-ms`) made the untaught promotion's window that long, not a
 //!   day (`explicit-grace-ends-day`);
@@ -91,43 +92,108 @@ fn file_says(n: &Node, line: &str) -> bool {
     file_of(n).lines().any(|l| l.trim() == line)
 }
 
-/// Open finding. M0 grants K for 20 s (its `max-ttl-ms` raised at run
-/// time, before any replica: allowed, the master never had one). S
-/// (`max-ttl-ms` 1000) is pointed at M0 and promoted during its first sync
-/// (Sentinel's failover when M0 dies): untaught, it guards a day. A
-/// replacement replica R (1000, a new node) syncs from S and is taught by
-/// S, which says its longest lease is 1000 (the day is S's window, not a
-/// lease length, and travels only with the `sync-replicas` vouch, off by
-/// default). S is lost; R is promoted and guards 1000 ms; once a replica
-/// of its own acknowledged (T, Sentinel's repoint), R grants K while M0's
-/// 20 s lease runs.
-#[test]
-#[ignore = "open finding: an untaught promotion's day window does not reach the replica it teaches; promoted next, that replica guards only the untaught master's own max-ttl-ms"]
-fn an_untaught_masters_day_does_not_reach_the_replica_it_teaches() {
+/// Fixed (was an open finding). M0 grants K for 20 s (its `max-ttl-ms`
+/// raised at run time, before any replica: allowed, the master never had
+/// one). S (`max-ttl-ms` 1000) is pointed at M0 and promoted during its
+/// first sync (Sentinel's failover when M0 dies): untaught, it guards a
+/// day. A replacement replica R (1000, a new node) syncs from S and is
+/// taught by S, which says its longest lease is 1000 (the day is S's
+/// window, not a lease length). S is lost; R is promoted; once a replica of
+/// its own acknowledged (T, Sentinel's repoint), it must not grant K while
+/// M0's 20 s lease runs. S announces its hold (the rest of its day) to R
+/// behind the sync, also with `sync-replicas` 0, and R, promoted while that
+/// hold reaches past its own longest lease, is untaught too
+/// (`sync_rule::taught_at_promotion`): a day. Returns R's grant of K after
+/// M0's lease began, if any; `mutant`: R runs `untaught-not-taught-on`.
+/// `fellow`: R is not a new node but a fellow replica of S, pointed at M0
+/// (still in its first sync) before S's promotion and repointed at S after
+/// it (Sentinel's reconfiguration).
+fn untaught_masters_day(mutant: bool, fellow: bool) -> Option<Duration> {
     let (mut m0, granted_a) = old_master_granting("K");
     let mut s = adversarial_node("1000").start();
+    let mut builder = adversarial_node("1000");
+    if mutant {
+        builder = builder.env("REDLOCK_TEST_MUTANTS", "untaught-not-taught-on");
+    }
+    let replica_of = |node: &Node, of: &Node| {
+        let mut c = node.connection();
+        let _: () = redis::cmd("REPLICAOF")
+            .arg("127.0.0.1")
+            .arg(of.port())
+            .query(&mut c)
+            .unwrap();
+    };
+    let fellow_node = fellow.then(|| {
+        let f = builder.clone().start();
+        replica_of(&f, &m0);
+        f
+    });
     let mut sc = promote_untaught(&s, &mut m0);
     assert_eq!(redlock_info(&mut sc, "grace_window_ms"), 86_400_000);
 
-    let r = start_replica(&s, adversarial_node("1000"));
+    let r = match fellow_node {
+        Some(f) => {
+            replica_of(&f, &s);
+            f
+        }
+        None => start_replica(&s, builder),
+    };
     let mut rc = r.connection();
-    wait_until(Duration::from_secs(20), "R taught by S", || {
-        redlock_info(&mut rc, "taught_by_master") == 1
+    wait_until(Duration::from_secs(20), "R taught by S, current", || {
+        redlock_info(&mut rc, "taught_by_master") == 1 && redlock_info(&mut rc, "sync_current") == 1
     });
     eprintln!(
-        "R taught by S: longest_lease_ms {}",
-        redlock_info(&mut rc, "longest_lease_ms")
+        "R taught by S: longest_lease_ms {}, S's hold {} ms",
+        redlock_info(&mut rc, "longest_lease_ms"),
+        redlock_info(&mut rc, "sync_hold_left_ms")
     );
     drop(sc);
     s.kill();
     promote(&mut rc);
-    eprintln!(
-        "R promoted: grace_window_ms {}",
-        redlock_info(&mut rc, "grace_window_ms")
-    );
+    let window = redlock_info(&mut rc, "grace_window_ms");
+    eprintln!("R promoted: grace_window_ms {window}");
+    if !mutant {
+        assert_eq!(window, 86_400_000, "R guards a day");
+    }
     // Sentinel points the other replicas at R: one of its own acknowledges.
     let _t = start_replica(&r, adversarial_node("1000"));
-    assert_no_second_holder(&mut rc, "K", granted_a, OLD_LEASE_MS, "R");
+    let until = granted_a + Duration::from_millis(OLD_LEASE_MS + 1_000);
+    let granted_b = first_grant(&mut rc, "K", "owner-b", 1000, until)?;
+    let gap = granted_b - granted_a;
+    eprintln!("R granted K {gap:?} after the {OLD_LEASE_MS} ms lease began");
+    Some(gap)
+}
+
+#[test]
+fn an_untaught_masters_day_reaches_the_replica_it_teaches() {
+    if let Some(gap) = untaught_masters_day(false, false) {
+        assert!(
+            gap >= Duration::from_millis(OLD_LEASE_MS),
+            "two holders: R granted K {gap:?} after a {OLD_LEASE_MS} ms lease began"
+        );
+    }
+}
+
+/// The same for a fellow replica of S repointed at it during its day.
+#[test]
+fn an_untaught_masters_day_reaches_a_fellow_replica_repointed_at_it() {
+    if let Some(gap) = untaught_masters_day(false, true) {
+        assert!(
+            gap >= Duration::from_millis(OLD_LEASE_MS),
+            "two holders: R granted K {gap:?} after a {OLD_LEASE_MS} ms lease began"
+        );
+    }
+}
+
+/// The same with the mutant on R: it counts as taught and grants K while
+/// M0's lease runs.
+#[test]
+fn with_the_mutant_the_replica_it_teaches_grants_during_the_old_lease() {
+    let gap = untaught_masters_day(true, false).expect("R grants K");
+    assert!(
+        gap < Duration::from_millis(OLD_LEASE_MS),
+        "R granted K only {gap:?} after the lease began"
+    );
 }
 
 /// Finding (fixed): the guide's example configuration pins

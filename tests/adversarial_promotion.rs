@@ -266,7 +266,9 @@ fn chain_with_the_last_replica_cut_off() -> Option<(Node, Node, Instant)> {
 /// M → X → Y (1000). Y is cut off (paused, X drops its link); `max-ttl-ms`
 /// is raised on M, X (M's only replica) acknowledges, M grants 5 s. M and
 /// X are lost; Y is promoted (by hand: Sentinel never promotes a replica of
-/// a replica). Y is taught by X and guards for 1 s only, but its life
+/// a replica). Y is taught by X, but X, a replica, never announced its hold
+/// to Y: since `sync_rule::taught_at_promotion`, Y counts as untaught and
+/// guards a day (it guarded 1 s before, asserted below). Its life also
 /// starts from what X announced its replicas acknowledged: X never was a
 /// master, so 0, and Y refuses every lease (`NOSYNC`) until a replica of its
 /// own acknowledges. Safe while no replica joins it (at the cost of
@@ -290,6 +292,8 @@ fn replica_of_a_replica_promoted_directly_after_master_and_its_replica_are_lost(
         redlock_info(&mut yc, "grace_remaining_ms"),
         redlock_info(&mut yc, "longest_lease_acked_ms")
     );
+    // No announcement of X reached Y: untaught at its promotion, a day.
+    assert_eq!(redlock_info(&mut yc, "grace_window_ms"), 86_400_000);
     assert_no_second_holder(&mut yc, "L", granted_a, 5000, "Y");
 }
 
@@ -872,6 +876,9 @@ fn replica_of_a_replica_is_not_vouched_by_forwarded_announcements() {
     assert_eq!(redlock_info(&mut yc, "sync_current"), 0);
     promote(&mut yc);
     assert_eq!(redlock_info(&mut yc, "sync_last_promotion"), 3);
+    // Not current with X (no announcement of X reached it): untaught at its
+    // promotion too (`sync_rule::taught_at_promotion`), a day, not X's 2 s.
+    assert_eq!(redlock_info(&mut yc, "grace_window_ms"), 86_400_000);
 }
 
 /// Second read, H: finding A's rule sees only a replica that reaches the

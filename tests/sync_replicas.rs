@@ -368,6 +368,11 @@ fn a_replica_restarted_and_promoted_before_it_synced_keeps_the_guard() {
     assert_eq!(redlock_info(&mut r, "sync_current"), 0);
     promote(&mut r);
     assert_eq!(redlock_info(&mut r, "sync_last_promotion"), 3);
+    // Taught by M (its file), but no announcement of M since it restarted:
+    // it cannot tell whether M was inside a longer window (an untaught
+    // promotion's day), so it guards a day (`sync_rule::taught_at_promotion`;
+    // before, its longest lease).
+    assert_eq!(redlock_info(&mut r, "grace_window_ms"), 86_400_000);
     let err = grace_of(&mut r);
     assert!(
         err.starts_with("GRACE node was promoted to master"),

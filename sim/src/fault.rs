@@ -41,6 +41,7 @@ impl World {
                 | FaultKind::NewDiskPromoted
                 | FaultKind::RepointNewDisk
                 | FaultKind::SwitchBackNewDisk
+                | FaultKind::UntaughtTeaches
         );
         if !per_second {
             return;
@@ -111,6 +112,7 @@ impl World {
                 }
             }
             Fault::Repoint { member } => self.repoint_step(member as usize),
+            Fault::Teach { node } => self.teach_step(node as usize),
             Fault::Bounce { node } => {
                 let n = node as usize;
                 if self.nodes[n].up && !self.healed {
@@ -259,7 +261,8 @@ impl World {
             FaultKind::SwitchBack
             | FaultKind::SlowRepoint
             | FaultKind::RepointNewDisk
-            | FaultKind::SwitchBackNewDisk => self.start_repoint(k),
+            | FaultKind::SwitchBackNewDisk
+            | FaultKind::UntaughtTeaches => self.start_repoint(k),
             FaultKind::LateReplica => self.start_late_replicas(),
             FaultKind::Pause => {
                 let n = self.pick(k, nodes);
@@ -391,6 +394,74 @@ impl World {
         }
     }
 
+    /// [`FaultKind::UntaughtTeaches`], after the untaught promotion of node
+    /// `s`: its other replica is replaced by a new node (a new disk and a
+    /// new configuration, as a replacement machine: it knows only its own
+    /// `max-ttl-ms`), which syncs from `s`; once it is online on `s` (taught
+    /// by it), `s` dies (and any other replica with it), and the sentinel
+    /// promotes the new node.
+    fn teach_step(&mut self, s: usize) {
+        let k = FaultKind::UntaughtTeaches;
+        let m = self.nodes[s].member as usize;
+        if self.healed
+            || !self.nodes[s].up
+            || self.nodes[s].replica
+            || self.members[m].master as usize != s
+        {
+            self.teach[m] = None;
+            return;
+        }
+        let again = Ev::Fault(Fault::Teach { node: s as u16 });
+        match self.teach[m] {
+            None => {
+                let Some(x) = self.members[m]
+                    .nodes
+                    .iter()
+                    .map(|&x| x as usize)
+                    .find(|&x| x != s && self.nodes[x].up && self.nodes[x].replica)
+                else {
+                    return;
+                };
+                self.node_crash(x);
+                let node = &mut self.nodes[x];
+                node.max_ttl = self.sc.replica_max_ttl_ms;
+                node.promoted_acked = None;
+                node.untaught_configured = false;
+                node.longest_configured = 0;
+                self.node_start(x, true);
+                self.teach[m] = Some(x as u16);
+                self.heal_not_before = self.heal_not_before.max(self.now + 10 * SEC);
+                self.after(5 * MS, again);
+            }
+            Some(x) => {
+                let x = x as usize;
+                if !self.nodes[x].up {
+                    self.teach[m] = None;
+                    return;
+                }
+                if !self.online_replicas(m, s).contains(&x) {
+                    self.after(5 * MS, again);
+                    return;
+                }
+                self.teach[m] = None;
+                // The sentinel sees the master down within 100 ms and
+                // promotes after `down-after-milliseconds`: any other
+                // replica is down until just after that (then it follows the
+                // new master, and acknowledges what it grants).
+                let down_after = self.sc.down_after_ms * MS;
+                let down = down_after + skewed(self.fault_rng(k), 500 * MS, 2 * SEC);
+                let others = down_after + 250 * MS + skewed(self.fault_rng(k), MS, 300 * MS);
+                self.crash_for(s, down, false);
+                for y in self.members[m].nodes.clone() {
+                    let y = y as usize;
+                    if y != x && y != s && self.nodes[y].up {
+                        self.crash_for(y, others, false);
+                    }
+                }
+            }
+        }
+    }
+
     /// Whether member `m`'s master may be made to fail over now: it is up,
     /// not switching over, and no lagging promotion is pending for it.
     fn may_fail_over(&self, m: usize) -> bool {
@@ -477,6 +548,9 @@ impl World {
                 FaultKind::NewDiskPromoted | FaultKind::SwitchBackNewDisk
             ) {
                 self.new_disk_next[m] = false;
+            }
+            if w.kind == FaultKind::UntaughtTeaches {
+                self.teach_next[m] = false;
             }
             return;
         }
@@ -599,7 +673,10 @@ impl World {
         let give_up = self.now + 2 * longest + 4 * SEC;
         let last = give_up + slow_for + self.sc.down_after_ms * MS + 500 * MS;
         self.heal_not_before = self.heal_not_before.max(last);
-        if matches!(k, FaultKind::SwitchBack | FaultKind::SwitchBackNewDisk) {
+        if matches!(
+            k,
+            FaultKind::SwitchBack | FaultKind::SwitchBackNewDisk | FaultKind::UntaughtTeaches
+        ) {
             let to = online[self.pick(k, online.len())];
             self.repoint[m] = Some(Repoint {
                 kind: k,
@@ -834,8 +911,12 @@ impl World {
                 let waits = back_soon
                     || self.nodes[n].in_window(self.settings(n), self.now)
                     || self.nodes[n].paused_until.is_some()
-                    || (matches!(p.kind, FaultKind::SwitchBack | FaultKind::SwitchBackNewDisk)
-                        && self.online_replicas(m, n).is_empty());
+                    || (matches!(
+                        p.kind,
+                        FaultKind::SwitchBack
+                            | FaultKind::SwitchBackNewDisk
+                            | FaultKind::UntaughtTeaches
+                    ) && self.online_replicas(m, n).is_empty());
                 if waits {
                     self.after(5 * MS, again);
                     return;
@@ -857,6 +938,9 @@ impl World {
                 // The replica promoted next (the slow one, in its full
                 // sync) loses its disk soon after.
                 self.new_disk_next[m] = k == FaultKind::SwitchBackNewDisk;
+                // Or its other replica is replaced by a new node that it
+                // teaches (`Fault::Teach`).
+                self.teach_next[m] = k == FaultKind::UntaughtTeaches;
                 self.raise_watch[m] = Some(RaiseWatch {
                     node: n as u16,
                     longer_than_ms: before,

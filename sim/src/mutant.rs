@@ -75,8 +75,12 @@ pub const MUTANTS: &[SimMutant] = &[
     },
     SimMutant {
         name: "aux-writer-baseline",
-        hole: Hole::Modules(&[Mutant::AuxWriterBaseline, Mutant::TaughtByAny]),
-        what: "aux_save2 leaves the node record out at the writer's own max-ttl-ms: a replica with a smaller one learns a shorter longest lease than its master's (Redis 7.2+/Valkey, issue 39); with taught-by-any, since a replica that applied no record of its master is untaught and guards long (core/teacher.rs)",
+        hole: Hole::Modules(&[
+            Mutant::AuxWriterBaseline,
+            Mutant::TaughtByAny,
+            Mutant::UntaughtNotTaughtOn,
+        ]),
+        what: "aux_save2 leaves the node record out at the writer's own max-ttl-ms: a replica with a smaller one learns a shorter longest lease than its master's (Redis 7.2+/Valkey, issue 39); with taught-by-any, since a replica that applied no record of its master is untaught and guards long (core/teacher.rs); with untaught-not-taught-on, since a replica promoted before its master's announcement reached it is untaught too (sync_rule::taught_at_promotion)",
         known_seed: 108,
     },
     SimMutant {
@@ -135,14 +139,14 @@ pub const MUTANTS: &[SimMutant] = &[
     },
     SimMutant {
         name: "teacher-outlives-life",
-        hole: Hole::Module(Mutant::TeacherOutlivesLife),
-        what: "a node keeps its teacher through its own life as master: switched over to and back, it counts as taught by its old master before any record of that master's new life, and promoted during its full sync guards for less than the leases the master granted since (module, finding B; caught through switch-back)",
+        hole: Hole::Modules(&[Mutant::TeacherOutlivesLife, Mutant::UntaughtNotTaughtOn]),
+        what: "a node keeps its teacher through its own life as master: switched over to and back, it counts as taught by its old master before any record of that master's new life, and promoted during its full sync guards for less than the leases the master granted since (module, finding B; caught through switch-back; with untaught-not-taught-on, since a replica promoted during its full sync, before its master's announcement, is untaught too)",
         known_seed: 287,
     },
     SimMutant {
         name: "taught-by-any",
-        hole: Hole::Module(Mutant::TaughtByAny),
-        what: "a replica counts as taught by any node record it applied, from another master or its own files (module, promotion holes 2 and 3; caught through switch-back)",
+        hole: Hole::Modules(&[Mutant::TaughtByAny, Mutant::UntaughtNotTaughtOn]),
+        what: "a replica counts as taught by any node record it applied, from another master or its own files (module, promotion holes 2 and 3; caught through switch-back; with untaught-not-taught-on, since a replica promoted before its master's announcement is untaught too)",
         known_seed: 287,
     },
     SimMutant {
@@ -153,9 +157,12 @@ pub const MUTANTS: &[SimMutant] = &[
     },
     SimMutant {
         name: "syncing-replicas-uncounted",
-        hole: Hole::Module(Mutant::SyncingReplicasUncounted),
-        what: "the lease-ack check waits only for the replicas of the master's life, not for one connected and still in its first sync: a master that never had a replica grants a longer lease than its first replica's snapshot says (module, finding F; caught through late-replica)",
-        known_seed: 441,
+        hole: Hole::Modules(&[
+            Mutant::SyncingReplicasUncounted,
+            Mutant::UntaughtNotTaughtOn,
+        ]),
+        what: "the lease-ack check waits only for the replicas of the master's life, not for one connected and still in its first sync: a master that never had a replica grants a longer lease than its first replica's snapshot says (module, finding F; caught through late-replica; with untaught-not-taught-on, since the replica, promoted before its dead master's announcement, is untaught too)",
+        known_seed: 4_876,
     },
     SimMutant {
         name: "learned-not-configured",
@@ -174,6 +181,12 @@ pub const MUTANTS: &[SimMutant] = &[
         hole: Hole::Module(Mutant::UntaughtLostWithDisk),
         what: "a promoted master's untaught window (a day) is kept only on its data disk: restarted on a new disk inside it, it waits only its max-ttl-ms while a lease of its old master runs (module, seed 3,508,262 of the long swarm; caught through switch-back-new-disk)",
         known_seed: 1_430,
+    },
+    SimMutant {
+        name: "untaught-not-taught-on",
+        hole: Hole::Module(Mutant::UntaughtNotTaughtOn),
+        what: "a replica taught by a master inside an untaught promotion's day (its announced hold reaches past the replica's longest lease), or without that master's announcement, counts as taught once promoted: it guards only its own longest lease while a lease of its teacher's old master runs (module, adversarial read of the untaught day; caught through untaught-teaches)",
+        known_seed: 15_770,
     },
     SimMutant {
         name: "no-clock-floor",

@@ -26,7 +26,7 @@ use redlock_module_rules::core::persisted::{
 };
 use redlock_module_rules::core::queue::{self, Place, Queue, Ready};
 use redlock_module_rules::core::run_state::RunState;
-use redlock_module_rules::core::sync_rule::Promotion;
+use redlock_module_rules::core::sync_rule::{taught_at_promotion, Promotion};
 use redlock_module_rules::core::teacher::Taught;
 use std::collections::BTreeSet;
 
@@ -209,6 +209,11 @@ pub struct Node {
     /// Replica: the master it is pointed at (`replicaof`, kept across a
     /// restart), set when it connects.
     pub master_node: Option<u16>,
+    /// Replica: the end of the hold (guard window) its master announced,
+    /// on this node's clock (`host/sync.rs`'s `HOLD_UNTIL` while
+    /// `CURRENT`); `None` since it started, was pointed at another master
+    /// or began a full sync, until the master's announcement.
+    pub sync_hold_until: Option<MonoMillis>,
 }
 
 impl Node {
@@ -255,6 +260,7 @@ impl Node {
             life_replicas: BTreeSet::new(),
             acked: None,
             master_node: None,
+            sync_hold_until: None,
         }
     }
 
@@ -370,6 +376,7 @@ impl World {
         node.repl_hold_until = 0;
         node.lease_ack = LeaseAck::new();
         node.acked = None;
+        node.sync_hold_until = None;
         if node.replica {
             node.life_replicas.clear();
         }
@@ -1492,6 +1499,10 @@ impl World {
         let link = self.id();
         self.nodes[r].link = link;
         self.nodes[r].link_down = false;
+        if self.nodes[r].master_node != Some(m as u16) {
+            // Pointed at another master (`REPLICAOF`): not current.
+            self.nodes[r].sync_hold_until = None;
+        }
         self.nodes[r].master_node = Some(m as u16);
         self.nodes[r].link_last = self.now;
         let repl_id = self.nodes[m].repl_id;
@@ -1543,6 +1554,19 @@ impl World {
         {
             self.announce_node_record(m);
         }
+        // And its hold (`host/sync.rs::announce`, sent right behind the
+        // sync, also with `sync-replicas` 0): modelled as arriving at once
+        // (no event, no draw: kept seeds replay as before).
+        if self.nodes[m].up && !self.nodes[m].replica {
+            let s = self.settings(m);
+            let mono_m = self.mono(m);
+            let left = self.nodes[m]
+                .guard
+                .state(s, mono_m)
+                .map_or(0, |(_, left)| left);
+            let mono_r = self.mono(r);
+            self.nodes[r].sync_hold_until = Some(mono_r.saturating_add(left));
+        }
     }
 
     /// A full sync's snapshot reaches replica `r`: it replaces the data.
@@ -1560,6 +1584,8 @@ impl World {
             return;
         }
         self.nodes[r].keys.iter_mut().for_each(|k| *k = None);
+        // A full sync begins: not current until the announcement after it.
+        self.nodes[r].sync_hold_until = None;
         self.load_snapshot(r, &snapshot, LoadKind::Replication);
         if let Some((id, _)) = self.nodes[r].following {
             self.nodes[r].following = Some((id, offset));
@@ -1633,7 +1659,8 @@ impl World {
             || self.sc.rate(FaultKind::LateReplica) > 0.0
             || self.sc.rate(FaultKind::NewDiskPromoted) > 0.0
             || self.sc.rate(FaultKind::RepointNewDisk) > 0.0
-            || self.sc.rate(FaultKind::SwitchBackNewDisk) > 0.0;
+            || self.sc.rate(FaultKind::SwitchBackNewDisk) > 0.0
+            || self.sc.rate(FaultKind::UntaughtTeaches) > 0.0;
         let down_after = self.sc.down_after_ms * MS;
         if self.healed || (!failover && !lagging) || self.now < since + down_after {
             return;
@@ -1673,6 +1700,15 @@ impl World {
         let was = self.master_id(to);
         let node = &mut self.nodes[to];
         let taught = node.disk.taught.taught_by(was.as_deref(), s.mutants);
+        // Untaught when its teacher's announced hold reaches past its own
+        // longest lease, or none arrived (`host/events.rs`).
+        let taught = taught_at_promotion(
+            taught,
+            node.sync_hold_until.take(),
+            node.guard.longest_lease(s),
+            mono,
+            s.mutants,
+        );
         let learned_acked = node.disk.taught.acked_ms(was.as_deref(), s.mutants);
         // A life as master forgets the teacher (`Taught::became_master`).
         node.disk.taught.became_master(s.mutants);
@@ -1723,6 +1759,16 @@ impl World {
             self.after(
                 after,
                 Ev::Fault(crate::world::Fault::NewDisk { node: to as u16 }),
+            );
+        }
+        // An untaught promotion teaches a new node next.
+        let untaught = self.nodes[to].guard.untaught_window();
+        if std::mem::take(&mut self.teach_next[member]) && untaught {
+            let k = FaultKind::UntaughtTeaches;
+            let after = skewed(self.fault_rng(k), MS, 300 * MS);
+            self.after(
+                after,
+                Ev::Fault(crate::world::Fault::Teach { node: to as u16 }),
             );
         }
         if self.sc.rate(FaultKind::LaggingPromotion) > 0.0 && chance(&mut self.repl_rng, 0.3) {
@@ -1776,6 +1822,7 @@ impl World {
                 self.nodes[x].link = link;
                 if slow == Some((x, true)) {
                     self.nodes[x].master_node = Some(to as u16);
+                    self.nodes[x].sync_hold_until = None;
                 }
                 self.after(MS, Ev::ReplConnect { to: x as u16 });
             }

@@ -106,11 +106,18 @@ pub enum FaultKind {
     /// sync (untaught: it guards a day) loses its disk soon after (seed
     /// 3,508,262: its untaught window must survive the lost disk).
     SwitchBackNewDisk,
+    /// A switch-back sequence in which, after the untaught promotion, the
+    /// other replica is replaced by a new node (a new disk and a new
+    /// configuration) that syncs from the untaught master, which then dies:
+    /// the new node, taught by it, is promoted while the old master's
+    /// longer lease runs (the adversarial read of the untaught day: the
+    /// day must reach the replica it teaches).
+    UntaughtTeaches,
 }
 
 impl FaultKind {
     /// Every kind, in table order.
-    pub const ALL: [FaultKind; 29] = [
+    pub const ALL: [FaultKind; 30] = [
         FaultKind::Delay,
         FaultKind::DropRequest,
         FaultKind::DropReply,
@@ -140,6 +147,7 @@ impl FaultKind {
         FaultKind::NewDiskPromoted,
         FaultKind::RepointNewDisk,
         FaultKind::SwitchBackNewDisk,
+        FaultKind::UntaughtTeaches,
     ];
 
     /// Its index in [`FaultKind::ALL`].
@@ -179,6 +187,7 @@ impl FaultKind {
             FaultKind::NewDiskPromoted => "new-disk-promoted",
             FaultKind::RepointNewDisk => "repoint-new-disk",
             FaultKind::SwitchBackNewDisk => "switch-back-new-disk",
+            FaultKind::UntaughtTeaches => "untaught-teaches",
         }
     }
 
@@ -203,6 +212,7 @@ impl FaultKind {
                 | FaultKind::NewDiskPromoted
                 | FaultKind::RepointNewDisk
                 | FaultKind::SwitchBackNewDisk
+                | FaultKind::UntaughtTeaches
         )
     }
 
@@ -481,6 +491,7 @@ impl Scenario {
                     | FaultKind::NewDiskPromoted
                     | FaultKind::RepointNewDisk
                     | FaultKind::SwitchBackNewDisk
+                    | FaultKind::UntaughtTeaches
             );
             // (A kind that needs two replicas gets its second below.)
             let pointless =
@@ -630,12 +641,14 @@ const DRAWN_LAST: [FaultKind; 4] = [
 /// Fault kinds drawn after everything else, also after the second replica
 /// of the kinds that play two (added after seeds that draw those were
 /// kept).
-/// (`repoint-new-disk` and `switch-back-new-disk` play where the seed has
-/// two replicas per master.)
-const DRAWN_AFTER_REPLICAS: [FaultKind; 3] = [
+/// (`repoint-new-disk`, `switch-back-new-disk` and `untaught-teaches`
+/// play where the seed has two replicas per master; `untaught-teaches`
+/// came after seeds drawing the others were kept: last.)
+const DRAWN_AFTER_REPLICAS: [FaultKind; 4] = [
     FaultKind::NewDiskPromoted,
     FaultKind::RepointNewDisk,
     FaultKind::SwitchBackNewDisk,
+    FaultKind::UntaughtTeaches,
 ];
 
 /// The rate of kind `k` in a seed that enables it: per message for the
@@ -666,7 +679,8 @@ fn rate_drawn(r: &mut SimRng, k: FaultKind) -> f64 {
         | FaultKind::SlowRepoint
         | FaultKind::LateReplica
         | FaultKind::RepointNewDisk
-        | FaultKind::SwitchBackNewDisk => log_between(r, 0.5, 2.0),
+        | FaultKind::SwitchBackNewDisk
+        | FaultKind::UntaughtTeaches => log_between(r, 0.5, 2.0),
     }
 }
 

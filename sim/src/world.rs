@@ -358,6 +358,12 @@ pub enum Fault {
         /// The member.
         member: u8,
     },
+    /// [`FaultKind::UntaughtTeaches`]: the next step after the untaught
+    /// promotion of the node.
+    Teach {
+        /// The promoted node.
+        node: u16,
+    },
     /// A node promoted after [`FaultKind::NewDiskPromoted`] loses its disk:
     /// killed, it restarts on an empty one.
     NewDisk {
@@ -456,6 +462,7 @@ fn fault_word(f: &Fault) -> u64 {
         Fault::WatchLonger { member } => 1_400 + u64::from(member),
         Fault::Repoint { member } => 1_500 + u64::from(member),
         Fault::NewDisk { node } => 1_600 + u64::from(node),
+        Fault::Teach { node } => 1_700 + u64::from(node),
     }
 }
 
@@ -607,6 +614,12 @@ pub struct World {
     /// Per member: the replica promoted next loses its disk soon after
     /// ([`FaultKind::NewDiskPromoted`]).
     pub new_disk_next: Vec<bool>,
+    /// Per member: the replica promoted next, if untaught, teaches a new
+    /// node ([`FaultKind::UntaughtTeaches`]).
+    pub teach_next: Vec<bool>,
+    /// Per member: the new node being taught
+    /// ([`FaultKind::UntaughtTeaches`]).
+    pub teach: Vec<Option<u16>>,
     /// After a raise of `max-ttl-ms` ([`FaultKind::RaiseFailover`]): the
     /// longest lease before it, and the clients (a bit set) that now ask
     /// for longer leases (the part of the application the raise was for);
@@ -738,6 +751,8 @@ impl World {
             ttl_split: None,
             raise_watch: vec![None; sc.members],
             new_disk_next: vec![false; sc.members],
+            teach_next: vec![false; sc.members],
+            teach: vec![None; sc.members],
             repoint: vec![None; sc.members],
             slow_until: vec![0; sc.nodes()],
             heal_not_before: 0,

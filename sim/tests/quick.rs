@@ -15,9 +15,10 @@ const QUICK_SEEDS: u64 = 1_000;
 
 /// The draw of the seeds kept before fault kind `raise-failover` existed:
 /// it and the kinds added after it (`switch-back`, `slow-repoint`,
-/// `late-replica`, `new-disk-promoted`, `repoint-new-disk`, `switch-back-new-disk`) are drawn after everything else, so filtering them out
+/// `late-replica`, `new-disk-promoted`, `repoint-new-disk`, `switch-back-new-disk`,
+/// `untaught-teaches`) are drawn after everything else, so filtering them out
 /// replays their old worlds exactly (`--faults
-/// all,-raise-failover,-switch-back,-slow-repoint,-late-replica,-new-disk-promoted,-repoint-new-disk,-switch-back-new-disk`).
+/// all,-raise-failover,-switch-back,-slow-repoint,-late-replica,-new-disk-promoted,-repoint-new-disk,-switch-back-new-disk,-untaught-teaches`).
 fn as_kept() -> Overrides {
     Overrides {
         faults: Some(
@@ -28,7 +29,8 @@ fn as_kept() -> Overrides {
                 .with(FaultKind::LateReplica, false)
                 .with(FaultKind::NewDiskPromoted, false)
                 .with(FaultKind::RepointNewDisk, false)
-                .with(FaultKind::SwitchBackNewDisk, false),
+                .with(FaultKind::SwitchBackNewDisk, false)
+                .with(FaultKind::UntaughtTeaches, false),
         ),
         ..Overrides::default()
     }
@@ -37,7 +39,7 @@ fn as_kept() -> Overrides {
 /// The draw of the seeds kept before fault kinds `switch-back`,
 /// `slow-repoint`, `late-replica` and `new-disk-promoted` existed
 /// (`raise-failover` stays):
-/// `--faults all,-switch-back,-slow-repoint,-late-replica,-new-disk-promoted,-repoint-new-disk,-switch-back-new-disk`.
+/// `--faults all,-switch-back,-slow-repoint,-late-replica,-new-disk-promoted,-repoint-new-disk,-switch-back-new-disk,-untaught-teaches`.
 fn before_switch_back() -> Overrides {
     Overrides {
         faults: Some(
@@ -47,7 +49,8 @@ fn before_switch_back() -> Overrides {
                 .with(FaultKind::LateReplica, false)
                 .with(FaultKind::NewDiskPromoted, false)
                 .with(FaultKind::RepointNewDisk, false)
-                .with(FaultKind::SwitchBackNewDisk, false),
+                .with(FaultKind::SwitchBackNewDisk, false)
+                .with(FaultKind::UntaughtTeaches, false),
         ),
         ..Overrides::default()
     }
@@ -169,7 +172,7 @@ fn the_seeds_of_the_demoted_master_queue_leak_pass() {
         let r = redlock_sim::run(seed, &as_kept(), &kept_client(None));
         assert!(
             r.violations.is_empty(),
-            "seed {seed}: {:?} (replay: cargo run -p redlock-sim --release -- --seed {seed} --faults all,-raise-failover,-switch-back,-slow-repoint,-late-replica,-new-disk-promoted,-repoint-new-disk,-switch-back-new-disk --release-before-wait)",
+            "seed {seed}: {:?} (replay: cargo run -p redlock-sim --release -- --seed {seed} --faults all,-raise-failover,-switch-back,-slow-repoint,-late-replica,-new-disk-promoted,-repoint-new-disk,-switch-back-new-disk,-untaught-teaches --release-before-wait)",
             r.violations.first()
         );
     }
@@ -190,7 +193,7 @@ fn the_seed_of_the_revived_lease_passes_and_fails_without_the_lapse_rule() {
     let clean = redlock_sim::run(seed, &as_kept(), &kept_client(None));
     assert!(
         clean.violations.is_empty(),
-        "seed {seed}: {:?} (replay: cargo run -p redlock-sim --release -- --seed {seed} --faults all,-raise-failover,-switch-back,-slow-repoint,-late-replica,-new-disk-promoted,-repoint-new-disk,-switch-back-new-disk --release-before-wait)",
+        "seed {seed}: {:?} (replay: cargo run -p redlock-sim --release -- --seed {seed} --faults all,-raise-failover,-switch-back,-slow-repoint,-late-replica,-new-disk-promoted,-repoint-new-disk,-switch-back-new-disk,-untaught-teaches --release-before-wait)",
         clean.violations.first()
     );
     let mutant = redlock_sim::mutant::named("lapsed-extend").expect("the mutant");
@@ -236,7 +239,7 @@ fn a_replica_promoted_before_it_learned_its_masters_longest_lease_keeps_one_hold
         let r = redlock_sim::run(seed, &as_kept(), &kept_client(None));
         assert!(
             r.violations.is_empty(),
-            "seed {seed}: {:?} (replay: cargo run -p redlock-sim --release -- --seed {seed} --faults all,-raise-failover,-switch-back,-slow-repoint,-late-replica,-new-disk-promoted,-repoint-new-disk,-switch-back-new-disk --release-before-wait)",
+            "seed {seed}: {:?} (replay: cargo run -p redlock-sim --release -- --seed {seed} --faults all,-raise-failover,-switch-back,-slow-repoint,-late-replica,-new-disk-promoted,-repoint-new-disk,-switch-back-new-disk,-untaught-teaches --release-before-wait)",
             r.violations.first()
         );
         let mutated = redlock_sim::run(seed, &as_kept(), &setup);
@@ -271,7 +274,7 @@ fn the_seeds_of_the_new_disk_below_a_held_lease_pass_and_fail_without_the_raise(
         let r = redlock_sim::run(seed, &before_switch_back(), &kept_client(None));
         assert!(
             r.violations.is_empty(),
-            "seed {seed}: {:?} (replay: cargo run -p redlock-sim --release -- --seed {seed} --faults all,-switch-back,-slow-repoint,-late-replica,-new-disk-promoted,-repoint-new-disk,-switch-back-new-disk --release-before-wait)",
+            "seed {seed}: {:?} (replay: cargo run -p redlock-sim --release -- --seed {seed} --faults all,-switch-back,-slow-repoint,-late-replica,-new-disk-promoted,-repoint-new-disk,-switch-back-new-disk,-untaught-teaches --release-before-wait)",
             r.violations.first()
         );
         let mutated = redlock_sim::run(seed, &before_switch_back(), &kept_client(Some(mutant)));
@@ -296,14 +299,15 @@ fn the_seed_of_the_untaught_window_lost_with_its_disk_passes_and_fails_without_t
         faults: Some(
             Kinds::ALL
                 .with(FaultKind::RepointNewDisk, false)
-                .with(FaultKind::SwitchBackNewDisk, false),
+                .with(FaultKind::SwitchBackNewDisk, false)
+                .with(FaultKind::UntaughtTeaches, false),
         ),
         ..Overrides::default()
     };
     let clean = redlock_sim::run(seed, &world, &Setup::default());
     assert!(
         clean.violations.is_empty(),
-        "seed {seed}: {:?} (replay: cargo run -p redlock-sim --release -- --seed {seed} --faults all,-repoint-new-disk,-switch-back-new-disk)",
+        "seed {seed}: {:?} (replay: cargo run -p redlock-sim --release -- --seed {seed} --faults all,-repoint-new-disk,-switch-back-new-disk,-untaught-teaches)",
         clean.violations.first()
     );
     let mutant = redlock_sim::mutant::named("untaught-lost-with-disk").expect("the mutant");

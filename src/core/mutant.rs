@@ -129,6 +129,12 @@ pub enum Mutant {
     /// (simulator seed 3,508,262): restarted on a new disk inside it, the
     /// node waits only its `max-ttl-ms`.
     UntaughtLostWithDisk = 67108864,
+    /// A replica taught by a master that was, as last announced, inside a
+    /// window longer than the replica's own guard (an untaught promotion's
+    /// day), or whose announcement it has not received, counts as taught
+    /// at its promotion (`sync_rule::taught_at_promotion`): it guards only
+    /// its own longest lease while a lease of its teacher's old master runs.
+    UntaughtNotTaughtOn = 134217728,
     /// An explicit `redlock.restart-grace-ms` replaces an untaught
     /// promotion's day (the guide's `max-ttl-ms 30000 restart-grace-ms
     /// 30000` then guards an untaught promotion for 30 s while a longer
@@ -153,7 +159,7 @@ pub enum Mutant {
 impl Mutant {
     /// Every mutant with its name (as in `REDLOCK.TESTHOOK MUTANT name 0|1`,
     /// the `REDLOCK_TEST_MUTANTS` variable and the simulator's `--mutant`).
-    pub const ALL: [(&'static str, Mutant); 30] = [
+    pub const ALL: [(&'static str, Mutant); 31] = [
         ("config-exemption", Mutant::ConfigExemption),
         ("disk-lease-from-wall", Mutant::DiskLeaseFromWall),
         ("no-reclaimed-floor", Mutant::NoReclaimedFloor),
@@ -190,6 +196,7 @@ impl Mutant {
         ("learned-not-configured", Mutant::LearnedNotConfigured),
         ("held-lost-with-disk", Mutant::HeldLostWithDisk),
         ("untaught-lost-with-disk", Mutant::UntaughtLostWithDisk),
+        ("untaught-not-taught-on", Mutant::UntaughtNotTaughtOn),
         ("explicit-grace-ends-day", Mutant::ExplicitGraceEndsDay),
         ("loaded-not-configured", Mutant::LoadedNotConfigured),
         ("longest-lost-with-disk", Mutant::LongestLostWithDisk),

@@ -35,6 +35,7 @@
 use std::collections::BTreeSet;
 
 use crate::core::lock::MonoMillis;
+use crate::core::mutant::{Mutant, Mutants};
 
 /// Largest accepted `redlock.sync-replicas`.
 pub const MAX_SYNC_REPLICAS: i64 = 64;
@@ -134,6 +135,50 @@ pub fn promotion(
         }
         _ => Promotion::Guard,
     }
+}
+
+/// Whether a replica promoted at `now` counts as taught by the master it
+/// followed ([`crate::core::guard_rule::Guard::on_promotion`]'s `taught`):
+/// `taught`, it applied a node record of that master
+/// ([`crate::core::teacher::Taught::taught_by`]); `announced_hold_until`,
+/// the end of that master's hold (its guard window, its unchecked leases)
+/// on this node's clock, from the fresh announcement of that master it
+/// applied since it started, was pointed at it, or began a full sync from
+/// it (`None`: none); `longest_ms`, the longest lease it knows.
+///
+/// Taught, it guards for `longest_ms`; untaught, for a day
+/// ([`crate::core::guard_rule::LEASE_LIMIT_MS`]). It counts as taught only
+/// when the master's hold ends within `longest_ms` from now.
+///
+/// Why: a master S promoted untaught guards a day, because the master M0
+/// it replaced may have granted leases longer than anything S knows. A
+/// replica R that syncs from S learns S's longest lease only, not M0's;
+/// promoted after S is lost, guarding that long it would grant while M0's
+/// lease runs. The day is S's window, and the window is what S announces
+/// (`hold`). If S's hold ends within R's `longest_ms` from now, R's window
+/// covers the rest of S's window (which covered M0's leases) and every
+/// lease S granted that R may lack (at most S's longest lease, which R
+/// learned with S's record, from its grant). Otherwise R cannot cover it
+/// and guards a day, which covers any lease granted before its promotion.
+/// The hold reaches R as a length, timed from its arrival: later than the
+/// master's moment, so the end R computes is later than the true one
+/// (longer, never shorter). Without a fresh announcement of the master
+/// followed now R cannot tell: a master announces to every replica that
+/// comes online, right behind the sync, so this is the short time after a
+/// full sync, a restart, a repoint, or a master of an earlier version
+/// that announces only with `sync-replicas` above 0. It guards a day then:
+/// long, never short.
+pub fn taught_at_promotion(
+    taught: bool,
+    announced_hold_until: Option<MonoMillis>,
+    longest_ms: u64,
+    now: MonoMillis,
+    mutants: Mutants,
+) -> bool {
+    if mutants.on(Mutant::UntaughtNotTaughtOn) {
+        return taught;
+    }
+    taught && announced_hold_until.is_some_and(|until| until.saturating_sub(now) <= longest_ms)
 }
 
 /// How long a replica promoted now must still guard, as a master announces
@@ -414,6 +459,34 @@ mod tests {
     }
 
     #[test]
+    fn a_replica_of_a_master_inside_a_longer_window_is_untaught_at_promotion() {
+        let t = |taught, hold, now| taught_at_promotion(taught, hold, 1_000, now, Mutants::NONE);
+        // The master's hold (its window) ends within the replica's longest
+        // lease: taught.
+        assert!(t(true, Some(0), 5_000));
+        assert!(t(true, Some(6_000), 5_000));
+        // An untaught master's day (or any hold longer than what the
+        // replica covers): untaught.
+        assert!(!t(true, Some(6_001), 5_000));
+        assert!(!t(true, Some(5_000 + 86_400_000), 5_000));
+        // No announcement of the master followed now: untaught.
+        assert!(!t(true, None, 5_000));
+        // Untaught stays untaught.
+        assert!(!t(false, Some(0), 5_000));
+        assert!(!t(false, None, 5_000));
+    }
+
+    /// The mutant puts the hole back: the teacher's day is ignored.
+    #[cfg(feature = "danger-mutants")]
+    #[test]
+    fn the_mutant_counts_a_replica_of_a_master_in_its_day_as_taught() {
+        let on = Mutants::NONE.with(Mutant::UntaughtNotTaughtOn, true);
+        assert!(taught_at_promotion(true, Some(86_400_000), 1_000, 0, on));
+        assert!(taught_at_promotion(true, None, 1_000, 0, on));
+        assert!(!taught_at_promotion(false, Some(0), 1_000, 0, on));
+    }
+
+    #[test]
     fn the_hold_covers_the_window_and_the_unchecked_leases() {
         assert_eq!(hold_ms(0, 0, 100), 0);
         assert_eq!(hold_ms(500, 0, 100), 500);
@@ -592,6 +665,21 @@ mod tests {
                 // Accepted only when the replicas WAIT R counts are all of them.
                 prop_assert_eq!(known as u64, r);
                 prop_assert_eq!(verdict, Ok(()));
+            }
+        }
+
+        /// Counted as taught, the replica's window (its longest lease from
+        /// now) reaches the end of every hold its master announced.
+        #[test]
+        fn a_taught_promotion_covers_the_masters_hold(
+            taught: bool,
+            hold in proptest::option::of(0u64..200_000),
+            longest in 0u64..100_000,
+            now in 0u64..100_000,
+        ) {
+            if taught_at_promotion(taught, hold, longest, now, Mutants::NONE) {
+                prop_assert!(taught);
+                prop_assert!(hold.is_some_and(|h| now + longest >= h));
             }
         }
 

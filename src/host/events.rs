@@ -91,7 +91,28 @@ extern "C" fn on_role_change(
             let now = mono_now();
             // Taught by the master it followed until now, and what that
             // master's replicas acknowledged knowing (`core/teacher.rs`).
-            let (taught, learned_acked) = teacher::on_promotion(&ctx);
+            let (taught_by_master, learned_acked) = teacher::on_promotion(&ctx);
+            // Taught by a master that was still inside a window longer than
+            // this node covers (an untaught promotion's day), or whose
+            // announcement has not arrived: untaught (`sync_rule`).
+            let hold_until = sync::announced_hold_until();
+            let taught = crate::core::sync_rule::taught_at_promotion(
+                taught_by_master,
+                hold_until,
+                guard::longest_lease(),
+                now,
+                crate::host::mutant::current(),
+            );
+            if taught_by_master && !taught {
+                ctx.log_notice(&match hold_until {
+                    Some(until) => format!(
+                        "promoted: the master followed announced a hold of {} ms more, longer than the longest lease known here ({} ms): guarding as a promotion that learned nothing",
+                        until.saturating_sub(now),
+                        guard::longest_lease()
+                    ),
+                    None => "promoted: no announcement of the master followed since this node started, was pointed at it or began a full sync: guarding as a promotion that learned nothing".to_string(),
+                });
+            }
             let promotion = sync::on_promotion(&ctx, now);
             // A life as master starts from what every replica of the old
             // master acknowledged knowing, held back until its own

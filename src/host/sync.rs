@@ -7,7 +7,9 @@
 //! kept in the file `redlock-sync-state` in the server's directory, which a
 //! restart reads back) or fewer than R are online. The master tells its
 //! replicas what they need to know to be promoted safely in an
-//! *announcement* on the replication stream,
+//! *announcement* on the replication stream (also with the check off: the
+//! hold tells a promoted replica whether its teacher's window reaches past
+//! its own, [`crate::core::sync_rule::taught_at_promotion`]),
 //! `REDLOCK.APPLY key sync offset r hold-ms` (`offset`: its replication
 //! offset before the announcement; `r`: its R; `hold-ms`: how long a replica
 //! promoted now must still guard), sent when a replica comes online (after
@@ -473,12 +475,14 @@ fn bump() {
     CHANGES.fetch_add(1, Relaxed);
 }
 
-/// Whether announcements can change anything: the check is on, or the last
-/// announcement said it was, or R was just lowered to 0 (a replica must
-/// learn that it is off). With the check off all along, a promoted replica
-/// keeps the guard either way.
+/// Whether announcements can change anything: always. With the check on,
+/// they vouch for a replica; with it off all along they still carry the
+/// master's hold, which tells a replica taught by this master whether it
+/// covers this master's window once promoted
+/// ([`crate::core::sync_rule::taught_at_promotion`]: an untaught
+/// promotion's day reaches the replicas of the promoted master).
 fn worth_announcing() -> bool {
-    config::sync_replicas() > 0 || ANNOUNCED_R.load(Relaxed) > 0 || ZERO_PENDING.load(Relaxed)
+    true
 }
 
 /// What the last announcement said is out of date.
@@ -763,6 +767,14 @@ pub fn on_full_sync_end(ctx: &Context) {
     save(Some(ctx), &copy);
 }
 
+/// The end of the hold the master followed now last announced (on this
+/// node's clock), from a fresh announcement since this node started, was
+/// pointed at that master or began a full sync from it; `None`: none.
+/// Read before [`on_promotion`], which forgets it.
+pub fn announced_hold_until() -> Option<MonoMillis> {
+    CURRENT.load(Relaxed).then(|| HOLD_UNTIL.load(Relaxed))
+}
+
 /// The node was promoted: decides how it starts ([`promotion`]) and begins
 /// its life as master with no replicas.
 pub fn on_promotion(ctx: &Context, now: MonoMillis) -> Promotion {
@@ -805,6 +817,9 @@ pub fn on_promotion(ctx: &Context, now: MonoMillis) -> Promotion {
     on_demotion(ctx);
     bump();
     scan(ctx);
+    // Its replicas (replicas of a replica, which stay connected) learn its
+    // new window at once, not at its next lock write.
+    announce_soon(ctx);
     decision
 }
 
