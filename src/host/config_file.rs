@@ -51,7 +51,7 @@ pub fn unsaved_max_ttl() -> u64 {
 /// A lease length learned (from the master, or a file): raises this node's
 /// `max-ttl-ms` to cover it and writes it to the file (now, or at the end of
 /// the load in progress). `ctx` may be the dummy context of a load.
-pub fn cover_learned(ctx: &Context, learned_ms: u64) {
+pub fn cover_learned(ctx: &Context, learned_ms: u64, recorded_ms: u64) {
     let own = config::max_ttl().max(0) as u64;
     let Some(ms) = max_ttl_to_cover(learned_ms, own, mutant::current()) else {
         return;
@@ -68,15 +68,14 @@ pub fn cover_learned(ctx: &Context, learned_ms: u64) {
         "redlock.max-ttl-ms raised from {own} to {ms}: this node learned a lease that long \
          (from its master or its data); a restart on a new disk must wait that long"
     ));
-    save_soon(ctx);
+    save_soon(ctx, recorded_ms);
 }
 
 /// After `CONFIG SET`: a raised `max-ttl-ms` is written to the file; a
 /// lowered one below the longest lease recorded leaves that length in the
 /// file as `redlock.longest-lease-ms` (written now: any later `CONFIG
 /// REWRITE`, Sentinel's included, writes the lower `max-ttl-ms`).
-pub fn on_config_change(ctx: &Context) {
-    let recorded = crate::host::guard::recorded_longest();
+pub fn on_config_change(ctx: &Context, recorded: u64) {
     let max_ttl = config::max_ttl().max(0) as u64;
     if let Some(ms) = longest_to_configure(recorded, max_ttl, config::longest_lease_configured()) {
         if !mutant::on(mutant::Mutant::LongestLostWithDisk) {
@@ -84,7 +83,7 @@ pub fn on_config_change(ctx: &Context) {
             write_now(ctx, &format!("redlock.longest-lease-ms {ms}"));
         }
     }
-    save_soon(ctx);
+    save_soon(ctx, recorded);
 }
 
 /// A life as master begun by promotion (`REPLICAOF NO ONE`, before any
@@ -187,13 +186,13 @@ pub fn write_now(ctx: &Context, what: &str) {
 }
 
 /// At the end of a load: writes a raise learned during it.
-pub fn on_load_ended(ctx: &Context) {
+pub fn on_load_ended(ctx: &Context, recorded_ms: u64) {
     if PENDING.swap(false, Relaxed) {
-        save_soon(ctx);
+        save_soon(ctx, recorded_ms);
     }
 }
 
-fn save_soon(ctx: &Context) {
+fn save_soon(ctx: &Context, recorded_ms: u64) {
     if config::max_ttl() <= SAVED_MAX_TTL.load(Relaxed) {
         return;
     }
@@ -207,7 +206,7 @@ fn save_soon(ctx: &Context) {
     // may later be lowered or given again on the command line, and as the
     // copy of the longest lease, which only grows
     // (`guard_rule::recorded_at_load`).
-    let longest = crate::host::guard::recorded_longest().max(max_ttl.max(0) as u64);
+    let longest = recorded_ms.max(max_ttl.max(0) as u64);
     config::LONGEST_LEASE_MS.fetch_max(longest as i64, Relaxed);
     let saved = rewrite(ctx);
     match saved {

@@ -32,7 +32,7 @@ extern "C" fn on_config_change(
         let ctx = Context::new(ctx);
         config::check_eviction_policy(&ctx);
         guard::on_config_change(&ctx);
-        crate::host::config_file::on_config_change(&ctx);
+        crate::host::config_file::on_config_change(&ctx, guard::recorded_longest());
         sync::on_config_change(&ctx);
         // A raised max-ttl-ms is recorded and announced at once.
         match guard::record_lease(config::max_ttl().max(0) as u64) {
@@ -62,7 +62,7 @@ extern "C" fn on_loading(
                 sync::on_full_sync_end(&ctx);
             }
             datatype::load_ended(&ctx);
-            crate::host::config_file::on_load_ended(&ctx);
+            crate::host::config_file::on_load_ended(&ctx, guard::recorded_longest());
             // SAFETY: the event's context, on the main thread.
             unsafe { crate::host::restamp::schedule(ctx.ctx) };
             replication::check_server(&ctx);

@@ -444,7 +444,7 @@ pub fn learn_lease(ctx: &Context, ms: u64) {
             ctx.log_warning(&format!("{e}"));
         }
     }
-    crate::host::config_file::cover_learned(ctx, ms);
+    crate::host::config_file::cover_learned(ctx, ms, recorded_longest());
 }
 
 /// Writes `value` to `path` durably ([`write_file`]) unless the file already
