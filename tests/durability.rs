@@ -156,6 +156,9 @@ fn replica_full_sync_stream_and_promotion() {
     wait_until(Duration::from_secs(20), "replica link up", || {
         info_field(&mut r, "replication", "master_link_status").as_deref() == Some("up")
     });
+    // Online on the master's side too (until then a master that loaded no
+    // file refuses leases: `NOSYNC`).
+    wait_online_at_master(&mut m, replica.port());
     // Effects after the full sync travel as REDLOCK.APPLY.
     assert_eq!(acquire(&mut m, "live", "carol", 60_000), Some(1));
     assert_eq!(release(&mut m, "held", "alice"), 1);

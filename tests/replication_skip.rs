@@ -217,6 +217,9 @@ fn reconnect_with_a_partial_resync(rule: &str) -> (usize, usize, bool) {
     wait_until(Duration::from_secs(20), "replica link up", || {
         link_up(&mut r)
     });
+    // The master puts the replica online on its own side a little later;
+    // until then a master that loaded no file refuses leases (`NOSYNC`).
+    wait_online_at_master(&mut m, replica.port());
     take(&mut m, "linked", 3);
     let acked: i64 = redis::cmd("WAIT").arg(1).arg(5_000).query(&mut m).unwrap();
     assert_eq!(acked, 1);
