@@ -138,6 +138,34 @@ fn a_node_promoted_from_0_grants_after_a_restart_alone_on_its_disk() {
             "R restarted alone on its own disk, {:?} after its start: {err}",
             asked.elapsed()
         );
+        // The ways out an operator might try (diagnostics): an operator's
+        // -1 (not documented as theirs to set) and a restart.
+        config_set(&mut rc, "redlock.promoted-acked-ms", "-1");
+        let _: () = redis::cmd("CONFIG").arg("REWRITE").query(&mut rc).unwrap();
+        drop(rc);
+        r.restart();
+        let mut rc = r.connection();
+        let after = first_grant(
+            &mut rc,
+            "K",
+            "owner-a",
+            1000,
+            Instant::now() + Duration::from_secs(5),
+        );
+        eprintln!(
+            "after CONFIG SET redlock.promoted-acked-ms -1, a rewrite and a restart: granted {}",
+            after.is_some()
+        );
+        // The other way out: a new replica of R acknowledges.
+        let _t = start_replica(&r, adversarial_node("1000"));
+        let with = first_grant(
+            &mut rc,
+            "K",
+            "owner-a",
+            1000,
+            Instant::now() + Duration::from_secs(8),
+        );
+        eprintln!("with a new replica attached: granted {}", with.is_some());
     }
     assert!(
         granted.is_some(),
