@@ -252,3 +252,126 @@ fn lowering_and_zeroing_the_copy_in_one_config_set_still_waits() {
     let mut nc = n.connection();
     no_second_holder(&mut nc, "K", granted_a, LEASE, "N on a new disk");
 }
+
+fn info_line(con: &mut redis::Connection, fields: &[&str]) -> String {
+    fields
+        .iter()
+        .map(|f| {
+            format!(
+                "{f}={}",
+                info_field(con, "redlock", &format!("redlock_{f}")).unwrap_or_default()
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// Probe (`taught_at_promotion`, a replica of a replica). M0 (1000) → R →
+/// S, S taught by R and current. R is pointed at M1, whose 20 s lease of
+/// K runs, and promoted during its first sync (untaught: a day); R's
+/// `REPLICAOF` dropped S's link (no sync from a replica without its
+/// master), and R is lost before S reconnects, so R's announcement of the
+/// day never reaches S. S is promoted: its last fresh announcement is
+/// M0's through R, with no hold, so `taught_at_promotion` counts it taught
+/// and its window is its own 1000 ms (not a day), 0.3 s into M1's 20 s
+/// lease (Redis 7.0.15). Safe all the same: S starts its life from what
+/// its teacher announced its replicas acknowledged, 0 (a replica announces
+/// nothing), so after the window it answers NOSYNC to every lease.
+#[test]
+fn a_sub_replica_cut_off_by_an_untaught_promotion_guards_long() {
+    const OLD: u64 = 20_000;
+    let mut m0 = adversarial_node("1000").start();
+    let mut r = start_replica(&m0, adversarial_node("1000"));
+    let _ = taught_replica_of(&m0, &r);
+    let s = start_replica(&r, adversarial_node("1000"));
+    let mut sc = s.connection();
+    // A change M0 announces (forwarded by R to S).
+    let mut mc = m0.connection();
+    config_set(&mut mc, "redlock.sync-replicas", "1");
+    config_set(&mut mc, "redlock.sync-replicas", "0");
+    let _ = acquire_result(&mut mc, "nudge", "x", 500);
+    let current = {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            if redlock_info(&mut sc, "sync_fresh") >= 1
+                && redlock_info(&mut sc, "taught_by_master") == 1
+            {
+                break true;
+            }
+            if Instant::now() > deadline {
+                break false;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
+    eprintln!(
+        "S before: current {current}, {}",
+        info_line(
+            &mut sc,
+            &[
+                "sync_fresh",
+                "taught_by_master",
+                "longest_lease_ms",
+                "sync_hold_left_ms",
+                "master_acked_ms"
+            ]
+        )
+    );
+    // M1: the group's master now, granting a 20 s lease.
+    let mut m1 = Node::builder()
+        .config("redlock.sync-replicas", "0")
+        .config("repl-diskless-sync", "yes")
+        .config("repl-diskless-sync-delay", "5")
+        .start();
+    let mut m1c = m1.connection();
+    config_set(&mut m1c, "redlock.max-ttl-ms", &OLD.to_string());
+    let granted = first_grant(
+        &mut m1c,
+        "K",
+        "owner-a",
+        OLD,
+        Instant::now() + Duration::from_secs(10),
+    )
+    .expect("M1 grants the long lease");
+    // R pointed at M1, promoted during its first sync, lost at once. S
+    // cannot reconnect meanwhile (R asks for a password it lacks).
+    let mut rc = r.connection();
+    config_set(&mut rc, "requirepass", "cut-off");
+    let _: () = redis::cmd("REPLICAOF")
+        .arg("127.0.0.1")
+        .arg(m1.port())
+        .query(&mut rc)
+        .unwrap();
+    promote(&mut rc);
+    std::thread::sleep(Duration::from_millis(300));
+    eprintln!(
+        "R promoted: {}",
+        info_line(&mut rc, &["taught_by_master", "grace_window_ms"])
+    );
+    r.kill();
+    m1.kill();
+    m0.kill();
+    eprintln!(
+        "S before its promotion: link {:?}, {}",
+        info_field(&mut sc, "replication", "master_link_status"),
+        info_line(
+            &mut sc,
+            &["sync_fresh", "taught_by_master", "sync_hold_left_ms"]
+        )
+    );
+    promote(&mut sc);
+    eprintln!(
+        "S promoted {:?} into the lease: {}",
+        granted.elapsed(),
+        info_line(
+            &mut sc,
+            &["taught_by_master", "grace_window_ms", "sync_last_promotion"]
+        )
+    );
+    let err = error_of(&mut sc, &[b"REDLOCK.ACQUIRE", b"probe", b"x", b"500"]);
+    eprintln!("S's first answer: {err}");
+    std::thread::sleep(Duration::from_millis(1_200));
+    let err = error_of(&mut sc, &[b"REDLOCK.ACQUIRE", b"probe", b"x", b"500"]);
+    eprintln!("S's answer after its window: {err}");
+    assert_no_second_holder(&mut sc, "K", granted, OLD, "S");
+}
