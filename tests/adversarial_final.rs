@@ -375,3 +375,47 @@ fn a_sub_replica_cut_off_by_an_untaught_promotion_guards_long() {
     eprintln!("S's answer after its window: {err}");
     assert_no_second_holder(&mut sc, "K", granted, OLD, "S");
 }
+
+/// Safe: a replica R (1000) learns its master's raise to 3000 (its file
+/// gets `max-ttl-ms 3000` and the copy), an operator lowers R back to 1000
+/// (the copy is already there: nothing written), M grants a 3 s lease, R
+/// is promoted, Sentinel's `CONFIG REWRITE` writes the lowered value, and
+/// R restarts on a new disk: the copy makes it wait the lease out.
+#[test]
+fn a_replica_lowered_after_learning_waits_on_a_new_disk() {
+    const LEASE: u64 = 3_000;
+    let mut m = adversarial_node("1000").start();
+    let mut r = start_replica(&m, adversarial_node("1000").config_file());
+    let mut rc = taught_replica_of(&m, &r);
+    let mut mc = m.connection();
+    config_set(&mut mc, "redlock.max-ttl-ms", &LEASE.to_string());
+    wait_until(Duration::from_secs(10), "R learned 3000", || {
+        file_says(&r, &format!("redlock.longest-lease-ms {LEASE}"))
+    });
+    config_set(&mut rc, "redlock.max-ttl-ms", "1000");
+    let granted_a = first_grant(
+        &mut mc,
+        "K",
+        "owner-a",
+        LEASE,
+        Instant::now() + Duration::from_secs(15),
+    )
+    .expect("M grants the 3 s lease");
+    wait_replicated(&mut mc);
+    m.kill();
+    promote(&mut rc);
+    let _: () = redis::cmd("CONFIG").arg("REWRITE").query(&mut rc).unwrap();
+    eprintln!(
+        "R's file: {:?}",
+        file_of(&r)
+            .lines()
+            .filter(|l| l.contains("redlock"))
+            .collect::<Vec<_>>()
+    );
+    drop(rc);
+    r.kill();
+    wipe_dir(&r);
+    r.restart();
+    let mut rc = r.connection();
+    assert_no_second_holder(&mut rc, "K", granted_a, LEASE, "R on a new disk");
+}
