@@ -4,26 +4,24 @@
 //! configuration's), the untaught marker following the guard, and
 //! `sync_rule::taught_at_promotion`. Each test plays a sequence on real
 //! processes (the server of `REDLOCK_SERVER_BIN`) and asserts the SAFE (or
-//! live) outcome; an open finding is an ignored test.
+//! live) outcome.
 //!
-//! Findings, open (Redis 7.0.15 and Valkey 8.1.8 alike), both liveness, one
-//! root: `redlock.promoted-acked-ms` is the promotion's hold and never
-//! grows with the life, and a load held by its files now takes the smaller
-//! of the file's and the configuration's (`held_by_configuration`), then
-//! writes that smaller value to the data file (`lease_ack::begin`):
+//! Findings, fixed (Redis 7.0.15 and Valkey 8.1.8 alike), both liveness,
+//! one root: `redlock.promoted-acked-ms` is the promotion's hold and never
+//! grows with the life, and a load held by its files took the smaller of
+//! the file's and the configuration's (`held_by_configuration`), then wrote
+//! that smaller value to the data file (`lease_ack::begin`). A held file is
+//! now the current life's again (a node that starts as a replica resets its
+//! file, so a promotion's crash between its two writes is held by the
+//! configuration without the min):
 //! - `a_node_promoted_from_0_grants_after_a_restart_alone_on_its_disk`: a
-//!   node promoted with `promoted-acked-ms 0` (a replica of its own at the
-//!   promotion; likewise one promoted before its master's acknowledged
-//!   length reached it), whose replicas are gone and forgotten, restarted
-//!   on its own disk: NOSYNC to every ACQUIRE, for good. `CONFIG SET
-//!   redlock.promoted-acked-ms -1`, a rewrite and a restart do not help (the
-//!   first restart wrote 0 to `redlock-lease-acked-PORT`); a new replica
-//!   does. Before the min rule it granted what its file said (1000, by the
-//!   code).
+//!   node promoted with `promoted-acked-ms 0`, whose replicas are gone and
+//!   forgotten, restarted on its own disk, answered NOSYNC to every
+//!   ACQUIRE, for good.
 //! - `a_promoted_node_raised_later_grants_its_raise_after_a_restart_alone`:
 //!   the ordinary failover (hold 1000), `max-ttl-ms` raised to 3000 in the
-//!   life and acknowledged; alone after a restart: 3 s leases NOSYNC for
-//!   good, 1 s leases granted.
+//!   life and acknowledged; alone after a restart, 3 s leases were NOSYNC
+//!   for good.
 //!
 //! Safe (they pass): an operator's `longest-lease-ms 0` (alone, or in the
 //! `CONFIG SET` that lowers `max-ttl-ms`) is put back by the change event;
@@ -88,7 +86,7 @@ fn has_replica_line(con: &mut redis::Connection) -> bool {
     info.lines().any(|l| l.starts_with("slave"))
 }
 
-/// Finding (liveness, open). R is promoted with a replica of its own (S,
+/// Finding (liveness, fixed). R is promoted with a replica of its own (S,
 /// a chained replica): its life starts from 0 and `promoted-acked-ms 0`
 /// goes to its configuration file. S acknowledges, R grants. S is then
 /// decommissioned (`REDLOCK.REPLICAS FORGET`, as the refusal advises) and
@@ -98,7 +96,6 @@ fn has_replica_line(con: &mut redis::Connection) -> bool {
 /// replica that will never come (NOSYNC), with no documented way out. The
 /// configuration's hold is the promotion's and never grows with the life.
 #[test]
-#[ignore = "open finding: a restart of a node once promoted with promoted-acked-ms 0, alone, answers NOSYNC to every ACQUIRE (held_by_configuration's min)"]
 fn a_node_promoted_from_0_grants_after_a_restart_alone_on_its_disk() {
     let mut m = adversarial_node("1000").start();
     let mut r = start_replica(&m, adversarial_node("1000").config_file());
@@ -447,14 +444,13 @@ fn a_replica_lowered_after_learning_waits_on_a_new_disk() {
     assert_no_second_holder(&mut rc, "K", granted_a, LEASE, "R on a new disk");
 }
 
-/// Finding (liveness, open), the ordinary failover. R, taught by M and
+/// Finding (liveness, fixed), the ordinary failover. R, taught by M and
 /// knowing M's replicas acknowledged 1000, is promoted: `promoted-acked-ms
 /// 1000`. Its life raises `max-ttl-ms` to 3000, its replica T acknowledges,
 /// R grants 3 s leases. T is decommissioned and forgotten; R alone still
 /// grants them. R restarts on its own disk: held from min(3000, 1000), it
 /// answers NOSYNC to every lease above 1000, for good.
 #[test]
-#[ignore = "open finding: a restart of a once-promoted node, alone, is held from its promotion's promoted-acked-ms (leases above it NOSYNC forever)"]
 fn a_promoted_node_raised_later_grants_its_raise_after_a_restart_alone() {
     let mut m = adversarial_node("1000").start();
     let mut r = start_replica(&m, adversarial_node("1000").config_file());

@@ -446,13 +446,20 @@ impl World {
         let node = &mut self.nodes[n];
         // Held by the configuration file when the files are lost
         // (`LeaseAck::held_by_configuration`, seed 3,098,182).
-        node.lease_ack = LeaseAck::at_load(
-            node.disk.lease_acked.take(),
-            !node.life_replicas.is_empty(),
-            longest,
-            self.setup.mutants,
-        )
-        .held_by_configuration(node.promoted_acked, self.setup.mutants);
+        // A node that starts as a replica resets its file, as a demotion
+        // does (`host/lease_ack.rs::on_load`).
+        let kept = node.disk.lease_acked.take();
+        node.lease_ack = if node.replica && !self.setup.mutants.on(Mutant::HeldLostWithDisk) {
+            LeaseAck::new()
+        } else {
+            LeaseAck::at_load(
+                kept,
+                !node.life_replicas.is_empty(),
+                longest,
+                self.setup.mutants,
+            )
+            .held_by_configuration(node.promoted_acked, self.setup.mutants)
+        };
         // A hold read from the data directory alone is copied to the
         // configuration (`host/lease_ack.rs::on_load`).
         if let Some(ms) = node

@@ -343,22 +343,21 @@ impl LeaseAck {
     /// knows more: those decide. (Under the `held-lost-with-disk` mutant
     /// the configuration is not read.)
     ///
-    /// A load held by its files is held from the smaller of the two: the
-    /// file may be an earlier life's (a crash between the configuration
-    /// and the file writes of a promotion, or a failed write of the file,
-    /// on a directory whose file said held from a longer length).
+    /// A file that says held is the current life's: a node that starts as
+    /// a replica resets its file (as a demotion does, `host/lease_ack.rs`),
+    /// so a promotion always finds it not held, and a crash between the
+    /// promotion's configuration write and its file write leaves a load
+    /// that this configuration holds. (Taking the smaller of a held file
+    /// and the configuration instead sent every once-promoted master back
+    /// to its promotion's hold at each restart, for good once its replicas
+    /// were gone.)
     pub fn held_by_configuration(mut self, configured_ms: Option<u64>, mutants: Mutants) -> Self {
-        if mutants.on(Mutant::HeldLostWithDisk) {
+        if self.held || mutants.on(Mutant::HeldLostWithDisk) {
             return self;
         }
         let Some(ms) = configured_ms else {
             return self;
         };
-        if self.held {
-            self.acked_ms = self.acked_ms.min(ms);
-            self.base_ms = self.base_ms.min(ms);
-            return self;
-        }
         let ms = ms.min(self.acked_ms);
         self.acked_ms = ms;
         self.base_ms = ms;
@@ -1051,17 +1050,17 @@ mod tests {
         let ordinary = LeaseAck::at_load(None, true, 6_000, Mutants::NONE);
         assert_eq!(ordinary.configured_hold(), Some(0));
         assert_eq!(ordinary.hold_to_configure(None, Mutants::NONE), None);
-        // A held file and a smaller configured hold: the smaller.
-        let stale = Kept {
-            acked_ms: 20_000,
+        // A held file is the current life's: the configuration's (older,
+        // smaller) hold does not send it back.
+        let current = Kept {
+            acked_ms: 3_000,
             held: true,
-            base_ms: 20_000,
+            base_ms: 1_000,
             ..Kept::default()
         };
-        let held = LeaseAck::at_load(Some(stale), false, 20_000, Mutants::NONE)
-            .held_by_configuration(Some(1_000), Mutants::NONE);
-        assert_eq!(held.configured_hold(), Some(1_000));
-        assert_eq!(held.acked_ms(), 1_000);
+        let held = LeaseAck::at_load(Some(current), false, 3_000, Mutants::NONE)
+            .held_by_configuration(Some(0), Mutants::NONE);
+        assert_eq!(held.acked_ms(), 3_000);
         #[cfg(feature = "danger-mutants")]
         {
             let broken = Mutants::NONE.with(Mutant::LoadedNotConfigured, true);

@@ -77,6 +77,17 @@ pub fn on_load(ctx: &Context) {
         .ok()
         .and_then(|text| Kept::parse(&text));
     let _ = ACKED_PATH.set(path);
+    // A node that starts as a replica has no life as master: its file is
+    // reset, as a demotion resets it (no role change fires at such a
+    // start). A later promotion then finds it not held, so a crash between
+    // the promotion's configuration write and its file write leaves a load
+    // held by the configuration, never by an older life's file.
+    if ctx.get_flags().contains(redis_module::ContextFlags::SLAVE)
+        && !mutant::on(mutant::Mutant::HeldLostWithDisk)
+    {
+        reset();
+        return;
+    }
     let had_replicas = !sync::life_replicas().is_empty();
     let missing = kept.is_none();
     // A promotion's hold outlives a lost disk through the configuration
