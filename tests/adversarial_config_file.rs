@@ -118,10 +118,6 @@ fn assert_safe(gap: Option<Duration>, what: &str) {
     }
 }
 
-fn file_of(r: &Node) -> String {
-    std::fs::read_to_string(r.config_path().unwrap()).unwrap()
-}
-
 /// Control: finding L's plain sequence, and the same with M's raise inside
 /// `MULTI`/`EXEC` (the node record reaches R inside a transaction of its
 /// stream, and `CONFIG REWRITE` runs from `REDLOCK.APPLY` inside `EXEC`).
@@ -135,7 +131,7 @@ fn control_the_raise_is_written_before_the_ack_and_a_new_disk_waits() {
             |r, rc| {
                 assert_eq!(redlock_info(rc, "max_ttl_ms"), 3000);
                 assert_eq!(redlock_info(rc, "max_ttl_unsaved_ms"), 0);
-                let file = file_of(r);
+                let file = config_file_of(r);
                 assert!(
                     file.lines().any(|l| l.trim() == "redlock.max-ttl-ms 3000"),
                     "the raise is in R's file once M's write is acknowledged:\n{file}"
@@ -161,7 +157,7 @@ fn a_lowering_written_by_sentinels_rewrite_shortens_the_new_disk_wait() {
         Raise::Plain,
         |_| {},
         |r, rc| {
-            assert!(file_of(r)
+            assert!(config_file_of(r)
                 .lines()
                 .any(|l| l.trim() == "redlock.max-ttl-ms 3000"));
             // The operator puts R back to the group's old value (or a
@@ -174,7 +170,7 @@ fn a_lowering_written_by_sentinels_rewrite_shortens_the_new_disk_wait() {
             eprintln!("CONFIG SET redlock.max-ttl-ms 400 on R: {lowered:?}");
         },
         |r| {
-            eprintln!("R's file at restart:\n{}", file_of(r));
+            eprintln!("R's file at restart:\n{}", config_file_of(r));
             r.restart()
         },
     );
@@ -195,7 +191,7 @@ fn a_max_ttl_on_the_command_line_overrides_the_rewritten_file() {
         Raise::Plain,
         |_| {},
         |r, rc| {
-            assert!(file_of(r)
+            assert!(config_file_of(r)
                 .lines()
                 .any(|l| l.trim() == "redlock.max-ttl-ms 3000"));
             assert_eq!(
@@ -324,7 +320,7 @@ fn a_raise_learned_in_a_full_sync_is_in_the_file_before_the_master_relies_on_it(
             Instant::now() + Duration::from_secs(10),
         )
         .expect("M grants once R acknowledged");
-        let file = file_of(&r);
+        let file = config_file_of(&r);
         assert!(
             file.lines().any(|l| l.trim() == "redlock.max-ttl-ms 3000"),
             "{variant:?}: M granted a 3 s lease relying on R, whose file does not hold 3000:\n{file}"
@@ -358,7 +354,7 @@ fn master_lowered_after_a_long_grant(mutant: bool) -> Option<Duration> {
     .expect("a master without replicas grants at once");
     config_set(&mut mm, "redlock.max-ttl-ms", "400");
     let _: () = redis::cmd("CONFIG").arg("REWRITE").query(&mut mm).unwrap();
-    let file = file_of(&m);
+    let file = config_file_of(&m);
     assert!(
         file.lines().any(|l| l.trim() == "redlock.max-ttl-ms 400"),
         "{file}"
@@ -413,14 +409,14 @@ fn an_include_after_the_rewritten_line_overrides_the_raise() {
             std::fs::write(&path, text).unwrap();
         },
         |r, _| {
-            let file = file_of(r);
+            let file = config_file_of(r);
             assert!(
                 file.lines().any(|l| l.trim() == "redlock.max-ttl-ms 3000"),
                 "{file}"
             );
         },
         |r| {
-            eprintln!("R's file at restart:\n{}", file_of(r));
+            eprintln!("R's file at restart:\n{}", config_file_of(r));
             r.restart()
         },
     );
@@ -452,7 +448,7 @@ fn a_renamed_config_command_leaves_the_raise_unwritten() {
                 redlock_info(rc, "max_ttl_ms"),
                 redlock_info(rc, "max_ttl_unsaved_ms")
             );
-            let file = file_of(r);
+            let file = config_file_of(r);
             eprintln!(
                 "R's file holds the raise: {}",
                 file.lines().any(|l| l.trim() == "redlock.max-ttl-ms 3000")
@@ -482,14 +478,14 @@ fn a_max_ttl_given_as_a_loadmodule_argument_is_overridden_by_the_rewritten_line(
         r,
         Raise::Plain,
         |r| {
-            let file = file_of(r);
+            let file = config_file_of(r);
             assert!(
                 !file.contains("redlock.max-ttl-ms"),
                 "only the loadmodule argument names it:\n{file}"
             );
         },
         |r, _| {
-            let file = file_of(r);
+            let file = config_file_of(r);
             assert!(
                 file.lines().any(|l| l.trim() == "redlock.max-ttl-ms 3000"),
                 "{file}"
@@ -521,7 +517,7 @@ fn an_explicit_restart_grace_is_not_raised_with_the_learned_max_ttl() {
         |_| {},
         |r, rc| {
             assert_eq!(redlock_info(rc, "max_ttl_ms"), 3000);
-            let file = file_of(r);
+            let file = config_file_of(r);
             assert!(
                 file.lines().any(|l| l.trim() == "redlock.max-ttl-ms 3000"),
                 "{file}"

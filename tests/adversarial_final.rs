@@ -37,23 +37,6 @@ use std::time::{Duration, Instant};
 
 use common::*;
 
-fn file_of(n: &Node) -> String {
-    std::fs::read_to_string(n.config_path().unwrap()).unwrap()
-}
-
-fn file_says(n: &Node, line: &str) -> bool {
-    file_of(n).lines().any(|l| l.trim() == line)
-}
-
-fn config_get(con: &mut redis::Connection, name: &str) -> String {
-    let pair: Vec<String> = redis::cmd("CONFIG")
-        .arg("GET")
-        .arg(name)
-        .query(con)
-        .unwrap();
-    pair.get(1).cloned().unwrap_or_default()
-}
-
 /// Like `assert_no_second_holder` with a second lease of 300 ms (the
 /// nodes here end with `max-ttl-ms` 400).
 fn no_second_holder(
@@ -106,7 +89,7 @@ fn a_node_promoted_from_0_grants_after_a_restart_alone_on_its_disk() {
     wait_until(
         Duration::from_secs(10),
         "promoted-acked-ms 0 in the file",
-        || file_says(&r, "redlock.promoted-acked-ms 0"),
+        || config_file_says(&r, "redlock.promoted-acked-ms 0"),
     );
     eprintln!(
         "R promoted with S attached: promoted-acked-ms {} (memory)",
@@ -217,13 +200,16 @@ fn an_operator_lowering_the_copy_does_not_shorten_a_new_disks_wait() {
     )
     .expect("first grant");
     config_set(&mut nc, "redlock.max-ttl-ms", "400");
-    assert!(file_says(&n, &format!("redlock.longest-lease-ms {LEASE}")));
+    assert!(config_file_says(
+        &n,
+        &format!("redlock.longest-lease-ms {LEASE}")
+    ));
     config_set(&mut nc, "redlock.longest-lease-ms", "0");
     let _: () = redis::cmd("CONFIG").arg("REWRITE").query(&mut nc).unwrap();
     eprintln!(
         "after the operator's 0 and a rewrite: memory {}, file {:?}",
         config_get(&mut nc, "redlock.longest-lease-ms"),
-        file_of(&n)
+        config_file_of(&n)
             .lines()
             .filter(|l| l.contains("redlock"))
             .collect::<Vec<_>>()
@@ -264,7 +250,7 @@ fn lowering_and_zeroing_the_copy_in_one_config_set_still_waits() {
     let _: () = redis::cmd("CONFIG").arg("REWRITE").query(&mut nc).unwrap();
     eprintln!(
         "file: {:?}",
-        file_of(&n)
+        config_file_of(&n)
             .lines()
             .filter(|l| l.contains("redlock"))
             .collect::<Vec<_>>()
@@ -414,7 +400,7 @@ fn a_replica_lowered_after_learning_waits_on_a_new_disk() {
     let mut mc = m.connection();
     config_set(&mut mc, "redlock.max-ttl-ms", &LEASE.to_string());
     wait_until(Duration::from_secs(10), "R learned 3000", || {
-        file_says(&r, &format!("redlock.longest-lease-ms {LEASE}"))
+        config_file_says(&r, &format!("redlock.longest-lease-ms {LEASE}"))
     });
     config_set(&mut rc, "redlock.max-ttl-ms", "1000");
     let granted_a = first_grant(
@@ -431,7 +417,7 @@ fn a_replica_lowered_after_learning_waits_on_a_new_disk() {
     let _: () = redis::cmd("CONFIG").arg("REWRITE").query(&mut rc).unwrap();
     eprintln!(
         "R's file: {:?}",
-        file_of(&r)
+        config_file_of(&r)
             .lines()
             .filter(|l| l.contains("redlock"))
             .collect::<Vec<_>>()
@@ -463,7 +449,7 @@ fn a_promoted_node_raised_later_grants_its_raise_after_a_restart_alone() {
     wait_until(
         Duration::from_secs(10),
         "promoted-acked-ms 1000 in the file",
-        || file_says(&r, "redlock.promoted-acked-ms 1000"),
+        || config_file_says(&r, "redlock.promoted-acked-ms 1000"),
     );
     let mut t = start_replica(&r, adversarial_node("1000"));
     config_set(&mut rc, "redlock.max-ttl-ms", "3000");
@@ -547,8 +533,8 @@ fn a_lowering_inside_multi_writes_the_copy() {
     let pong: String = redis::cmd("PING").query(&mut nc).unwrap();
     assert_eq!(pong, "PONG");
     assert!(
-        file_says(&n, "redlock.longest-lease-ms 3000"),
+        config_file_says(&n, "redlock.longest-lease-ms 3000"),
         "{}",
-        file_of(&n)
+        config_file_of(&n)
     );
 }

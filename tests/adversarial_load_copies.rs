@@ -38,65 +38,6 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::*;
-
-/// The lease of the old master that the untaught promotions must not
-/// shorten.
-const OLD_LEASE_MS: u64 = 20_000;
-
-fn file_of(n: &Node) -> String {
-    std::fs::read_to_string(n.config_path().unwrap()).unwrap()
-}
-
-fn file_says(n: &Node, line: &str) -> bool {
-    file_of(n).lines().any(|l| l.trim() == line)
-}
-
-fn config_get(con: &mut redis::Connection, name: &str) -> String {
-    let pair: Vec<String> = redis::cmd("CONFIG")
-        .arg("GET")
-        .arg(name)
-        .query(con)
-        .unwrap();
-    pair.get(1).cloned().unwrap_or_default()
-}
-
-/// M0: a master with no replica, `max-ttl-ms` raised at run time to
-/// [`OLD_LEASE_MS`], and a 5 s diskless sync delay so that a replica stays
-/// in its first sync. Returns M0 and when its lease of `key` began.
-fn old_master_granting(key: &str) -> (Node, Instant) {
-    let m0 = Node::builder()
-        .config("redlock.sync-replicas", "0")
-        .config("repl-diskless-sync", "yes")
-        .config("repl-diskless-sync-delay", "5")
-        .start();
-    let mut mc = m0.connection();
-    config_set(&mut mc, "redlock.max-ttl-ms", &OLD_LEASE_MS.to_string());
-    let granted = first_grant(
-        &mut mc,
-        key,
-        "owner-a",
-        OLD_LEASE_MS,
-        Instant::now() + Duration::from_secs(10),
-    )
-    .expect("M0 grants the long lease");
-    (m0, granted)
-}
-
-/// Points `s` at `m0` and promotes it during its first sync: untaught. M0
-/// is then lost.
-fn promote_untaught(s: &Node, m0: &mut Node) -> redis::Connection {
-    let mut sc = s.connection();
-    let _: () = redis::cmd("REPLICAOF")
-        .arg("127.0.0.1")
-        .arg(m0.port())
-        .query(&mut sc)
-        .unwrap();
-    promote(&mut sc);
-    m0.kill();
-    assert_eq!(redlock_info(&mut sc, "taught_by_master"), 0);
-    sc
-}
-
 /// Finding (fixed: a hold of 0 is not copied). An ordinary master M (never promoted) with a
 /// replica R restarts (its own data directory): the load is held by its
 /// replica set, and `LeaseAck::hold_to_configure` copies
@@ -111,7 +52,7 @@ fn promote_untaught(s: &Node, m0: &mut Node) -> redis::Connection {
 #[test]
 fn an_ordinary_master_restarted_with_replicas_grants_after_a_new_disk_alone() {
     let mut m = adversarial_node("1000").config_file().start();
-    assert!(!file_of(&m).contains("promoted-acked-ms"));
+    assert!(!config_file_of(&m).contains("promoted-acked-ms"));
     let mut r = start_replica(&m, adversarial_node("1000"));
     let _rc = taught_replica_of(&m, &r);
     // An ordinary restart of M with its files.
@@ -121,16 +62,16 @@ fn an_ordinary_master_restarted_with_replicas_grants_after_a_new_disk_alone() {
     let looked = Instant::now();
     while looked.elapsed() < Duration::from_millis(500) {
         assert!(
-            !file_of(&m).contains("promoted-acked-ms"),
+            !config_file_of(&m).contains("promoted-acked-ms"),
             "a hold of 0 was copied:\n{}",
-            file_of(&m)
+            config_file_of(&m)
         );
         std::thread::sleep(Duration::from_millis(50));
     }
     eprintln!(
         "after M's ordinary restart: promoted-acked-ms {} in memory, file: {:?}",
         config_get(&mut mc, "redlock.promoted-acked-ms"),
-        file_of(&m)
+        config_file_of(&m)
             .lines()
             .filter(|l| l.contains("promoted"))
             .collect::<Vec<_>>()
@@ -212,12 +153,12 @@ fn an_unrelated_config_set_after_a_load_from_the_marker_keeps_the_day() {
     let mut s = adversarial_node("1000").config_file().start();
     let mut sc = promote_untaught(&s, &mut m0);
     wait_until(Duration::from_secs(5), "the copy in the file", || {
-        file_says(&s, "redlock.promoted-untaught 1")
+        config_file_says(&s, "redlock.promoted-untaught 1")
     });
     drop(sc);
     // As under an earlier release: the marker alone.
     let path = s.config_path().unwrap();
-    let text: String = file_of(&s)
+    let text: String = config_file_of(&s)
         .lines()
         .filter(|l| !l.contains("promoted-untaught"))
         .map(|l| format!("{l}\n"))
@@ -231,7 +172,7 @@ fn an_unrelated_config_set_after_a_load_from_the_marker_keeps_the_day() {
     assert_eq!(config_get(&mut sc, "redlock.promoted-untaught"), "1");
     assert_eq!(redlock_info(&mut sc, "grace_window_ms"), 86_400_000);
     wait_until(Duration::from_secs(5), "the deferred rewrite", || {
-        file_says(&s, "redlock.promoted-untaught 1")
+        config_file_says(&s, "redlock.promoted-untaught 1")
     });
     config_set(&mut sc, "maxmemory-policy", "noeviction");
     assert_eq!(redlock_info(&mut sc, "grace_window_ms"), 86_400_000);
@@ -253,7 +194,7 @@ fn setting_promoted_untaught_on_a_plain_replica_changes_nothing() {
     let mut mc = m.connection();
     config_set(&mut mc, "redlock.promoted-untaught", "1");
     assert_eq!(config_get(&mut mc, "redlock.promoted-untaught"), "0");
-    assert!(!file_says(&m, "redlock.promoted-untaught 1"));
+    assert!(!config_file_says(&m, "redlock.promoted-untaught 1"));
 }
 
 /// Safe (a deviation, reported): S is promoted untaught (a day), then

@@ -42,56 +42,6 @@ use std::time::{Duration, Instant};
 
 use common::*;
 
-/// The lease of the old master that the untaught promotions must not
-/// shorten.
-const OLD_LEASE_MS: u64 = 20_000;
-
-/// M0: a master with no replica, `max-ttl-ms` raised at run time to
-/// [`OLD_LEASE_MS`] (a master that never had a replica is not held back:
-/// it grants at once), and a 5 s diskless sync delay so that a replica
-/// stays in its first sync. Returns M0 and when its lease of `key` began.
-fn old_master_granting(key: &str) -> (Node, Instant) {
-    let m0 = Node::builder()
-        .config("redlock.sync-replicas", "0")
-        .config("repl-diskless-sync", "yes")
-        .config("repl-diskless-sync-delay", "5")
-        .start();
-    let mut mc = m0.connection();
-    config_set(&mut mc, "redlock.max-ttl-ms", &OLD_LEASE_MS.to_string());
-    let granted = first_grant(
-        &mut mc,
-        key,
-        "owner-a",
-        OLD_LEASE_MS,
-        Instant::now() + Duration::from_secs(10),
-    )
-    .expect("M0 grants the long lease");
-    (m0, granted)
-}
-
-/// Points `s` at `m0` and promotes it during its first sync: untaught, a
-/// day's window. M0 is then lost.
-fn promote_untaught(s: &Node, m0: &mut Node) -> redis::Connection {
-    let mut sc = s.connection();
-    let _: () = redis::cmd("REPLICAOF")
-        .arg("127.0.0.1")
-        .arg(m0.port())
-        .query(&mut sc)
-        .unwrap();
-    promote(&mut sc);
-    m0.kill();
-    assert_eq!(redlock_info(&mut sc, "taught_by_master"), 0);
-    sc
-}
-
-fn file_of(n: &Node) -> String {
-    std::fs::read_to_string(n.config_path().unwrap()).unwrap()
-}
-
-fn file_says(n: &Node, line: &str) -> bool {
-    file_of(n).lines().any(|l| l.trim() == line)
-}
-
 /// Fixed (was an open finding). M0 grants K for 20 s (its `max-ttl-ms`
 /// raised at run time, before any replica: allowed, the master never had
 /// one). S (`max-ttl-ms` 1000) is pointed at M0 and promoted during its
@@ -217,7 +167,7 @@ fn explicit_grace_then_untaught_promotion(mutant: bool) -> Option<Duration> {
     };
     let s = builder.start();
     let mut sc = promote_untaught(&s, &mut m0);
-    assert!(file_says(&s, "redlock.promoted-untaught 1"));
+    assert!(config_file_says(&s, "redlock.promoted-untaught 1"));
     let window = redlock_info(&mut sc, "grace_window_ms");
     if !mutant {
         assert_eq!(window, 86_400_000, "an untaught promotion guards a day");
@@ -290,9 +240,9 @@ fn a_second_promotion_writes_its_smaller_hold_and_a_new_disk_is_held_from_it() {
     drop(m);
     promote(&mut r1c);
     assert!(
-        file_says(&r1, "redlock.promoted-acked-ms 3000"),
+        config_file_says(&r1, "redlock.promoted-acked-ms 3000"),
         "first promotion: {}",
-        file_of(&r1)
+        config_file_of(&r1)
     );
 
     // M2 (1000) with a replica of its own: its life acknowledges 1000.
@@ -325,9 +275,9 @@ fn a_second_promotion_writes_its_smaller_hold_and_a_new_disk_is_held_from_it() {
     promote(&mut r1c);
     let _: () = redis::cmd("CONFIG").arg("REWRITE").query(&mut r1c).unwrap();
     assert!(
-        file_says(&r1, "redlock.promoted-acked-ms 1000"),
+        config_file_says(&r1, "redlock.promoted-acked-ms 1000"),
         "second promotion: {}",
-        file_of(&r1)
+        config_file_of(&r1)
     );
     drop(r1c);
     r1.kill();
@@ -370,7 +320,7 @@ fn the_untaught_copy_survives_a_demotion_and_a_new_disk_as_replica() {
     let (mut m0, _granted_a) = old_master_granting("K");
     let mut s = adversarial_node("1000").config_file().start();
     let mut sc = promote_untaught(&s, &mut m0);
-    assert!(file_says(&s, "redlock.promoted-untaught 1"));
+    assert!(config_file_says(&s, "redlock.promoted-untaught 1"));
     let x = adversarial_node("1000").start();
     let _: () = redis::cmd("REPLICAOF")
         .arg("127.0.0.1")
@@ -380,9 +330,9 @@ fn the_untaught_copy_survives_a_demotion_and_a_new_disk_as_replica() {
     let _: () = redis::cmd("CONFIG").arg("REWRITE").query(&mut sc).unwrap();
     wait_for_link(&mut sc);
     assert!(
-        file_says(&s, "redlock.promoted-untaught 1"),
+        config_file_says(&s, "redlock.promoted-untaught 1"),
         "{}",
-        file_of(&s)
+        config_file_of(&s)
     );
     drop(sc);
     s.kill();
@@ -436,7 +386,7 @@ fn untaught_upgraded_then_new_disk(mutant: bool) -> Option<Duration> {
         wait_until(
             Duration::from_secs(10),
             "the loaded window copied to the file",
-            || file_says(&s, "redlock.promoted-untaught 1"),
+            || config_file_says(&s, "redlock.promoted-untaught 1"),
         );
     }
     drop(sc);
@@ -505,7 +455,7 @@ fn hold_upgraded_then_new_disk(mutant: bool) -> Option<Duration> {
         wait_until(
             Duration::from_secs(10),
             "the loaded hold copied to the file",
-            || file_says(&r1, "redlock.promoted-acked-ms 1000"),
+            || config_file_says(&r1, "redlock.promoted-acked-ms 1000"),
         );
     }
     r1.kill();
@@ -582,9 +532,9 @@ fn a_promotion_inside_exec_writes_the_hold() {
         .query(&mut r1c)
         .unwrap();
     assert!(
-        file_says(&r1, "redlock.promoted-acked-ms 1000"),
+        config_file_says(&r1, "redlock.promoted-acked-ms 1000"),
         "{}",
-        file_of(&r1)
+        config_file_of(&r1)
     );
 }
 
@@ -607,7 +557,7 @@ fn a_coordinated_failover_writes_the_hold() {
         info_field(&mut r1c, "replication", "role").as_deref() == Some("master")
     });
     wait_until(Duration::from_secs(5), "the hold in R1's file", || {
-        file_says(&r1, "redlock.promoted-acked-ms 1000")
+        config_file_says(&r1, "redlock.promoted-acked-ms 1000")
     });
 }
 
@@ -628,7 +578,7 @@ fn ending_the_untaught_day_with_promoted_untaught_0_keeps_the_restart_window() {
     let mut s = adversarial_node("5000").config_file().start();
     let mut sc = promote_untaught(&s, &mut m0);
     assert_eq!(redlock_info(&mut sc, "grace_window_ms"), 86_400_000);
-    assert!(file_says(&s, "redlock.promoted-untaught 1"));
+    assert!(config_file_says(&s, "redlock.promoted-untaught 1"));
     // The operator ends the day (no lease of M0 runs any more, say).
     config_set(&mut sc, "redlock.promoted-untaught", "0");
     assert_eq!(
@@ -646,11 +596,11 @@ fn ending_the_untaught_day_with_promoted_untaught_0_keeps_the_restart_window() {
     assert_eq!(value.get(1).map(String::as_str), Some("0"));
     assert_eq!(redlock_info(&mut sc, "grace_window_ms"), 5000);
     assert!(
-        file_says(&s, "redlock.promoted-untaught 0"),
+        config_file_says(&s, "redlock.promoted-untaught 0"),
         "{}",
-        file_of(&s)
+        config_file_of(&s)
     );
-    assert!(!file_says(&s, "redlock.restart-grace-ms 0"));
+    assert!(!config_file_says(&s, "redlock.restart-grace-ms 0"));
     let _t = start_replica(&s, adversarial_node("5000"));
     first_grant(
         &mut sc,

@@ -435,3 +435,66 @@ pub fn taught_replica_of(m: &Node, r: &Node) -> redis::Connection {
     });
     rc
 }
+
+/// The configuration file a node was started from
+/// (`NodeBuilder::config_file`), as it is now.
+pub fn config_file_of(n: &Node) -> String {
+    std::fs::read_to_string(n.config_path().unwrap()).unwrap()
+}
+
+/// Whether a node's configuration file has `line` (trimmed) as a line.
+pub fn config_file_says(n: &Node, line: &str) -> bool {
+    config_file_of(n).lines().any(|l| l.trim() == line)
+}
+
+/// `CONFIG GET name`: its value ("" when there is none).
+pub fn config_get(con: &mut redis::Connection, name: &str) -> String {
+    let pair: Vec<String> = redis::cmd("CONFIG")
+        .arg("GET")
+        .arg(name)
+        .query(con)
+        .unwrap();
+    pair.get(1).cloned().unwrap_or_default()
+}
+
+/// The lease of the old master that the untaught promotions of the
+/// adversarial tests must not shorten.
+pub const OLD_LEASE_MS: u64 = 20_000;
+
+/// M0: a master with no replica, `max-ttl-ms` raised at run time to
+/// [`OLD_LEASE_MS`] (a master that never had a replica is not held back:
+/// it grants at once), and a 5 s diskless sync delay so that a replica
+/// stays in its first sync. Returns M0 and when its lease of `key` began.
+pub fn old_master_granting(key: &str) -> (Node, Instant) {
+    let m0 = Node::builder()
+        .config("redlock.sync-replicas", "0")
+        .config("repl-diskless-sync", "yes")
+        .config("repl-diskless-sync-delay", "5")
+        .start();
+    let mut mc = m0.connection();
+    config_set(&mut mc, "redlock.max-ttl-ms", &OLD_LEASE_MS.to_string());
+    let granted = first_grant(
+        &mut mc,
+        key,
+        "owner-a",
+        OLD_LEASE_MS,
+        Instant::now() + Duration::from_secs(10),
+    )
+    .expect("M0 grants the long lease");
+    (m0, granted)
+}
+
+/// Points `s` at `m0` and promotes it during its first sync: untaught, a
+/// day's window. M0 is then lost.
+pub fn promote_untaught(s: &Node, m0: &mut Node) -> redis::Connection {
+    let mut sc = s.connection();
+    let _: () = redis::cmd("REPLICAOF")
+        .arg("127.0.0.1")
+        .arg(m0.port())
+        .query(&mut sc)
+        .unwrap();
+    promote(&mut sc);
+    m0.kill();
+    assert_eq!(redlock_info(&mut sc, "taught_by_master"), 0);
+    sc
+}
