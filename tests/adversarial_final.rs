@@ -37,29 +37,6 @@ use std::time::{Duration, Instant};
 
 use common::*;
 
-/// Like `assert_no_second_holder` with a second lease of 300 ms (the
-/// nodes here end with `max-ttl-ms` 400).
-fn no_second_holder(
-    con: &mut redis::Connection,
-    key: &str,
-    granted_a: Instant,
-    lease_ms: u64,
-    who: &str,
-) {
-    let until = granted_a + Duration::from_millis(lease_ms + 1_000);
-    match first_grant(con, key, "owner-b", 300, until) {
-        None => eprintln!("{who} did not grant {key} within the {lease_ms} ms lease + 1 s"),
-        Some(granted_b) => {
-            let gap = granted_b - granted_a;
-            eprintln!("{who} granted {key} {gap:?} after the {lease_ms} ms lease began");
-            assert!(
-                gap >= Duration::from_millis(lease_ms),
-                "two holders: {who} granted {key} {gap:?} after a {lease_ms} ms lease began"
-            );
-        }
-    }
-}
-
 /// Whether the master behind `con` lists any replica.
 fn has_replica_line(con: &mut redis::Connection) -> bool {
     let info: String = redis::cmd("INFO")
@@ -219,7 +196,7 @@ fn an_operator_lowering_the_copy_does_not_shorten_a_new_disks_wait() {
     wipe_dir(&n);
     n.restart();
     let mut nc = n.connection();
-    no_second_holder(&mut nc, "K", granted_a, LEASE, "N on a new disk");
+    assert_no_second_holder_of(&mut nc, "K", granted_a, LEASE, "N on a new disk", 300);
 }
 
 /// Safe: the same, with the operator's 0 given in the same `CONFIG SET` as
@@ -260,7 +237,7 @@ fn lowering_and_zeroing_the_copy_in_one_config_set_still_waits() {
     wipe_dir(&n);
     n.restart();
     let mut nc = n.connection();
-    no_second_holder(&mut nc, "K", granted_a, LEASE, "N on a new disk");
+    assert_no_second_holder_of(&mut nc, "K", granted_a, LEASE, "N on a new disk", 300);
 }
 
 fn info_line(con: &mut redis::Connection, fields: &[&str]) -> String {

@@ -1,24 +1,15 @@
-//! An adversarial read of the waiting changes: a wait opens its `WAIT`
-//! connections ahead of time (`Quorum::warm_blocking`) and a set waiter
-//! queues its busy attempt's RELEASEs without awaiting them
-//! (`Quorum::release_set_queued`). Each test asserts the safe (and live)
-//! outcome; the probes found safe pass.
+//! An adversarial read of the waiting changes: a set waiter queues its
+//! busy attempt's RELEASEs without awaiting them
+//! (`Quorum::release_set_queued`), and waiters whose pooled `WAIT`
+//! connections died with a restart of every node. Each test asserts the
+//! safe (and live) outcome; the probes found safe pass.
 
 mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{client, five};
+use common::{client, five, info_u64};
 use redlock_testkit::Node;
-
-fn info_u64(node: &Node, section: &str, field: &str) -> u64 {
-    let mut con = node.connection();
-    let info: String = redis::cmd("INFO").arg(section).query(&mut con).unwrap();
-    info.lines()
-        .find_map(|l| l.strip_prefix(&format!("{field}:")))
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or_else(|| panic!("INFO {section} has no {field}"))
-}
 
 /// Every node restarted (same ports): the idle WAIT connections the
 /// waiter opened ahead of time are dead.

@@ -4,18 +4,9 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{client, five, held_on, held_on_reachable};
+use common::{client, five, held_on, held_on_reachable, info_u64};
 use redlock_client::Error;
 use redlock_testkit::Node;
-
-fn info_u64(node: &Node, section: &str, field: &str) -> u64 {
-    let mut con = node.connection();
-    let info: String = redis::cmd("INFO").arg(section).query(&mut con).unwrap();
-    info.lines()
-        .find_map(|l| l.strip_prefix(&format!("{field}:")))
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or_else(|| panic!("INFO {section} has no {field}"))
-}
 
 /// Total calls of every command on a node.
 fn commandstats(node: &Node) -> String {

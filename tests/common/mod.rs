@@ -401,8 +401,21 @@ pub fn assert_no_second_holder(
     lease_ms: u64,
     who: &str,
 ) {
+    assert_no_second_holder_of(con, key, granted_a, lease_ms, who, 1000);
+}
+
+/// [`assert_no_second_holder`] asking for a second lease of `second_ttl_ms`
+/// (for nodes whose `max-ttl-ms` is below 1000).
+pub fn assert_no_second_holder_of(
+    con: &mut redis::Connection,
+    key: &str,
+    granted_a: Instant,
+    lease_ms: u64,
+    who: &str,
+    second_ttl_ms: u64,
+) {
     let until = granted_a + Duration::from_millis(lease_ms + 1_000);
-    match first_grant(con, key, "owner-b", 1000, until) {
+    match first_grant(con, key, "owner-b", second_ttl_ms, until) {
         None => eprintln!("{who} did not grant {key} within the {lease_ms} ms lease + 1 s"),
         Some(granted_b) => {
             let gap = granted_b - granted_a;

@@ -198,3 +198,13 @@ pub fn parse_command(buf: &[u8]) -> Option<(Vec<Vec<u8>>, usize)> {
     }
     Some((args, at))
 }
+
+/// `INFO section` field `field` of `node`, as a number.
+pub fn info_u64(node: &Node, section: &str, field: &str) -> u64 {
+    let mut con = node.connection();
+    let info: String = redis::cmd("INFO").arg(section).query(&mut con).unwrap();
+    info.lines()
+        .find_map(|l| l.strip_prefix(&format!("{field}:")))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("INFO {section} has no {field}"))
+}
