@@ -210,7 +210,7 @@ impl Checker {
     pub fn client_gone(&mut self, c: usize, now: Time) {
         for claims in &mut self.claims {
             for claim in claims.iter_mut() {
-                if (claim.owner >> 48) as usize == c && claim.until > now {
+                if crate::world::World::client_of(claim.owner) == c && claim.until > now {
                     claim.until = now;
                 }
             }
@@ -288,6 +288,16 @@ impl Checker {
                 ),
             );
         }
+    }
+
+    /// The owners that claim a validity lasting past `t`, with its end.
+    pub fn claimed_past(&self, t: Time) -> Vec<(Owner, Time)> {
+        self.claims
+            .iter()
+            .flatten()
+            .filter(|c| c.until > t)
+            .map(|c| (c.owner, c.until))
+            .collect()
     }
 
     /// Whether `owner` claims a validity at `now`.

@@ -559,6 +559,27 @@ impl World {
             lock.live_deadline(mono)
                 .is_some_and(|end| end > mono + w.longer_than_ms)
         });
+        // An untaught promotion teaches on what it never heard of only if
+        // a client holds that longer lease on a quorum: the watch waits for
+        // a validity that lasts longer than the longest before the raise,
+        // and its holders pause (a GC pause) until it ends, so that they
+        // neither release nor extend while the hole is open.
+        let holders = if w.kind == FaultKind::UntaughtTeaches {
+            self.checker.claimed_past(self.now + w.longer_than_ms * MS)
+        } else {
+            Vec::new()
+        };
+        let longer = longer && (w.kind != FaultKind::UntaughtTeaches || !holders.is_empty());
+        if longer {
+            for (owner, until) in holders {
+                let c = World::client_of(owner);
+                if self.clients[c].alive && self.clients[c].paused_until.is_none() {
+                    self.clients[c].paused_until = Some(until);
+                    let d = until - self.now;
+                    self.after(d, Ev::Fault(Fault::ClientResume { client: c as u32 }));
+                }
+            }
+        }
         if !longer && self.now < w.until {
             self.cut_members(w.cut, self.now + EVERY + 1);
             self.after(EVERY, Ev::Fault(Fault::WatchLonger { member: m as u8 }));

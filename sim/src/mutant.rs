@@ -186,7 +186,7 @@ pub const MUTANTS: &[SimMutant] = &[
         name: "untaught-not-taught-on",
         hole: Hole::Module(Mutant::UntaughtNotTaughtOn),
         what: "a replica taught by a master inside an untaught promotion's day (its announced hold reaches past the replica's longest lease), or without that master's announcement, counts as taught once promoted: it guards only its own longest lease while a lease of its teacher's old master runs (module, adversarial read of the untaught day; caught through untaught-teaches)",
-        known_seed: 15_770,
+        known_seed: 31,
     },
     SimMutant {
         name: "no-clock-floor",
@@ -225,6 +225,32 @@ impl SimMutant {
         let mut setup = Setup::default();
         self.apply(&mut setup);
         setup
+    }
+
+    /// The setup of the holes this mutant needs beside its own (the rest
+    /// of a [`Hole::Modules`] list, each closing the hole a second way), or
+    /// `None` for a mutant of one hole. A seed shows this mutant's hole only
+    /// if it passes with these partners alone.
+    pub fn partners(&self) -> Option<Setup> {
+        let Hole::Modules([_, rest @ ..]) = self.hole else {
+            return None;
+        };
+        let mut setup = Setup::default();
+        for &m in rest {
+            setup.mutants = setup.mutants.with(m, true);
+        }
+        Some(setup)
+    }
+
+    /// Whether `seed`'s failure under this mutant is its own hole's: the
+    /// seed passes with the partners alone (always, for a mutant of one
+    /// hole).
+    pub fn own_failure(&self, seed: u64) -> bool {
+        self.partners().is_none_or(|setup| {
+            crate::run(seed, &crate::scenario::Overrides::default(), &setup)
+                .violations
+                .is_empty()
+        })
     }
 
     /// Switches this mutant on in `setup`.

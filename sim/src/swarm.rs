@@ -282,7 +282,8 @@ pub fn first_failure(mutant: &'static SimMutant, budget: u64, threads: usize) ->
             stop_at_first_failure: false,
         };
         let s = swarm(&o);
-        if let Some(f) = s.failures.first() {
+        // A seed that fails through a partner hole alone does not count.
+        if let Some(f) = s.failures.iter().find(|f| mutant.own_failure(f.seed)) {
             return MutantRow {
                 mutant,
                 first_failure: Some(f.seed),

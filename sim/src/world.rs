@@ -1025,6 +1025,11 @@ impl World {
         self.at(self.end_at, Ev::End);
     }
 
+    /// The client an owner id belongs to (its top 16 bits).
+    pub fn client_of(owner: Owner) -> usize {
+        (owner >> 48) as usize
+    }
+
     /// A client id's bit.
     pub fn client_bit(c: usize) -> u32 {
         1 << c

@@ -122,6 +122,12 @@ fn every_mutant_fails_its_known_seed_and_the_seed_passes_without_it() {
             "mutant {}: seed {} fails [{}] at {} µs",
             m.name, m.known_seed, first.kind, first.at
         );
+        assert!(
+            m.own_failure(m.known_seed),
+            "seed {} fails with the partners of mutant {} alone: it does not show its hole",
+            m.known_seed,
+            m.name
+        );
         let clean = redlock_sim::run(m.known_seed, &Overrides::default(), &Setup::default());
         assert!(
             clean.violations.is_empty(),
