@@ -397,6 +397,7 @@ impl RedlockBuilder {
                 retry: self.retry,
                 clock_floor: self.clock_floor,
                 rules,
+                local_turns: Default::default(),
             }),
         })
     }

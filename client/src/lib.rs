@@ -41,6 +41,7 @@ mod election;
 mod fenced;
 mod identity;
 mod inspect;
+mod local_turn;
 mod lock;
 mod lock_set;
 mod lock_set_wait;

@@ -18,6 +18,8 @@ pub(crate) struct Inner {
     /// What the pure decisions read: node count, quorum, drift factor and
     /// the test switches (`core/rules.rs`).
     pub(crate) rules: Rules,
+    /// This client's waiters per lock name, in call order (`local_turn.rs`).
+    pub(crate) local_turns: std::sync::Arc<crate::local_turn::LocalTurns>,
 }
 
 impl Inner {

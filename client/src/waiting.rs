@@ -14,7 +14,10 @@
 //! hand-off window (see the module's `queue.rs`).
 //! So the waiter that came first gets the lock next, a worker that releases
 //! and asks again at once queues behind the others instead of re-taking
-//! its own lock, and waiters do not all race at each release.
+//! its own lock, and waiters do not all race at each release. Before the
+//! nodes know a waiter (its busy attempt and its first `WAIT` are under
+//! way), the callers of one client are kept in call order by
+//! `local_turn.rs`.
 //!
 //! Races remain possible (nodes that saw different waiters, a waiter whose
 //! reservation lapsed): a waiter that finds the lock busy releases what it
@@ -40,6 +43,7 @@ use crate::core::waiting::{
     after_failed_attempt, after_wake, wait_gives_up_at, wait_timeout_ms, AfterAttempt, AfterWake,
     Wake, WakeTally,
 };
+use crate::local_turn;
 use crate::lock::{Lock, OwnerId};
 use crate::quorum::Quorum;
 use crate::redlock::{Redlock, ReleaseIfDropped};
@@ -98,6 +102,11 @@ impl Redlock {
             // will ACQUIRE it.
             let ticket = now_micros();
             let called = Instant::now();
+            // Earlier callers of this name on this client go first (a
+            // worker that released must not take its lock back while they
+            // are on their way to the nodes' queues: `local_turn.rs`).
+            let (_turn, earlier) = self.inner.local_turns.join(key);
+            local_turn::after_earlier(earlier, until).await;
             let metrics = self.inner.quorum.metrics;
             let timed_out = || metrics.wait_timed_out(key, called.elapsed());
             let mut owner = OwnerId::new();

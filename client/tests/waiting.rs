@@ -419,3 +419,61 @@ async fn a_released_set_goes_to_the_set_waiter_while_a_node_lags() {
         .all(|((_, now), before)| now > *before));
     assert!(set.release().await.unwrap());
 }
+
+/// A worker that releases and asks again at once does not take its lock
+/// back from a waiter of the same client whose `WAIT`s have not reached the
+/// nodes yet (the cold start of a process: its blocking connections are
+/// still being opened). The waiter's call is polled once (it has sent its
+/// first ACQUIRE, which finds the lock held), then the holder releases and
+/// calls again while the waiter goes on: the waiter must get the lock first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_that_releases_and_asks_again_lets_a_waiter_of_its_client_go_first() {
+    let nodes = five();
+    for round in 0..5 {
+        // A fresh client each round: no blocking connection open yet.
+        let redlock = client(&nodes).await;
+        let key = format!("cold-{round}");
+        let lock = redlock
+            .acquire(&key, Duration::from_secs(10))
+            .await
+            .unwrap();
+        let waiter = redlock.acquire_wait(&key, Duration::from_secs(10), Duration::from_secs(5));
+        let mut waiter = std::pin::pin!(waiter);
+        let first_poll = std::future::poll_fn(|cx| {
+            std::task::Poll::Ready(std::future::Future::poll(waiter.as_mut(), cx))
+        })
+        .await;
+        assert!(first_poll.is_pending(), "the waiter got a held lock");
+        let holder_again = async {
+            assert!(lock.release().await.unwrap());
+            redlock
+                .acquire_wait(&key, Duration::from_secs(10), Duration::from_secs(5))
+                .await
+                .unwrap()
+        };
+        let order = std::sync::Mutex::new(Vec::new());
+        let (w, h) = tokio::join!(
+            async {
+                let l = waiter.await.unwrap();
+                order.lock().unwrap().push("waiter");
+                let token = l.token();
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                assert!(l.release().await.unwrap());
+                token
+            },
+            async {
+                let l = holder_again.await;
+                order.lock().unwrap().push("holder");
+                let token = l.token();
+                assert!(l.release().await.unwrap());
+                token
+            }
+        );
+        assert_eq!(
+            *order.lock().unwrap(),
+            ["waiter", "holder"],
+            "round {round}: the holder took its lock back (tokens: waiter {w}, holder {h})"
+        );
+        assert!(w < h, "round {round}: tokens out of order: {w} then {h}");
+    }
+}
