@@ -81,6 +81,7 @@ use tokio::sync::{oneshot, watch};
 
 use crate::core::error::{Error, NodeFailure};
 use crate::identity::{parse_run_id, Endpoint, ServerId};
+use crate::node::OnSent;
 use crate::node::{connection_config, redact};
 use crate::sync_check::{self, SyncState};
 use crate::tls::TlsSettings;
@@ -600,7 +601,12 @@ impl Cluster {
     /// the first seed that accepts a connection), following at most
     /// [`MAX_REDIRECTS`] redirects: `-MOVED` (remembered for the slot) and
     /// `-ASK` (`ASKING` first). Otherwise as `Node::wait_free`.
-    pub(crate) async fn wait_free(&self, key: &str, cmd: &Cmd) -> Result<bool, NodeFailure> {
+    pub(crate) async fn wait_free(
+        &self,
+        key: &str,
+        cmd: &Cmd,
+        on_sent: OnSent<'_>,
+    ) -> Result<bool, NodeFailure> {
         let slot = key_slot(key.as_bytes());
         let known = lock(&self.slot_owners).get(&slot).cloned();
         let mut targets: Vec<Box<str>> = known.into_iter().collect();
@@ -624,6 +630,7 @@ impl Cluster {
                     return Err(failure);
                 }
             }
+            on_sent();
             let reply = conn.send_packed_command(cmd).await;
             match reply.and_then(Value::extract_error) {
                 Ok(Value::Int(n)) => {

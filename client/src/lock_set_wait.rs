@@ -30,6 +30,7 @@ use tracing::Instrument;
 use crate::core::error::Error;
 use crate::core::many::SetWake;
 use crate::core::waiting::{after_failed_attempt, after_wake, AfterAttempt, AfterWake, Wake};
+use crate::local_turn::{self, Turn};
 use crate::lock::OwnerId;
 use crate::lock_set::{checked_names, LockSet, ReleaseSetIfDropped};
 use crate::quorum::Quorum;
@@ -88,6 +89,17 @@ impl Redlock {
             // `acquire_wait`).
             let ticket = now_micros();
             let quorum = &self.inner.quorum;
+            // A place among this client's waiters of each name, as a
+            // single-name waiter takes one (`local_turn.rs`); all the
+            // names' earlier callers within one turn limit.
+            let turns: Vec<Turn> = names
+                .iter()
+                .map(|name| self.inner.local_turns.join(name))
+                .collect();
+            let turn_until = until.min(Instant::now() + local_turn::TURN_LIMIT);
+            for turn in &turns {
+                turn.after_earlier(turn_until).await;
+            }
             let mut owner = OwnerId::new();
             loop {
                 let settled = ReleaseSetIfDropped::new(&self.inner, &names, owner);
@@ -138,7 +150,7 @@ impl Redlock {
                         if let Some(at) = pause_until {
                             tokio::time::sleep_until(at).await;
                         }
-                        let wake = wait_for_set(quorum, &names, until, owner, ticket).await;
+                        let wake = wait_for_set(quorum, &names, until, owner, ticket, &turns).await;
                         let next = after_wake(
                             &wake,
                             until,
@@ -168,11 +180,13 @@ async fn wait_for_set(
     until: Instant,
     owner: OwnerId,
     ticket: u64,
+    turns: &[Turn],
 ) -> Wake {
     let mut round = SetWake::new(names.len());
     let mut waits: FuturesUnordered<_> = names
         .iter()
-        .map(|name| wait_for_free(quorum, name, until, owner, ticket))
+        .zip(turns)
+        .map(|(name, turn)| wait_for_free(quorum, name, until, owner, ticket, Some(turn.queued())))
         .collect();
     while let Some(wake) = waits.next().await {
         if let Some(decided) = round.record(wake) {

@@ -12,6 +12,7 @@ use redis::{Cmd, Value};
 use crate::cluster::Cluster;
 use crate::core::error::NodeFailure;
 use crate::identity::ServerId;
+use crate::node::OnSent;
 use crate::node::{redact, Node};
 use crate::sentinel::{SentinelMember, SentinelSpec};
 
@@ -344,9 +345,10 @@ impl Voter {
     /// A blocking command on a connection of its own (see
     /// [`Node::call_blocking`]); not offered on a cluster member.
     pub(crate) async fn call_blocking(&self, cmd: &Cmd) -> Result<Value, NodeFailure> {
+        let on_sent: OnSent<'_> = &|| {};
         match self {
-            Voter::Node(n) => n.call_blocking(cmd).await,
-            Voter::Sentinel(s) => s.call_blocking(cmd).await,
+            Voter::Node(n) => n.call_blocking(cmd, on_sent).await,
+            Voter::Sentinel(s) => s.call_blocking(cmd, on_sent).await,
             Voter::Cluster(_) => Err(NodeFailure::Unexpected(
                 "blocking reads other than REDLOCK.WAIT are not supported on a cluster member"
                     .into(),
@@ -357,11 +359,16 @@ impl Voter {
     /// A `REDLOCK.WAIT` for `key` on a connection of its own (see
     /// [`Node::wait_free`]; a cluster member sends it to the shard that owns
     /// the key's slot).
-    pub(crate) async fn wait_free(&self, key: &str, cmd: &Cmd) -> Result<bool, NodeFailure> {
+    pub(crate) async fn wait_free(
+        &self,
+        key: &str,
+        cmd: &Cmd,
+        on_sent: OnSent<'_>,
+    ) -> Result<bool, NodeFailure> {
         match self {
-            Voter::Node(n) => n.wait_free(cmd).await,
-            Voter::Cluster(c) => c.wait_free(key, cmd).await,
-            Voter::Sentinel(s) => s.wait_free(cmd).await,
+            Voter::Node(n) => n.wait_free(cmd, on_sent).await,
+            Voter::Cluster(c) => c.wait_free(key, cmd, on_sent).await,
+            Voter::Sentinel(s) => s.wait_free(cmd, on_sent).await,
         }
     }
 }

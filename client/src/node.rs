@@ -54,6 +54,10 @@ use crate::identity::{parse_run_id, Endpoint, ServerId};
 use crate::sync_check::{self, LockWrite, SyncState};
 use crate::tls::TlsSettings;
 
+/// What a blocking call runs once its connection is ready, right before it
+/// sends its command (a waiter marks itself as queued: `local_turn.rs`).
+pub(crate) type OnSent<'a> = &'a (dyn Fn() + Send + Sync);
+
 /// The settings of every node's connection; see the module docs for what
 /// the rounds rely on.
 pub(crate) fn connection_config(connect_timeout: Duration) -> AsyncConnectionConfig {
@@ -428,8 +432,12 @@ impl Node {
     /// Not bounded by the per-node timeout (the caller bounds the whole
     /// wait); dropping the future closes the connection, which ends the
     /// wait on the node.
-    pub(crate) async fn wait_free(&self, cmd: &Cmd) -> Result<bool, NodeFailure> {
-        match self.call_blocking(cmd).await? {
+    pub(crate) async fn wait_free(
+        &self,
+        cmd: &Cmd,
+        on_sent: OnSent<'_>,
+    ) -> Result<bool, NodeFailure> {
+        match self.call_blocking(cmd, on_sent).await? {
             Value::Int(n) => Ok(n == 1),
             other => Err(NodeFailure::Unexpected(format!("{other:?}"))),
         }
@@ -438,8 +446,13 @@ impl Node {
     /// A blocking command (`REDLOCK.WAIT`, `XREAD BLOCK`) on a pooled
     /// connection of its own, so that it never stalls the shared one. Not
     /// bounded by the per-node timeout; dropping the future closes the
-    /// connection, which ends the block on the node.
-    pub(crate) async fn call_blocking(&self, cmd: &Cmd) -> Result<Value, NodeFailure> {
+    /// connection, which ends the block on the node. `on_sent` runs once the
+    /// connection is ready, right before the command is sent.
+    pub(crate) async fn call_blocking(
+        &self,
+        cmd: &Cmd,
+        on_sent: OnSent<'_>,
+    ) -> Result<Value, NodeFailure> {
         let idle = self
             .blocking
             .lock()
@@ -476,6 +489,7 @@ impl Node {
         let Some(conn) = loan.conn.as_mut() else {
             return Err(NodeFailure::NotConnected("no connection".into()));
         };
+        on_sent();
         let reply = conn.send_packed_command(cmd).await;
         match reply.and_then(Value::extract_error) {
             Ok(value) => {

@@ -27,6 +27,7 @@ use redis::{Cmd, Value};
 
 use crate::core::error::{Error, NodeFailure};
 use crate::identity::ServerId;
+use crate::node::OnSent;
 use crate::node::{redact, Node};
 use crate::sync_check::SyncState;
 use crate::tls::TlsSettings;
@@ -357,17 +358,25 @@ impl SentinelMember {
     }
 
     /// `REDLOCK.WAIT` on the master (see [`Node::wait_free`]).
-    pub(crate) async fn wait_free(self: &Arc<Self>, cmd: &Cmd) -> Result<bool, NodeFailure> {
-        match self.call_blocking(cmd).await? {
+    pub(crate) async fn wait_free(
+        self: &Arc<Self>,
+        cmd: &Cmd,
+        on_sent: OnSent<'_>,
+    ) -> Result<bool, NodeFailure> {
+        match self.call_blocking(cmd, on_sent).await? {
             Value::Int(n) => Ok(n == 1),
             other => Err(NodeFailure::Unexpected(format!("{other:?}"))),
         }
     }
 
     /// A blocking command on the master (see [`Node::call_blocking`]).
-    pub(crate) async fn call_blocking(self: &Arc<Self>, cmd: &Cmd) -> Result<Value, NodeFailure> {
+    pub(crate) async fn call_blocking(
+        self: &Arc<Self>,
+        cmd: &Cmd,
+        on_sent: OnSent<'_>,
+    ) -> Result<Value, NodeFailure> {
         let node = self.master().await?;
-        let reply = node.call_blocking(cmd).await;
+        let reply = node.call_blocking(cmd, on_sent).await;
         if let Err(e) = &reply {
             if needs_new_master(&Err(e.clone())) {
                 self.invalidate(&node);

@@ -31,6 +31,7 @@
 //! closed (which ends the wait on the node), and an attempt in flight is
 //! released like any unused grant.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -43,7 +44,7 @@ use crate::core::waiting::{
     after_failed_attempt, after_wake, wait_gives_up_at, wait_timeout_ms, AfterAttempt, AfterWake,
     Wake, WakeTally,
 };
-use crate::local_turn;
+use crate::local_turn::{self, Queued};
 use crate::lock::{Lock, OwnerId};
 use crate::quorum::Quorum;
 use crate::redlock::{Redlock, ReleaseIfDropped};
@@ -105,8 +106,8 @@ impl Redlock {
             // Earlier callers of this name on this client go first (a
             // worker that released must not take its lock back while they
             // are on their way to the nodes' queues: `local_turn.rs`).
-            let (_turn, earlier) = self.inner.local_turns.join(key);
-            local_turn::after_earlier(earlier, until).await;
+            let turn = self.inner.local_turns.join(key);
+            turn.after_earlier(until).await;
             let metrics = self.inner.quorum.metrics;
             let timed_out = || metrics.wait_timed_out(key, called.elapsed());
             let mut owner = OwnerId::new();
@@ -172,8 +173,15 @@ impl Redlock {
                             tracing::debug!(pause = ?(at - now), "split vote; pausing");
                             tokio::time::sleep_until(at).await;
                         }
-                        let wake =
-                            wait_for_free(&self.inner.quorum, key, until, owner, ticket).await;
+                        let wake = wait_for_free(
+                            &self.inner.quorum,
+                            key,
+                            until,
+                            owner,
+                            ticket,
+                            Some(turn.queued()),
+                        )
+                        .await;
                         let next = after_wake(
                             &wake,
                             until,
@@ -214,6 +222,7 @@ pub(crate) async fn wait_for_free(
     until: Instant,
     owner: OwnerId,
     ticket: u64,
+    queued: Option<Queued>,
 ) -> Wake {
     let timeout_ms = wait_timeout_ms(until, Instant::now());
     let node_timeout = quorum
@@ -232,10 +241,32 @@ pub(crate) async fn wait_for_free(
     let cmd = Arc::new(cmd);
     // The calls may outlive this function (finished in the background).
     let shared_key: Arc<str> = Arc::from(key);
+    // This waiter is in the nodes' queues once its WAIT went to a quorum of
+    // nodes and did not come back "free" at once (a WAIT that finds the lock
+    // free reserves nothing: the waiter still has to win an ACQUIRE). Then
+    // later callers of this client need not let it go first (`local_turn.rs`).
+    let sent = Arc::new(AtomicUsize::new(0));
+    let quorum_sent = Arc::new(tokio::sync::Notify::new());
+    let needed = quorum.quorum;
+    let on_sent: Arc<dyn Fn() + Send + Sync> = {
+        let quorum_sent = Arc::clone(&quorum_sent);
+        Arc::new(move || {
+            if sent.fetch_add(1, Ordering::Relaxed) + 1 == needed {
+                quorum_sent.notify_one();
+            }
+        })
+    };
+    let blocked = async {
+        quorum_sent.notified().await;
+        tokio::time::sleep(local_turn::BLOCKED_AFTER).await;
+    };
+    tokio::pin!(blocked);
+    let mut queued = queued;
     let mut calls = FuturesUnordered::new();
     for (i, node) in quorum.nodes.iter().enumerate() {
         let (node, cmd, key) = (node.clone(), Arc::clone(&cmd), Arc::clone(&shared_key));
-        calls.push(async move { (i, node.wait_free(&key, &cmd).await) });
+        let on_sent = Arc::clone(&on_sent);
+        calls.push(async move { (i, node.wait_free(&key, &cmd, &*on_sent).await) });
     }
     let mut tally = WakeTally::new(quorum.nodes.len(), quorum.quorum);
     let give_up = tokio::time::sleep_until(wait_gives_up_at(until, node_timeout));
@@ -247,6 +278,12 @@ pub(crate) async fn wait_for_free(
                 Some((i, reply)) => tally.record(i, reply),
             },
             () = &mut give_up => return Wake::TimedOut,
+            () = &mut blocked, if queued.is_some() => {
+                if let Some(queued) = queued.take() {
+                    queued.mark();
+                }
+                continue;
+            }
         };
         let Some(wake) = wake else { continue };
         if wake == Wake::Free && !calls.is_empty() {
