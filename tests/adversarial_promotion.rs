@@ -346,24 +346,55 @@ fn first_synced_grant(
 }
 
 /// Finding D: the cut-off rule of the replica-sync promotion
-/// (`core/sync_rule.rs::promotion`) measures the link's down time against
+/// (`core/sync_rule.rs::promotion`) measured the link's down time against
 /// the longest lease the *replica* knows, assuming a master that lost its
-/// disk waits that long before granting. It waits only for its own
-/// `max-ttl-ms` (its record file is gone), which may be shorter: here the
-/// old life's 5 s came from a run-time `CONFIG SET` its configuration file
-/// does not have.
+/// disk waits that long before granting. It waits only what its
+/// configuration says, which may be shorter: here the old life's 5 s came
+/// from a run-time `CONFIG SET` that no configuration file keeps.
 ///
-/// M (`sync-replicas 1`, `max-ttl-ms` 2000 in its configuration, raised to
-/// 5000 with CONFIG SET) → R, current, learned 5000. R is cut off (paused:
-/// a partition). M comes back on a new disk with its configuration's 2000;
-/// S (a replacement replica) syncs; after its 2 s restart window M grants a
+/// M (`sync-replicas 1`, on its command line `max-ttl-ms` 2000 and
+/// `restart-grace-ms` 0, both raised at run time: 5000 and -1) → R,
+/// current, learned 5000. R is cut off (paused: a partition). M comes back
+/// on a new disk with its command line; S (a replacement replica) syncs;
+/// after its restart window (2 s once the test sets -1 again) M grants a
 /// 2 s lease that S acknowledges (WAIT 1 = 1). M dies; R is promoted: its
 /// link has been down for less than the 5 s it knows, its vouch is fresh,
-/// so it grants at once; S is repointed at R (Sentinel) and R grants the
-/// lock while M's lease runs.
+/// so it granted at once; S is repointed at R (Sentinel) and R granted the
+/// lock while M's lease ran.
+///
+/// Closed: M announces its new-disk wait (`sync_rule::new_disk_wait`),
+/// here 0 (its configuration names `restart-grace-ms` 0: a start on a new
+/// disk may grant at once), and R cuts off at any link down time. (With
+/// `restart-grace-ms` -1 on M's command line the wait is 2000, and this
+/// paused R, which notices its link down only when it resumes, would not
+/// be cut off: see
+/// `a_paused_replica_measures_its_cut_off_from_when_it_resumes`.)
 #[test]
-#[ignore = "open finding: the sync-replicas cut-off compares the link's down time with the replica's longest lease, but a master on a new disk waits only for its configured max-ttl-ms"]
 fn a_master_on_a_new_disk_waits_less_than_the_replicas_cut_off() {
+    master_on_a_new_disk_waits_less("", "0");
+}
+
+/// The mutant puts finding D back: the cut-off at R's longest lease only.
+#[test]
+#[should_panic(expected = "two holders")]
+fn a_master_on_a_new_disk_waits_less_under_its_mutant() {
+    master_on_a_new_disk_waits_less("new-disk-wait-ignored", "0");
+}
+
+/// Finding D as above, with `restart-grace-ms` -1 on M's command line: M's
+/// new-disk wait is 2000 (its configured `max-ttl-ms`). R is paused from
+/// before M's death until after M's grant, and notices its link down only
+/// when it resumes, right before its promotion: the link's down time it
+/// measures is a few ms, not the seconds M's new life took.
+#[test]
+#[ignore = "open finding: a replica measures the cut-off from when it notices its link down (a paused replica, or a partition without a reset noticed at repl-timeout), later than the old master's end"]
+fn a_paused_replica_measures_its_cut_off_from_when_it_resumes() {
+    master_on_a_new_disk_waits_less("", "-1");
+}
+
+/// `m_grace`: `restart-grace-ms` on M's command line (its first start and
+/// its start on the new disk).
+fn master_on_a_new_disk_waits_less(mutants: &str, m_grace: &str) {
     let synced = |ttl: &str| {
         Node::builder()
             .config("redlock.sync-replicas", "1")
@@ -371,9 +402,14 @@ fn a_master_on_a_new_disk_waits_less_than_the_replicas_cut_off() {
             .config("redlock.max-ttl-ms", ttl)
     };
     let mut m = synced("2000")
-        .config("redlock.restart-grace-ms", "0")
+        .config("redlock.restart-grace-ms", m_grace)
         .start();
-    let r = start_replica(&m, synced("2000").config("redlock.restart-grace-ms", "0"));
+    let r = start_replica(
+        &m,
+        synced("2000")
+            .config("redlock.restart-grace-ms", "0")
+            .env("REDLOCK_TEST_MUTANTS", mutants),
+    );
     let mut rc = r.connection();
     config_set(&mut rc, "redlock.restart-grace-ms", "-1");
     let mut mm = m.connection();
@@ -391,6 +427,11 @@ fn a_master_on_a_new_disk_waits_less_than_the_replicas_cut_off() {
         redlock_info(&mut rc, "sync_current") == 1
             && redlock_info(&mut rc, "longest_lease_ms") >= 5_000
     });
+    eprintln!(
+        "M's new-disk wait {} ms, as R holds it {} ms",
+        redlock_info(&mut mm, "sync_new_disk_wait_ms"),
+        redlock_info(&mut rc, "sync_master_new_disk_wait_ms")
+    );
     drop(mm);
     drop(rc);
     // A partition: R hears nothing more of M.
@@ -530,12 +571,26 @@ fn restore_bypasses_the_lease_ack_check() {
 
 /// Finding D, without a pause: the replica sees its link go down when the
 /// master dies (and cannot reconnect: a partition between them), so the
-/// cut-off measures from the right moment; it still compares with the
-/// replica's longest lease (5 s, learned from a run-time raise), while the
-/// master on a new disk waited only for its configured 2 s.
+/// cut-off measures from the right moment; it compared with the replica's
+/// longest lease (5 s, learned from a run-time raise), while the master on
+/// a new disk waited only for its configured 2 s (`max-ttl-ms` 2000 and
+/// `restart-grace-ms` -1 on its command line, no configuration file).
+///
+/// Closed: M announces its new-disk wait, 2000 (the 5000 raise could not
+/// be written), and R, cut off for more than that, keeps the guard.
 #[test]
-#[ignore = "open finding: the sync-replicas cut-off compares the link's down time with the replica's longest lease, but a master on a new disk waits only for its configured max-ttl-ms"]
 fn a_replica_cut_off_for_less_than_it_knows_but_more_than_the_new_disk_waits() {
+    replica_cut_off_for_more_than_the_new_disk_waits("");
+}
+
+/// The mutant puts finding D back: the cut-off at R's longest lease only.
+#[test]
+#[should_panic(expected = "two holders")]
+fn a_replica_cut_off_for_more_than_the_new_disk_waits_under_its_mutant() {
+    replica_cut_off_for_more_than_the_new_disk_waits("new-disk-wait-ignored");
+}
+
+fn replica_cut_off_for_more_than_the_new_disk_waits(mutants: &str) {
     use redlock_testkit::proxy::FaultProxy;
     let synced = |ttl: &str| {
         Node::builder()
@@ -543,21 +598,21 @@ fn a_replica_cut_off_for_less_than_it_knows_but_more_than_the_new_disk_waits() {
             .config("redlock.restart-grace-ms", "-1")
             .config("redlock.max-ttl-ms", ttl)
     };
-    let mut m = synced("2000")
-        .config("redlock.restart-grace-ms", "0")
-        .start();
+    // Its first start waits its 2 s window (the warm grant below tries
+    // again meanwhile).
+    let mut m = synced("2000").start();
     let m_addr: std::net::SocketAddr = m.addr().parse().unwrap();
     // R reaches M through a path that can be cut.
     let path = FaultProxy::start(m_addr);
     let r = synced("2000")
         .config("redlock.restart-grace-ms", "0")
         .config("replicaof", &format!("127.0.0.1 {}", path.addr().port()))
+        .env("REDLOCK_TEST_MUTANTS", mutants)
         .start();
     let mut rc = r.connection();
     wait_for_link(&mut rc);
     config_set(&mut rc, "redlock.restart-grace-ms", "-1");
     let mut mm = m.connection();
-    config_set(&mut mm, "redlock.restart-grace-ms", "-1");
     config_set(&mut mm, "redlock.max-ttl-ms", "5000");
     assert!(first_synced_grant(
         &mut mm,
@@ -571,6 +626,12 @@ fn a_replica_cut_off_for_less_than_it_knows_but_more_than_the_new_disk_waits() {
         redlock_info(&mut rc, "sync_current") == 1
             && redlock_info(&mut rc, "longest_lease_ms") >= 5_000
     });
+    let wait = redlock_info(&mut rc, "sync_master_new_disk_wait_ms");
+    eprintln!(
+        "M's new-disk wait {} ms, as R holds it {wait} ms",
+        redlock_info(&mut mm, "sync_new_disk_wait_ms"),
+    );
+    assert_eq!(wait, 2_000, "the raise to 5000 has no file to go to");
     drop(mm);
     // The path breaks for good: new connections reach nothing.
     let dead: std::net::SocketAddr = format!("127.0.0.1:{}", redlock_testkit::free_port())

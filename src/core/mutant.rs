@@ -154,12 +154,20 @@ pub enum Mutant {
     /// the command line, a restart on a new disk waits only that value
     /// while a longer lease runs.
     LongestLostWithDisk = 1073741824,
+    /// A promoted replica's cut-off from its master compares the link's down
+    /// time with the longest lease the replica knows only, not with the
+    /// master's announced new-disk wait (finding D,
+    /// `sync_rule::promotion`): a master restarted on a new disk, whose
+    /// configuration lacks a run-time raise, grants after its shorter
+    /// window while the replica, cut off for less than its longest lease,
+    /// is promoted at once.
+    NewDiskWaitIgnored = 2147483648,
 }
 
 impl Mutant {
     /// Every mutant with its name (as in `REDLOCK.TESTHOOK MUTANT name 0|1`,
     /// the `REDLOCK_TEST_MUTANTS` variable and the simulator's `--mutant`).
-    pub const ALL: [(&'static str, Mutant); 31] = [
+    pub const ALL: [(&'static str, Mutant); 32] = [
         ("config-exemption", Mutant::ConfigExemption),
         ("disk-lease-from-wall", Mutant::DiskLeaseFromWall),
         ("no-reclaimed-floor", Mutant::NoReclaimedFloor),
@@ -200,6 +208,7 @@ impl Mutant {
         ("explicit-grace-ends-day", Mutant::ExplicitGraceEndsDay),
         ("loaded-not-configured", Mutant::LoadedNotConfigured),
         ("longest-lost-with-disk", Mutant::LongestLostWithDisk),
+        ("new-disk-wait-ignored", Mutant::NewDiskWaitIgnored),
     ];
 
     /// The mutant of that name (ASCII case-insensitive).

@@ -33,6 +33,7 @@ extern "C" fn on_config_change(
         config::check_eviction_policy(&ctx);
         guard::on_config_change(&ctx);
         crate::host::config_file::on_config_change(&ctx, guard::recorded_longest());
+        crate::host::config_file::on_grace_change();
         sync::on_config_change(&ctx);
         // A raised max-ttl-ms is recorded and announced at once.
         match guard::record_lease(config::max_ttl().max(0) as u64) {
