@@ -158,10 +158,11 @@ pub enum Promotion {
 /// later than before. A master that does not announce W (an earlier
 /// version) counts as 0: any link down time cuts off.
 ///
-/// What it assumes: the replica notices the link down when the old life
-/// ends. A replica that is not running then (a pause) or does not hear it
-/// (a partition without a reset, noticed at `repl-timeout`) measures from
-/// when it notices, later than the truth.
+/// What it assumes: the link counts as down no later than the old life
+/// ended. It counts from the last moment the replica's running server saw
+/// it up ([`link_down_since`]), so a replica paused through the master's
+/// end is covered; a partition that resets nothing is noticed only at
+/// `repl-timeout`, later than the truth, and is not.
 pub fn promotion(
     own_r: u64,
     vouch: Option<Vouch>,
@@ -187,6 +188,33 @@ pub fn promotion(
             }
         }
         _ => Promotion::Guard,
+    }
+}
+
+/// When a replica's link to its master counts as gone down, for the
+/// cut-off of [`promotion`]: it noticed at `noticed_at` (the link-down
+/// event), and its server, running, last saw the link up at `seen_up` (0:
+/// not since it came up). The earlier of the two.
+///
+/// Why not the event alone: the cut-off's argument needs the link to count
+/// as down no later than the master's life ended. A replica notices the end
+/// at once only while it runs: one paused (stopped, a frozen VM, a long
+/// blocking command) when its master ends reads the closed connection when
+/// it resumes, maybe after that master came back on a new disk, waited and
+/// granted. The server's cron (every `1000/hz` ms) sees the link up only
+/// while the server runs, so `seen_up` is before any such pause: the host
+/// takes the tick before the last one, since one tick may run after a
+/// pause before the closed connection is read. Not covered: a partition
+/// that resets nothing, which the replica notices at `repl-timeout`.
+pub fn link_down_since(
+    noticed_at: MonoMillis,
+    seen_up: MonoMillis,
+    mutants: Mutants,
+) -> MonoMillis {
+    if seen_up == 0 || mutants.on(Mutant::LinkDownWhenNoticed) {
+        noticed_at
+    } else {
+        seen_up.min(noticed_at)
     }
 }
 
@@ -554,6 +582,22 @@ mod tests {
         assert_eq!(new_disk_wait(2_000, Some(500)), 500);
         assert_eq!(new_disk_wait(2_000, Some(0)), 0);
         assert_eq!(new_disk_wait(2_000, Some(9_000)), 2_000);
+    }
+
+    #[test]
+    fn the_link_counts_as_down_from_when_it_was_last_seen_up() {
+        assert_eq!(link_down_since(5_000, 0, Mutants::NONE), 5_000);
+        assert_eq!(link_down_since(5_000, 4_900, Mutants::NONE), 4_900);
+        // A pause: seen up before it, noticed after it.
+        assert_eq!(link_down_since(9_000, 1_000, Mutants::NONE), 1_000);
+        assert_eq!(link_down_since(9_000, 9_500, Mutants::NONE), 9_000);
+    }
+
+    #[cfg(feature = "danger-mutants")]
+    #[test]
+    fn the_link_mutant_measures_from_when_it_was_noticed() {
+        let on = Mutants::NONE.with(Mutant::LinkDownWhenNoticed, true);
+        assert_eq!(link_down_since(9_000, 1_000, on), 9_000);
     }
 
     /// The mutant puts the hole back: the replica's longest lease alone.

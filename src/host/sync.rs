@@ -38,8 +38,8 @@ use redis_module::{raw, Context, ContextFlags};
 use crate::core::error::CommandError;
 use crate::core::lock::MonoMillis;
 use crate::core::sync_rule::{
-    blocked_waits, check_write, fresh, hold_ms, listens, lowering_waits_for, parse_replica_ack,
-    promotion, replica_identities, Promotion, SyncFile, SyncRefusal, Vouch,
+    blocked_waits, check_write, fresh, hold_ms, link_down_since, listens, lowering_waits_for,
+    parse_replica_ack, promotion, replica_identities, Promotion, SyncFile, SyncRefusal, Vouch,
 };
 use crate::host::clock::mono_now;
 use crate::host::config;
@@ -119,6 +119,12 @@ static HOLD_UNTIL: AtomicU64 = AtomicU64::new(0);
 static VOUCHED_WAIT: AtomicU64 = AtomicU64::new(0);
 /// As a replica: since when its link to its master is down (0: up).
 static LINK_DOWN_SINCE: AtomicU64 = AtomicU64::new(0);
+/// As a replica: its link to its master is up (the events say).
+static LINK_UP: AtomicBool = AtomicBool::new(false);
+/// The cron tick before the last one while the link was up (or the
+/// moment it came up), and the last tick: [`link_down_since`].
+static LINK_SEEN_UP: AtomicU64 = AtomicU64::new(0);
+static LINK_LAST_TICK: AtomicU64 = AtomicU64::new(0);
 /// As a master: until when leases granted without the check may run.
 static UNCHECKED_UNTIL: AtomicU64 = AtomicU64::new(0);
 /// R when last seen, to notice a change.
@@ -753,12 +759,36 @@ pub fn on_demotion(ctx: &Context) {
 }
 
 /// The link to the master went up or down (a link that never came up since
-/// the start leaves the replica not current anyway).
+/// the start leaves the replica not current anyway). Down, it counts from
+/// the last moment the running server saw it up ([`link_down_since`]).
 pub fn on_master_link(up: bool, now: MonoMillis) {
     if up {
         LINK_DOWN_SINCE.store(0, Relaxed);
+        LINK_SEEN_UP.store(now.max(1), Relaxed);
+        LINK_LAST_TICK.store(now.max(1), Relaxed);
+        LINK_UP.store(true, Relaxed);
+        return;
+    }
+    if LINK_UP.swap(false, Relaxed) && LINK_DOWN_SINCE.load(Relaxed) == 0 {
+        let since = link_down_since(now, LINK_SEEN_UP.load(Relaxed), mutant::current());
+        LINK_DOWN_SINCE.store(since.max(1), Relaxed);
     } else if LINK_DOWN_SINCE.load(Relaxed) == 0 {
         LINK_DOWN_SINCE.store(now.max(1), Relaxed);
+    }
+    LINK_SEEN_UP.store(0, Relaxed);
+    LINK_LAST_TICK.store(0, Relaxed);
+}
+
+/// The server's cron ran (every `1000/hz` ms, only while the server runs):
+/// a link up now was up at the tick before this one too. One tick behind,
+/// since a tick may run right after a pause, before the closed connection
+/// of a master that ended meanwhile is read.
+pub fn on_cron(now: MonoMillis) {
+    if LINK_UP.load(Relaxed) {
+        let previous = LINK_LAST_TICK.swap(now.max(1), Relaxed);
+        if previous != 0 {
+            LINK_SEEN_UP.store(previous, Relaxed);
+        }
     }
 }
 
@@ -797,6 +827,10 @@ pub fn on_promotion(ctx: &Context, now: MonoMillis) -> Promotion {
         new_disk_wait_ms: VOUCHED_WAIT.load(Relaxed),
     });
     let down = LINK_DOWN_SINCE.swap(0, Relaxed);
+    // As a master it has no link; a later one counts from its own events.
+    LINK_UP.store(false, Relaxed);
+    LINK_SEEN_UP.store(0, Relaxed);
+    LINK_LAST_TICK.store(0, Relaxed);
     let decision = promotion(
         config::sync_replicas(),
         vouch,
