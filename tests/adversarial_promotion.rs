@@ -20,14 +20,19 @@
 //!   `syncing-replicas-uncounted`).
 //! - G. `nodes_sharing_the_aof_directory_share_the_run_record`
 //!   (`run_state::file_name`, mutant `shared-node-files`).
+//! - D. `a_master_on_a_new_disk_waits_less_than_the_replicas_cut_off`,
+//!   `a_replica_cut_off_for_less_than_it_knows_but_more_than_the_new_disk_waits`:
+//!   the replica-sync cut-off compared with the replica's longest lease; it
+//!   now compares with the master's announced new-disk wait
+//!   (`sync_rule::promotion`, mutant `new-disk-wait-ignored`); and
+//!   `a_paused_replica_measures_its_cut_off_from_when_it_resumes`: the link
+//!   counted as down from when the replica noticed
+//!   (`sync_rule::link_down_since`, mutant `link-down-when-noticed`).
 //!
 //! Open findings (each test asserts the safe outcome and fails today):
 //! - C. `replica_of_a_replica_promoted_directly_then_its_old_master_rejoins`:
 //!   a promoted life held at 0 is released by an acknowledgement of the
 //!   promoted node's own shorter record.
-//! - D. `a_master_on_a_new_disk_waits_less_than_the_replicas_cut_off`,
-//!   `a_replica_cut_off_for_less_than_it_knows_but_more_than_the_new_disk_waits`:
-//!   the replica-sync cut-off.
 //!
 //! Second read (after the fixes of A, B, E, F, G), open:
 //! - H. `replica_cut_off_from_a_master_restarted_without_files`: A's rule
