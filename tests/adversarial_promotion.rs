@@ -24,10 +24,10 @@
 //!   `a_replica_cut_off_for_less_than_it_knows_but_more_than_the_new_disk_waits`:
 //!   the replica-sync cut-off compared with the replica's longest lease; it
 //!   now compares with the master's announced new-disk wait
-//!   (`sync_rule::promotion`, mutant `new-disk-wait-ignored`); and
-//!   `a_paused_replica_measures_its_cut_off_from_when_it_resumes`: the link
-//!   counted as down from when the replica noticed
-//!   (`sync_rule::link_down_since`, mutant `link-down-when-noticed`).
+//!   (`sync_rule::promotion`, mutant `new-disk-wait-ignored`); and the
+//!   paused replica of the first counted its link as down from when it
+//!   noticed (`sync_rule::link_down_since`, mutant
+//!   `link-down-when-noticed`).
 //!
 //! Open findings (each test asserts the safe outcome and fails today):
 //! - C. `replica_of_a_replica_promoted_directly_then_its_old_master_rejoins`:
@@ -357,59 +357,43 @@ fn first_synced_grant(
 /// configuration says, which may be shorter: here the old life's 5 s came
 /// from a run-time `CONFIG SET` that no configuration file keeps.
 ///
-/// M (`sync-replicas 1`, on its command line `max-ttl-ms` 2000 and
-/// `restart-grace-ms` 0, both raised at run time: 5000 and -1) → R,
-/// current, learned 5000. R is cut off (paused: a partition). M comes back
-/// on a new disk with its command line; S (a replacement replica) syncs;
-/// after its restart window (2 s once the test sets -1 again) M grants a
+/// M (`sync-replicas 1`, `max-ttl-ms` 2000 on its command line, raised to
+/// 5000 at run time) → R, current, learned 5000. R is cut off (paused: a
+/// partition). M comes back on a new disk with its command line; S (a
+/// replacement replica) syncs; after its 2 s restart window M grants a
 /// 2 s lease that S acknowledges (WAIT 1 = 1). M dies; R is promoted: its
 /// link has been down for less than the 5 s it knows, its vouch is fresh,
 /// so it granted at once; S is repointed at R (Sentinel) and R granted the
 /// lock while M's lease ran.
 ///
-/// Closed: M announces its new-disk wait (`sync_rule::new_disk_wait`),
-/// here 0 (its configuration names `restart-grace-ms` 0: a start on a new
-/// disk may grant at once), and R cuts off at any link down time. (With
-/// `restart-grace-ms` -1 on M's command line the wait is 2000, and this
-/// paused R, which notices its link down only when it resumes, needs the
-/// link's down time measured from before the pause:
-/// `a_paused_replica_measures_its_cut_off_from_when_it_resumes`.)
+/// Closed by two rules: M announces its new-disk wait
+/// (`sync_rule::new_disk_wait`), 2000 (the raise had no file to go to), and
+/// R cuts off at it; and R, which notices its link down only when it
+/// resumes, right before its promotion, counts the link as down from the
+/// last cron tick that saw it up, before its pause
+/// (`sync_rule::link_down_since`): measured from when it noticed, the down
+/// time was a few ms.
 #[test]
 fn a_master_on_a_new_disk_waits_less_than_the_replicas_cut_off() {
-    master_on_a_new_disk_waits_less("", "0");
+    master_on_a_new_disk_waits_less("");
 }
 
 /// The mutant puts finding D back: the cut-off at R's longest lease only.
 #[test]
 #[should_panic(expected = "two holders")]
 fn a_master_on_a_new_disk_waits_less_under_its_mutant() {
-    master_on_a_new_disk_waits_less("new-disk-wait-ignored", "0");
+    master_on_a_new_disk_waits_less("new-disk-wait-ignored");
 }
 
-/// Finding D as above, with `restart-grace-ms` -1 on M's command line: M's
-/// new-disk wait is 2000 (its configured `max-ttl-ms`). R is paused from
-/// before M's death until after M's grant, and notices its link down only
-/// when it resumes, right before its promotion: the link's down time it
-/// measured was a few ms, not the seconds M's new life took.
-///
-/// Closed: the link counts as down from the last cron tick of R's running
-/// server that saw it up (`sync_rule::link_down_since`), before the pause.
-#[test]
-fn a_paused_replica_measures_its_cut_off_from_when_it_resumes() {
-    master_on_a_new_disk_waits_less("", "-1");
-}
-
-/// The mutant puts the pause back: the link counts as down from when R
-/// noticed.
+/// The paused replica's mutant: the link counts as down from when R
+/// noticed, a few ms before its promotion.
 #[test]
 #[should_panic(expected = "two holders")]
-fn a_paused_replica_measures_its_cut_off_under_its_mutant() {
-    master_on_a_new_disk_waits_less("link-down-when-noticed", "-1");
+fn a_paused_replica_measures_its_cut_off_from_when_it_resumes_under_its_mutant() {
+    master_on_a_new_disk_waits_less("link-down-when-noticed");
 }
 
-/// `m_grace`: `restart-grace-ms` on M's command line (its first start and
-/// its start on the new disk).
-fn master_on_a_new_disk_waits_less(mutants: &str, m_grace: &str) {
+fn master_on_a_new_disk_waits_less(mutants: &str) {
     let synced = |ttl: &str| {
         Node::builder()
             .config("redlock.sync-replicas", "1")
@@ -417,7 +401,7 @@ fn master_on_a_new_disk_waits_less(mutants: &str, m_grace: &str) {
             .config("redlock.max-ttl-ms", ttl)
     };
     let mut m = synced("2000")
-        .config("redlock.restart-grace-ms", m_grace)
+        .config("redlock.restart-grace-ms", "0")
         .start();
     let r = start_replica(
         &m,

@@ -108,10 +108,12 @@ pub struct Vouch {
 /// `redlock.longest-lease-ms` the module has written to its configuration
 /// file since (a run-time raise that could not be written is not in it:
 /// no configuration file, `CONFIG` renamed, a file it cannot write);
-/// `explicit_grace_ms`: the smallest `redlock.restart-grace-ms` at or
-/// above 0 (an explicit window) in force at this start or set since (any
-/// `CONFIG REWRITE` may have written it), `None` when it has always been
-/// -1 (the window is the longest lease). A window follows the explicit
+/// `explicit_grace_ms`: the smallest `redlock.restart-grace-ms` above 0
+/// (an explicit window) in force at this start or set since (any `CONFIG
+/// REWRITE` may have written it), `None` when there was none (-1: the
+/// window is the longest lease; 0, the guard off, is the operator's
+/// choice and not counted: every promotion of its replicas would keep the
+/// guard). A window follows the explicit
 /// value when there is one, so the wait is at least the smaller of the
 /// two. Lower than the truth is safe (the cut-off of [`promotion`] comes
 /// sooner); higher is not.

@@ -47,8 +47,8 @@ pub fn on_load() {
 /// at this start, raised by every `longest-lease-ms` this module wrote to
 /// the file since ([`crate::core::sync_rule::new_disk_wait`]).
 static NEW_DISK_LONGEST: AtomicU64 = AtomicU64::new(0);
-/// The smallest explicit `restart-grace-ms` (at or above 0) in force since
-/// this start (`u64::MAX`: always -1).
+/// The smallest explicit `restart-grace-ms` above 0 in force since this
+/// start (`u64::MAX`: none).
 static NEW_DISK_GRACE: AtomicU64 = AtomicU64::new(u64::MAX);
 
 /// At load, before anything of this start is written or raised in memory
@@ -63,10 +63,13 @@ pub fn on_startup_configuration() {
 
 /// `restart-grace-ms` may have changed: an explicit value may reach the
 /// file with any `CONFIG REWRITE` (Sentinel's too), and a start on a new
-/// disk then waits only that.
+/// disk then waits only that. 0 is not counted: it turns the guard off,
+/// and such a master's restarts are not guarded at all (the operator's
+/// choice, docs/replica-sync.md, Limits); counted, every promotion of its
+/// replicas would keep the guard.
 pub fn on_grace_change() {
     let grace = config::restart_grace();
-    if grace >= 0 {
+    if grace > 0 {
         NEW_DISK_GRACE.fetch_min(grace as u64, Relaxed);
     }
 }
