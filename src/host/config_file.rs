@@ -270,6 +270,7 @@ fn save_soon(ctx: &Context, recorded_ms: u64) {
 
 /// `CONFIG REWRITE`, successful only when it answers `OK` (a renamed
 /// `CONFIG` command answers nothing at all).
+///
 /// A successful rewrite wrote this node's `longest-lease-ms` to its file:
 /// the new-disk wait may grow to it ([`new_disk_wait`]).
 fn rewrite(ctx: &Context) -> Result<(), String> {
