@@ -190,6 +190,7 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
     }
     #[cfg(feature = "test-hooks")]
     host::mutant::load_from_env();
+    host::config_file::on_startup_configuration();
     guard::on_load(ctx, clock::mono_now());
     host::config_file::on_load();
     host::teacher::on_load(ctx);

@@ -10,7 +10,7 @@
 
 /// A rule that can be switched back to its broken form.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[repr(u32)]
+#[repr(u64)]
 pub enum Mutant {
     /// The restart exemption trusts today's configuration at each ACQUIRE
     /// (`appendonly yes` + `appendfsync always`), not the previous run's
@@ -154,12 +154,28 @@ pub enum Mutant {
     /// the command line, a restart on a new disk waits only that value
     /// while a longer lease runs.
     LongestLostWithDisk = 1073741824,
+    /// A promoted replica's cut-off from its master compares the link's down
+    /// time with the longest lease the replica knows only, not with the
+    /// master's announced new-disk wait (finding D,
+    /// `sync_rule::promotion`): a master restarted on a new disk, whose
+    /// configuration lacks a run-time raise, grants after its shorter
+    /// window while the replica, cut off for less than its longest lease,
+    /// is promoted at once.
+    NewDiskWaitIgnored = 2147483648,
+    /// A replica's link to its master counts as down from when the replica
+    /// noticed (the link-down event), not from the last moment its running
+    /// server still saw it up (`host/sync.rs::on_master_link`): a replica
+    /// that was not running when its master ended (a pause) measures a
+    /// down time of a few ms after it resumes, and the cut-off of
+    /// `sync_rule::promotion` misses a master that came back on a new disk
+    /// and granted meanwhile.
+    LinkDownWhenNoticed = 4294967296,
 }
 
 impl Mutant {
     /// Every mutant with its name (as in `REDLOCK.TESTHOOK MUTANT name 0|1`,
     /// the `REDLOCK_TEST_MUTANTS` variable and the simulator's `--mutant`).
-    pub const ALL: [(&'static str, Mutant); 31] = [
+    pub const ALL: [(&'static str, Mutant); 33] = [
         ("config-exemption", Mutant::ConfigExemption),
         ("disk-lease-from-wall", Mutant::DiskLeaseFromWall),
         ("no-reclaimed-floor", Mutant::NoReclaimedFloor),
@@ -200,6 +216,8 @@ impl Mutant {
         ("explicit-grace-ends-day", Mutant::ExplicitGraceEndsDay),
         ("loaded-not-configured", Mutant::LoadedNotConfigured),
         ("longest-lost-with-disk", Mutant::LongestLostWithDisk),
+        ("new-disk-wait-ignored", Mutant::NewDiskWaitIgnored),
+        ("link-down-when-noticed", Mutant::LinkDownWhenNoticed),
     ];
 
     /// The mutant of that name (ASCII case-insensitive).
@@ -222,7 +240,7 @@ impl Mutant {
 /// The mutants switched on: none, unless a test build or the simulator set
 /// some.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Mutants(u32);
+pub struct Mutants(u64);
 
 impl Mutants {
     /// No mutant: the rules as they are.
@@ -233,7 +251,7 @@ impl Mutants {
     pub fn on(self, m: Mutant) -> bool {
         #[cfg(feature = "danger-mutants")]
         {
-            self.0 & m as u32 != 0
+            self.0 & m as u64 != 0
         }
         #[cfg(not(feature = "danger-mutants"))]
         {
@@ -246,21 +264,21 @@ impl Mutants {
     #[cfg(feature = "danger-mutants")]
     pub fn with(self, m: Mutant, on: bool) -> Mutants {
         if on {
-            Mutants(self.0 | m as u32)
+            Mutants(self.0 | m as u64)
         } else {
-            Mutants(self.0 & !(m as u32))
+            Mutants(self.0 & !(m as u64))
         }
     }
 
     /// The bits, for a test build's atomic switch.
     #[cfg(feature = "danger-mutants")]
-    pub fn bits(self) -> u32 {
+    pub fn bits(self) -> u64 {
         self.0
     }
 
     /// Mutants from their bits.
     #[cfg(feature = "danger-mutants")]
-    pub fn from_bits(bits: u32) -> Mutants {
+    pub fn from_bits(bits: u64) -> Mutants {
         Mutants(bits)
     }
 }

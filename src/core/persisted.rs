@@ -52,6 +52,9 @@ pub enum Applied {
         r: u64,
         /// How long a replica promoted now must still guard, in ms.
         hold_ms: u64,
+        /// The master's new-disk wait (`sync_rule::new_disk_wait`), in ms;
+        /// 0 when the announcement does not say (an earlier version).
+        new_disk_wait_ms: u64,
     },
 }
 

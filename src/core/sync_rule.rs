@@ -93,6 +93,32 @@ pub struct Vouch {
     pub master_r: u64,
     /// The end of the master's hold on this node's clock.
     pub hold_until: MonoMillis,
+    /// The master's new-disk wait ([`new_disk_wait`]): how long a restart
+    /// of it on a new disk waits, by its configuration, before it grants;
+    /// 0 from a master that does not say (an earlier version).
+    pub new_disk_wait_ms: u64,
+}
+
+/// A master's *new-disk wait*: how long its next start waits before it
+/// grants when its data disk is lost (no run record, no lease record, no
+/// replica set), by what its configuration guarantees that start reads.
+/// `longest_ms`: the longest lease it reads at that start, the larger of
+/// its `redlock.max-ttl-ms` and `redlock.longest-lease-ms` as read at this
+/// start (from the file or the command line), raised by every
+/// `redlock.longest-lease-ms` the module has written to its configuration
+/// file since (a run-time raise that could not be written is not in it:
+/// no configuration file, `CONFIG` renamed, a file it cannot write);
+/// `explicit_grace_ms`: the smallest `redlock.restart-grace-ms` above 0
+/// (an explicit window) in force at this start or set since (any `CONFIG
+/// REWRITE` may have written it), `None` when there was none (-1: the
+/// window is the longest lease; 0, the guard off, is the operator's
+/// choice and not counted: every promotion of its replicas would keep the
+/// guard). A window follows the explicit
+/// value when there is one, so the wait is at least the smaller of the
+/// two. Lower than the truth is safe (the cut-off of [`promotion`] comes
+/// sooner); higher is not.
+pub fn new_disk_wait(longest_ms: u64, explicit_grace_ms: Option<u64>) -> u64 {
+    explicit_grace_ms.map_or(longest_ms, |g| g.min(longest_ms))
 }
 
 /// How a promoted replica starts as master.
@@ -112,28 +138,85 @@ pub enum Promotion {
 /// `link_down_since` is when its link to that master went down (`None`: up
 /// until the promotion), `longest_ms` the longest lease it knows of.
 ///
-/// A link down for a whole longest lease or more also keeps the guard: the
-/// master may have lost its files (a new disk) and its replica set with
-/// them, restarted, waited out its own restart window (as long as that
-/// lease) and granted with replicas that did not include this one. A link
-/// down for less cannot hide such a grant.
+/// The cut-off: a link down for the master's new-disk wait (the vouch's
+/// `new_disk_wait_ms`, [`new_disk_wait`]) or for the longest lease the
+/// replica knows, whichever is shorter, keeps the guard.
+///
+/// Why (finding D): under the check a master grants with R replicas of its
+/// life, every one of which has the write, and it keeps that replica set on
+/// its disk. The one way it grants without this replica while this one
+/// still holds its vouch is a life that lost the set with its disk. Such a
+/// life starts after the life this replica followed ended, so after this
+/// replica's link to it went down (the link breaks when that process ends),
+/// and it grants nothing before its restart window is over, which by its
+/// configuration lasts at least its new-disk wait W. A link down for less
+/// than W at the promotion therefore hides no such grant. W, not the
+/// replica's longest lease: that may come from a run-time raise the new
+/// disk does not keep (no configuration file), and the new life then waits
+/// only what its configuration says. W only grows over the master's life
+/// except by an explicit lower `restart-grace-ms`, which is announced at
+/// once; an older announcement says no more than the configuration did.
+/// The replica's longest lease stays as a bound too: the rule is never
+/// later than before. A master that does not announce W (an earlier
+/// version) counts as 0: any link down time cuts off.
+///
+/// What it assumes: the link counts as down no later than the old life
+/// ended. It counts from the last moment the replica's running server saw
+/// it up ([`link_down_since`]), so a replica paused through the master's
+/// end is covered; a partition that resets nothing is noticed only at
+/// `repl-timeout`, later than the truth, and is not.
 pub fn promotion(
     own_r: u64,
     vouch: Option<Vouch>,
     link_down_since: Option<MonoMillis>,
     longest_ms: u64,
     now: MonoMillis,
+    mutants: Mutants,
 ) -> Promotion {
-    let cut_off = link_down_since.is_some_and(|since| now.saturating_sub(since) >= longest_ms);
     match vouch {
-        Some(v) if own_r > 0 && v.master_r == own_r && !cut_off => {
-            if v.hold_until > now {
+        Some(v) if own_r > 0 && v.master_r == own_r => {
+            let limit = if mutants.on(Mutant::NewDiskWaitIgnored) {
+                longest_ms
+            } else {
+                longest_ms.min(v.new_disk_wait_ms)
+            };
+            let cut_off = link_down_since.is_some_and(|since| now.saturating_sub(since) >= limit);
+            if cut_off {
+                Promotion::Guard
+            } else if v.hold_until > now {
                 Promotion::Rest(v.hold_until - now)
             } else {
                 Promotion::AtOnce
             }
         }
         _ => Promotion::Guard,
+    }
+}
+
+/// When a replica's link to its master counts as gone down, for the
+/// cut-off of [`promotion`]: it noticed at `noticed_at` (the link-down
+/// event), and its server, running, last saw the link up at `seen_up` (0:
+/// not since it came up). The earlier of the two.
+///
+/// Why not the event alone: the cut-off's argument needs the link to count
+/// as down no later than the master's life ended. A replica notices the end
+/// at once only while it runs: one paused (stopped, a frozen VM, a long
+/// blocking command) when its master ends reads the closed connection when
+/// it resumes, maybe after that master came back on a new disk, waited and
+/// granted. The server's cron (every `1000/hz` ms) sees the link up only
+/// while the server runs, so `seen_up` is before any such pause: the host
+/// takes the tick before the last one, since one tick may run after a
+/// pause before the closed connection is read. Not covered: a partition
+/// that resets nothing, which the replica notices at `repl-timeout`.
+pub fn link_down_since(
+    noticed_at: MonoMillis,
+    seen_up: MonoMillis,
+    mutants: Mutants,
+) -> MonoMillis {
+    if seen_up == 0 || mutants.on(Mutant::LinkDownWhenNoticed) {
+        noticed_at
+    } else {
+        seen_up.min(noticed_at)
     }
 }
 
@@ -433,8 +516,9 @@ mod tests {
         let vouch = Vouch {
             master_r: 2,
             hold_until: 1_000,
+            new_disk_wait_ms: 60_000,
         };
-        let p = |own, vouch, now| promotion(own, vouch, None, 60_000, now);
+        let p = |own, vouch, now| promotion(own, vouch, None, 60_000, now, Mutants::NONE);
         assert_eq!(p(2, Some(vouch), 1_000), Promotion::AtOnce);
         assert_eq!(p(2, Some(vouch), 400), Promotion::Rest(600));
         // Off here, off on the master, different R, never synced.
@@ -448,12 +532,92 @@ mod tests {
         assert_eq!(p(1, Some(vouch), 5_000), Promotion::Guard);
         assert_eq!(p(2, None, 5_000), Promotion::Guard);
         // Cut off from its master for a whole longest lease: the guard.
+        let cut = |vouch, since, now| promotion(2, Some(vouch), since, 60_000, now, Mutants::NONE);
+        assert_eq!(cut(vouch, Some(1_000), 60_999), Promotion::AtOnce);
+        assert_eq!(cut(vouch, Some(1_000), 61_000), Promotion::Guard);
+        // Cut off inside a hold: the guard, not the rest.
+        assert_eq!(cut(vouch, Some(1), 500), Promotion::Rest(500));
+    }
+
+    /// Finding D: the master's new disk waits only what its configuration
+    /// says (2 s), though the replica knows a 5 s lease (a run-time raise
+    /// the configuration lacks).
+    #[test]
+    fn a_cut_off_longer_than_the_new_disk_wait_keeps_the_guard() {
+        let vouch = Vouch {
+            master_r: 1,
+            hold_until: 0,
+            new_disk_wait_ms: 2_000,
+        };
+        let p = |since, now| promotion(1, Some(vouch), Some(since), 5_000, now, Mutants::NONE);
+        assert_eq!(p(10_000, 11_999), Promotion::AtOnce);
+        assert_eq!(p(10_000, 12_000), Promotion::Guard);
+        assert_eq!(p(10_000, 14_999), Promotion::Guard);
+        // The replica's own longest lease still bounds it.
+        let long = Vouch {
+            new_disk_wait_ms: 9_000,
+            ..vouch
+        };
         assert_eq!(
-            promotion(2, Some(vouch), Some(1_000), 60_000, 60_999),
+            promotion(1, Some(long), Some(10_000), 5_000, 15_000, Mutants::NONE),
+            Promotion::Guard
+        );
+        // An announcement without the wait (an earlier master) says 0: any
+        // link down time cuts off; a link up until the promotion does not.
+        let old = Vouch {
+            new_disk_wait_ms: 0,
+            ..vouch
+        };
+        assert_eq!(
+            promotion(1, Some(old), Some(10_000), 5_000, 10_000, Mutants::NONE),
+            Promotion::Guard
+        );
+        assert_eq!(
+            promotion(1, Some(old), None, 5_000, 10_000, Mutants::NONE),
+            Promotion::AtOnce
+        );
+    }
+
+    #[test]
+    fn the_new_disk_wait_is_the_explicit_window_when_shorter() {
+        assert_eq!(new_disk_wait(2_000, None), 2_000);
+        assert_eq!(new_disk_wait(2_000, Some(500)), 500);
+        assert_eq!(new_disk_wait(2_000, Some(0)), 0);
+        assert_eq!(new_disk_wait(2_000, Some(9_000)), 2_000);
+    }
+
+    #[test]
+    fn the_link_counts_as_down_from_when_it_was_last_seen_up() {
+        assert_eq!(link_down_since(5_000, 0, Mutants::NONE), 5_000);
+        assert_eq!(link_down_since(5_000, 4_900, Mutants::NONE), 4_900);
+        // A pause: seen up before it, noticed after it.
+        assert_eq!(link_down_since(9_000, 1_000, Mutants::NONE), 1_000);
+        assert_eq!(link_down_since(9_000, 9_500, Mutants::NONE), 9_000);
+    }
+
+    #[cfg(feature = "danger-mutants")]
+    #[test]
+    fn the_link_mutant_measures_from_when_it_was_noticed() {
+        let on = Mutants::NONE.with(Mutant::LinkDownWhenNoticed, true);
+        assert_eq!(link_down_since(9_000, 1_000, on), 9_000);
+    }
+
+    /// The mutant puts the hole back: the replica's longest lease alone.
+    #[cfg(feature = "danger-mutants")]
+    #[test]
+    fn the_mutant_cuts_off_at_the_replicas_longest_lease_only() {
+        let on = Mutants::NONE.with(Mutant::NewDiskWaitIgnored, true);
+        let vouch = Vouch {
+            master_r: 1,
+            hold_until: 0,
+            new_disk_wait_ms: 2_000,
+        };
+        assert_eq!(
+            promotion(1, Some(vouch), Some(10_000), 5_000, 14_000, on),
             Promotion::AtOnce
         );
         assert_eq!(
-            promotion(2, Some(vouch), Some(1_000), 60_000, 61_000),
+            promotion(1, Some(vouch), Some(10_000), 5_000, 15_000, on),
             Promotion::Guard
         );
     }
@@ -691,14 +855,57 @@ mod tests {
             now in 0u64..10_000,
             down in proptest::option::of(0u64..10_000),
             longest in 1u64..10_000,
+            wait in 0u64..10_000,
         ) {
-            let p = promotion(own, Some(Vouch { master_r: master, hold_until: hold }), down, longest, now);
-            let cut_off = down.is_some_and(|d| now.saturating_sub(d) >= longest);
+            let vouch = Vouch { master_r: master, hold_until: hold, new_disk_wait_ms: wait };
+            let p = promotion(own, Some(vouch), down, longest, now, Mutants::NONE);
+            let cut_off = down.is_some_and(|d| now.saturating_sub(d) >= longest.min(wait));
             match p {
                 Promotion::AtOnce => prop_assert!(own > 0 && own == master && hold <= now && !cut_off),
                 Promotion::Rest(ms) => prop_assert!(own > 0 && own == master && now + ms == hold && !cut_off),
                 Promotion::Guard => prop_assert!(own == 0 || own != master || cut_off),
             }
+        }
+
+        /// The argument of the cut-off, played: a master's life that lost
+        /// its disk starts at `new_start`, no earlier than the replica's
+        /// link went down (`down`), waits its configured window (at least
+        /// the new-disk wait its old life announced, `wait`, plus
+        /// `longer`), and grants at `grant`, at or after that window's
+        /// end; the replica, promoted at `now`, has not seen the grant. It
+        /// never grants at once (nor for the rest of a hold) after such a
+        /// grant, whatever the longest lease it knows (a run-time raise of
+        /// the old life may make it longer than the wait).
+        #[test]
+        fn no_grant_of_a_life_on_a_new_disk_precedes_a_promotion_at_once(
+            down in 0u64..100_000,
+            after_down in 0u64..10_000,
+            wait in 0u64..10_000,
+            longer in 0u64..5_000,
+            late in 0u64..5_000,
+            now in 0u64..130_000,
+            longest in 0u64..20_000,
+            hold in 0u64..130_000,
+        ) {
+            let new_start = down + after_down;
+            let grant = new_start + wait + longer + late;
+            let vouch = Vouch { master_r: 1, hold_until: hold, new_disk_wait_ms: wait };
+            let p = promotion(1, Some(vouch), Some(down), longest, now, Mutants::NONE);
+            if grant <= now {
+                prop_assert_eq!(p, Promotion::Guard);
+            }
+        }
+
+        /// The wait a master announces is never longer than what a start
+        /// from its configuration waits: the window follows an explicit
+        /// `restart-grace-ms` when there is one, the longest lease else.
+        #[test]
+        fn the_new_disk_wait_never_exceeds_the_configured_window(
+            longest in 0u64..100_000,
+            grace in proptest::option::of(0u64..100_000),
+        ) {
+            let window = grace.unwrap_or(longest);
+            prop_assert!(new_disk_wait(longest, grace) <= window);
         }
     }
 }

@@ -329,10 +329,15 @@ pub fn apply(call: &Call) -> Result<Reply, CommandError> {
             }
             return Ok(Reply::Ok);
         }
-        Applied::Sync { offset, r, hold_ms } => {
+        Applied::Sync {
+            offset,
+            r,
+            hold_ms,
+            new_disk_wait_ms,
+        } => {
             // From a master only (a load of this node's own AOF learns
             // nothing about its data from it); never passed on.
-            sync::apply(&call.ctx, offset, r, hold_ms);
+            sync::apply(&call.ctx, offset, r, hold_ms, new_disk_wait_ms);
             return Ok(Reply::Ok);
         }
         Applied::Reclaimed(counter) => {

@@ -21,7 +21,7 @@
 //! (`max_ttl_unsaved_ms`), and its command line must name the group's
 //! longest `max-ttl-ms`.
 
-use std::sync::atomic::{AtomicBool, AtomicI64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering::Relaxed};
 
 use redis_module::{Context, ContextFlags, RedisValue};
 
@@ -40,6 +40,48 @@ static PENDING: AtomicBool = AtomicBool::new(false);
 /// At load, after the configuration is read: what a restart would read.
 pub fn on_load() {
     SAVED_MAX_TTL.store(config::max_ttl(), Relaxed);
+}
+
+/// The longest lease a start on a new disk reads from this node's
+/// configuration: the larger of `max-ttl-ms` and `longest-lease-ms` read
+/// at this start, raised by every `longest-lease-ms` this module wrote to
+/// the file since ([`crate::core::sync_rule::new_disk_wait`]).
+static NEW_DISK_LONGEST: AtomicU64 = AtomicU64::new(0);
+/// The smallest explicit `restart-grace-ms` above 0 in force since this
+/// start (`u64::MAX`: none).
+static NEW_DISK_GRACE: AtomicU64 = AtomicU64::new(u64::MAX);
+
+/// At load, before anything of this start is written or raised in memory
+/// (`guard::on_load` may set `longest-lease-ms` for a later write): what
+/// this start read, the base of the new-disk wait.
+pub fn on_startup_configuration() {
+    let longest = (config::max_ttl().max(0) as u64).max(config::longest_lease_configured());
+    NEW_DISK_LONGEST.store(longest, Relaxed);
+    NEW_DISK_GRACE.store(u64::MAX, Relaxed);
+    on_grace_change();
+}
+
+/// `restart-grace-ms` may have changed: an explicit value may reach the
+/// file with any `CONFIG REWRITE` (Sentinel's too), and a start on a new
+/// disk then waits only that. 0 is not counted: it turns the guard off,
+/// and such a master's restarts are not guarded at all (the operator's
+/// choice, docs/replica-sync.md, Limits); counted, every promotion of its
+/// replicas would keep the guard.
+pub fn on_grace_change() {
+    let grace = config::restart_grace();
+    if grace > 0 {
+        NEW_DISK_GRACE.fetch_min(grace as u64, Relaxed);
+    }
+}
+
+/// This node's new-disk wait now, as its announcements carry it
+/// ([`crate::core::sync_rule::new_disk_wait`]).
+pub fn new_disk_wait() -> u64 {
+    let grace = NEW_DISK_GRACE.load(Relaxed);
+    crate::core::sync_rule::new_disk_wait(
+        NEW_DISK_LONGEST.load(Relaxed),
+        (grace != u64::MAX).then_some(grace),
+    )
 }
 
 /// A raised `max-ttl-ms` this node could not write to a configuration file
@@ -228,11 +270,21 @@ fn save_soon(ctx: &Context, recorded_ms: u64) {
 
 /// `CONFIG REWRITE`, successful only when it answers `OK` (a renamed
 /// `CONFIG` command answers nothing at all).
+///
+/// A successful rewrite wrote this node's `longest-lease-ms` to its file:
+/// the new-disk wait may grow to it ([`new_disk_wait`]).
 fn rewrite(ctx: &Context) -> Result<(), String> {
-    match ctx.call("CONFIG", &["REWRITE"]) {
+    let longest = config::longest_lease_configured();
+    let written = match ctx.call("CONFIG", &["REWRITE"]) {
         Ok(RedisValue::SimpleStringStatic("OK")) => Ok(()),
         Ok(RedisValue::SimpleString(s)) if s == "OK" => Ok(()),
         Ok(other) => Err(format!("CONFIG REWRITE answered {other:?}")),
         Err(e) => Err(format!("CONFIG REWRITE: {e}")),
+    };
+    if written.is_ok() {
+        // Announced with the next announcement (`host/sync.rs::due`): a
+        // replica holding the shorter one cuts off sooner, never later.
+        NEW_DISK_LONGEST.fetch_max(longest, Relaxed);
     }
+    written
 }

@@ -33,6 +33,7 @@ extern "C" fn on_config_change(
         config::check_eviction_policy(&ctx);
         guard::on_config_change(&ctx);
         crate::host::config_file::on_config_change(&ctx, guard::recorded_longest());
+        crate::host::config_file::on_grace_change();
         sync::on_config_change(&ctx);
         // A raised max-ttl-ms is recorded and announced at once.
         match guard::record_lease(config::max_ttl().max(0) as u64) {
@@ -185,6 +186,15 @@ extern "C" fn on_master_link(
     );
 }
 
+extern "C" fn on_cron(
+    _ctx: *mut raw::RedisModuleCtx,
+    _event: raw::RedisModuleEvent,
+    _subevent: u64,
+    _data: *mut c_void,
+) {
+    sync::on_cron(mono_now());
+}
+
 extern "C" fn on_fork(
     ctx: *mut raw::RedisModuleCtx,
     _event: raw::RedisModuleEvent,
@@ -203,7 +213,7 @@ extern "C" fn on_fork(
 pub fn subscribe(ctx: &Context) {
     type Callback =
         extern "C" fn(*mut raw::RedisModuleCtx, raw::RedisModuleEvent, u64, *mut c_void);
-    let events: [(u64, Callback); 6] = [
+    let events: [(u64, Callback); 7] = [
         (raw::REDISMODULE_EVENT_CONFIG, on_config_change),
         (raw::REDISMODULE_EVENT_REPLICA_CHANGE, on_replica_change),
         (raw::REDISMODULE_EVENT_LOADING, on_loading),
@@ -213,6 +223,8 @@ pub fn subscribe(ctx: &Context) {
         ),
         (raw::REDISMODULE_EVENT_FORK_CHILD, on_fork),
         (raw::REDISMODULE_EVENT_MASTER_LINK_CHANGE, on_master_link),
+        // Without it a link counts as down from when it came up: sooner.
+        (raw::REDISMODULE_EVENT_CRON_LOOP, on_cron),
     ];
     for (id, callback) in events {
         let event = raw::RedisModuleEvent { id, dataver: 1 };
@@ -221,7 +233,10 @@ pub fn subscribe(ctx: &Context) {
         let subscribed = available
             && raw::subscribe_to_server_event(ctx.ctx, event, Some(callback)) == raw::Status::Ok;
         // Without one of the events that end the skip, it is never allowed.
-        if !subscribed && id != raw::REDISMODULE_EVENT_CONFIG {
+        if !subscribed
+            && id != raw::REDISMODULE_EVENT_CONFIG
+            && id != raw::REDISMODULE_EVENT_CRON_LOOP
+        {
             replication::someone_may_listen();
         }
     }

@@ -140,13 +140,18 @@ fn write_info(ctx: *mut raw::RedisModuleInfoCtx) {
             u64::from(guard::durable_run()),
         );
         let sync = sync::figures(mono_now());
-        let sync_fields: [(&CStr, u64); 14] = [
+        let sync_fields: [(&CStr, u64); 16] = [
             (c"sync_replicas", sync.r),
             (c"sync_replicas_known", sync.known),
             (c"sync_replicas_online", sync.online),
             (c"sync_current", u64::from(sync.current)),
             (c"sync_master_replicas", sync.master_r),
             (c"sync_hold_left_ms", sync.hold_left_ms),
+            (c"sync_new_disk_wait_ms", sync.new_disk_wait_ms),
+            (
+                c"sync_master_new_disk_wait_ms",
+                sync.master_new_disk_wait_ms,
+            ),
             (c"sync_last_promotion", sync.last_promotion),
             (c"sync_lowering", sync.lowering),
             (

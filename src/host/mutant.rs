@@ -8,7 +8,7 @@
 pub use crate::core::mutant::{Mutant, Mutants};
 
 #[cfg(feature = "test-hooks")]
-static ON: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+static ON: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 /// Environment variable naming mutants to switch on when the module loads
 /// (comma-separated), so that a restart can start broken.
@@ -39,9 +39,9 @@ pub fn on(m: Mutant) -> bool {
 pub fn set(m: Mutant, enabled: bool) {
     use std::sync::atomic::Ordering::Relaxed;
     if enabled {
-        ON.fetch_or(m as u32, Relaxed);
+        ON.fetch_or(m as u64, Relaxed);
     } else {
-        ON.fetch_and(!(m as u32), Relaxed);
+        ON.fetch_and(!(m as u64), Relaxed);
     }
 }
 

@@ -418,11 +418,21 @@ pub fn parse_apply(args: &[&[u8]]) -> Result<Applied, CommandError> {
                     .min(STREAM_LEASE_LIMIT_MS),
             }))
         }
-        [_, _, word, offset, r, hold] if word.eq_ignore_ascii_case(b"sync") => Ok(Applied::Sync {
-            offset: args::non_negative("offset", offset)?,
-            r: args::non_negative("sync-replicas", r)?,
-            hold_ms: args::non_negative("hold-ms", hold)?.min(STREAM_LEASE_LIMIT_MS),
-        }),
+        [_, _, word, offset, r, hold, wait @ ..]
+            if word.eq_ignore_ascii_case(b"sync") && wait.len() <= 1 =>
+        {
+            Ok(Applied::Sync {
+                offset: args::non_negative("offset", offset)?,
+                r: args::non_negative("sync-replicas", r)?,
+                hold_ms: args::non_negative("hold-ms", hold)?.min(STREAM_LEASE_LIMIT_MS),
+                // A master of an earlier version does not say: 0, the
+                // cut-off of any link down time (`sync_rule::promotion`).
+                new_disk_wait_ms: match wait {
+                    [w] => args::non_negative("new-disk-wait-ms", w)?.min(STREAM_LEASE_LIMIT_MS),
+                    _ => 0,
+                },
+            })
+        }
         [_, _, v, tail @ ..] if v.eq_ignore_ascii_case(b"v3") => match tail {
             [c, e, r, f, stamp, owner] => {
                 let boot = match *stamp {
@@ -501,11 +511,24 @@ mod tests {
             Ok(Applied::Sync {
                 offset: 1234,
                 r: 2,
-                hold_ms: 500
+                hold_ms: 500,
+                new_disk_wait_ms: 0
+            })
+        );
+        let sync: Vec<&[u8]> = vec![b"x", b"k", b"sync", b"1234", b"2", b"500", b"3000"];
+        assert_eq!(
+            parse_apply(&sync),
+            Ok(Applied::Sync {
+                offset: 1234,
+                r: 2,
+                hold_ms: 500,
+                new_disk_wait_ms: 3_000
             })
         );
         for bad in [
             vec![&b"x"[..], b"k", b"sync", b"-1", b"2", b"0"],
+            vec![&b"x"[..], b"k", b"sync", b"1", b"2", b"0", b"-1"],
+            vec![&b"x"[..], b"k", b"sync", b"1", b"2", b"0", b"1", b"1"],
             vec![&b"x"[..], b"k", b"reclaimed", b"-1"],
             vec![&b"x"[..], b"k", b"reclaimed", b"9223372036854775808"],
             vec![&b"x"[..], b"k", b"node", b"1", b"x"],

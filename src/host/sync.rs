@@ -10,9 +10,12 @@
 //! *announcement* on the replication stream (also with the check off: the
 //! hold tells a promoted replica whether its teacher's window reaches past
 //! its own, [`crate::core::sync_rule::taught_at_promotion`]),
-//! `REDLOCK.APPLY key sync offset r hold-ms` (`offset`: its replication
-//! offset before the announcement; `r`: its R; `hold-ms`: how long a replica
-//! promoted now must still guard), sent when a replica comes online (after
+//! `REDLOCK.APPLY key sync offset r hold-ms new-disk-wait-ms` (`offset`: its
+//! replication offset before the announcement; `r`: its R; `hold-ms`: how
+//! long a replica promoted now must still guard; `new-disk-wait-ms`: how
+//! long a restart of it on a new disk waits by its configuration,
+//! [`crate::core::sync_rule::new_disk_wait`], absent from an earlier
+//! version and read as 0), sent when a replica comes online (after
 //! the data it synced), when R changes, and whenever the hold changed since
 //! the last one, ahead of the next lock write's effect, so that no write
 //! made under a new R reaches a replica before the R does.
@@ -35,11 +38,12 @@ use redis_module::{raw, Context, ContextFlags};
 use crate::core::error::CommandError;
 use crate::core::lock::MonoMillis;
 use crate::core::sync_rule::{
-    blocked_waits, check_write, fresh, hold_ms, listens, lowering_waits_for, parse_replica_ack,
-    promotion, replica_identities, Promotion, SyncFile, SyncRefusal, Vouch,
+    blocked_waits, check_write, fresh, hold_ms, link_down_since, listens, lowering_waits_for,
+    parse_replica_ack, promotion, replica_identities, Promotion, SyncFile, SyncRefusal, Vouch,
 };
 use crate::host::clock::mono_now;
 use crate::host::config;
+use crate::host::config_file;
 use crate::host::guard;
 use crate::host::mutant::{self, Mutant};
 
@@ -111,8 +115,16 @@ static ONLINE: AtomicUsize = AtomicUsize::new(0);
 static CURRENT: AtomicBool = AtomicBool::new(false);
 static VOUCHED_R: AtomicU64 = AtomicU64::new(0);
 static HOLD_UNTIL: AtomicU64 = AtomicU64::new(0);
+/// As a replica: the new-disk wait its master last vouched (0: none said).
+static VOUCHED_WAIT: AtomicU64 = AtomicU64::new(0);
 /// As a replica: since when its link to its master is down (0: up).
 static LINK_DOWN_SINCE: AtomicU64 = AtomicU64::new(0);
+/// As a replica: its link to its master is up (the events say).
+static LINK_UP: AtomicBool = AtomicBool::new(false);
+/// The cron tick before the last one while the link was up (or the
+/// moment it came up), and the last tick: [`link_down_since`].
+static LINK_SEEN_UP: AtomicU64 = AtomicU64::new(0);
+static LINK_LAST_TICK: AtomicU64 = AtomicU64::new(0);
 /// As a master: until when leases granted without the check may run.
 static UNCHECKED_UNTIL: AtomicU64 = AtomicU64::new(0);
 /// R when last seen, to notice a change.
@@ -125,6 +137,8 @@ static ANNOUNCED_CHANGES: AtomicU64 = AtomicU64::new(0);
 static ANNOUNCED_EPOCH: AtomicU64 = AtomicU64::new(0);
 /// The R the last announcement said.
 static ANNOUNCED_R: AtomicU64 = AtomicU64::new(0);
+/// The new-disk wait the last announcement said (`u64::MAX`: none sent).
+static ANNOUNCED_WAIT: AtomicU64 = AtomicU64::new(u64::MAX);
 /// R was lowered to 0 and not every replica has applied the announcement
 /// saying so ([`lowering_waits_for`]): lock writes wait.
 static ZERO_PENDING: AtomicBool = AtomicBool::new(false);
@@ -489,7 +503,8 @@ fn worth_announcing() -> bool {
 fn due() -> bool {
     worth_announcing()
         && (ANNOUNCED_CHANGES.load(Relaxed) != CHANGES.load(Relaxed)
-            || ANNOUNCED_EPOCH.load(Relaxed) != guard::epoch())
+            || ANNOUNCED_EPOCH.load(Relaxed) != guard::epoch()
+            || ANNOUNCED_WAIT.load(Relaxed) != config_file::new_disk_wait())
 }
 
 /// Before a lock write's effect: sends the announcement when what it says
@@ -504,9 +519,9 @@ pub unsafe fn announce_if_due(ctx: *mut raw::RedisModuleCtx, key: *mut raw::Redi
     }
 }
 
-/// Sends `REDLOCK.APPLY key sync offset r hold-ms` to replicas (not to the
-/// AOF: it says nothing about this node's own data), and records the
-/// offset as seen.
+/// Sends `REDLOCK.APPLY key sync offset r hold-ms new-disk-wait-ms` to
+/// replicas (not to the AOF: it says nothing about this node's own data),
+/// and records the offset as seen.
 ///
 /// # Safety
 /// `ctx` must be a context that may replicate; `key` a live string.
@@ -521,6 +536,8 @@ unsafe fn announce(ctx: *mut raw::RedisModuleCtx, key: *mut raw::RedisModuleStri
     let hold = hold_ms(window_left, UNCHECKED_UNTIL.load(Relaxed), now);
     let r = config::sync_replicas();
     ANNOUNCED_R.store(r, Relaxed);
+    let wait = config_file::new_disk_wait();
+    ANNOUNCED_WAIT.store(wait, Relaxed);
     if r == 0 && ZERO_PENDING.load(Relaxed) && ZERO_ANNOUNCED_AT.load(Relaxed) == u64::MAX {
         ZERO_ANNOUNCED_AT.store(offset, Relaxed);
     }
@@ -547,12 +564,13 @@ unsafe fn announce(ctx: *mut raw::RedisModuleCtx, key: *mut raw::RedisModuleStri
             ctx,
             c"REDLOCK.APPLY".as_ptr(),
             // `A`: replicas only.
-            c"sclllA".as_ptr(),
+            c"scllllA".as_ptr(),
             key,
             c"sync".as_ptr(),
             offset as c_longlong,
             r as c_longlong,
             hold as c_longlong,
+            wait.min(i64::MAX as u64) as c_longlong,
         );
         stats::ANNOUNCED.fetch_add(1, Relaxed);
     }
@@ -677,7 +695,7 @@ unsafe extern "C" fn announce_timer(ctx: *mut raw::RedisModuleCtx, _data: *mut c
 /// A replica applies an announcement from its master: a fresh one makes it
 /// current with that master. Ignored while loading the AOF (it says nothing
 /// about this node's data) and when not fresh (a replayed backlog).
-pub fn apply(ctx: &Context, offset: u64, r: u64, hold: u64) {
+pub fn apply(ctx: &Context, offset: u64, r: u64, hold: u64, new_disk_wait: u64) {
     if !ctx.get_flags().contains(ContextFlags::REPLICATED) {
         return;
     }
@@ -692,6 +710,7 @@ pub fn apply(ctx: &Context, offset: u64, r: u64, hold: u64) {
     drop(st);
     save(Some(ctx), &copy);
     VOUCHED_R.store(r, Relaxed);
+    VOUCHED_WAIT.store(new_disk_wait, Relaxed);
     HOLD_UNTIL.store(mono_now().saturating_add(hold), Relaxed);
     CURRENT.store(true, Relaxed);
     stats::FRESH.fetch_add(1, Relaxed);
@@ -740,12 +759,36 @@ pub fn on_demotion(ctx: &Context) {
 }
 
 /// The link to the master went up or down (a link that never came up since
-/// the start leaves the replica not current anyway).
+/// the start leaves the replica not current anyway). Down, it counts from
+/// the last moment the running server saw it up ([`link_down_since`]).
 pub fn on_master_link(up: bool, now: MonoMillis) {
     if up {
         LINK_DOWN_SINCE.store(0, Relaxed);
+        LINK_SEEN_UP.store(now.max(1), Relaxed);
+        LINK_LAST_TICK.store(now.max(1), Relaxed);
+        LINK_UP.store(true, Relaxed);
+        return;
+    }
+    if LINK_UP.swap(false, Relaxed) && LINK_DOWN_SINCE.load(Relaxed) == 0 {
+        let since = link_down_since(now, LINK_SEEN_UP.load(Relaxed), mutant::current());
+        LINK_DOWN_SINCE.store(since.max(1), Relaxed);
     } else if LINK_DOWN_SINCE.load(Relaxed) == 0 {
         LINK_DOWN_SINCE.store(now.max(1), Relaxed);
+    }
+    LINK_SEEN_UP.store(0, Relaxed);
+    LINK_LAST_TICK.store(0, Relaxed);
+}
+
+/// The server's cron ran (every `1000/hz` ms, only while the server runs):
+/// a link up now was up at the tick before this one too. One tick behind,
+/// since a tick may run right after a pause, before the closed connection
+/// of a master that ended meanwhile is read.
+pub fn on_cron(now: MonoMillis) {
+    if LINK_UP.load(Relaxed) {
+        let previous = LINK_LAST_TICK.swap(now.max(1), Relaxed);
+        if previous != 0 {
+            LINK_SEEN_UP.store(previous, Relaxed);
+        }
     }
 }
 
@@ -781,14 +824,20 @@ pub fn on_promotion(ctx: &Context, now: MonoMillis) -> Promotion {
     let vouch = CURRENT.swap(false, Relaxed).then(|| Vouch {
         master_r: VOUCHED_R.load(Relaxed),
         hold_until: HOLD_UNTIL.load(Relaxed),
+        new_disk_wait_ms: VOUCHED_WAIT.load(Relaxed),
     });
     let down = LINK_DOWN_SINCE.swap(0, Relaxed);
+    // As a master it has no link; a later one counts from its own events.
+    LINK_UP.store(false, Relaxed);
+    LINK_SEEN_UP.store(0, Relaxed);
+    LINK_LAST_TICK.store(0, Relaxed);
     let decision = promotion(
         config::sync_replicas(),
         vouch,
         (down != 0).then_some(down),
         guard::longest_lease(),
         now,
+        mutant::current(),
     );
     LAST_PROMOTION.store(
         match decision {
@@ -801,7 +850,7 @@ pub fn on_promotion(ctx: &Context, now: MonoMillis) -> Promotion {
     ctx.log_notice(&match decision {
         Promotion::AtOnce => "promoted: the replica-sync check vouches for every lock write, granting at once".to_string(),
         Promotion::Rest(ms) => format!("promoted: guarding for the rest of the old master's hold, {ms} ms"),
-        Promotion::Guard => "promoted: the replica-sync check does not vouch for this node (off, another R, or no sync with the master since this node started): guarding for the longest lease".to_string(),
+        Promotion::Guard => "promoted: the replica-sync check does not vouch for this node (off, another R, no sync with the master since this node started, or cut off from it for its new-disk wait): guarding for the longest lease".to_string(),
     });
     // Every lease this node grants from now on is checked (when R > 0);
     // what came before is covered by the decision's window.
@@ -844,6 +893,12 @@ pub fn on_config_change(ctx: &Context) {
         ZERO_ANNOUNCED_AT.store(u64::MAX, Relaxed);
         ZERO_TARGET.store(u64::MAX, Relaxed);
         bump();
+        announce_soon(ctx);
+    } else if ANNOUNCED_WAIT.load(Relaxed) != u64::MAX
+        && ANNOUNCED_WAIT.load(Relaxed) != config_file::new_disk_wait()
+    {
+        // A lower explicit `restart-grace-ms` shortens the new-disk wait:
+        // the replicas learn it at once, not at the next lock write.
         announce_soon(ctx);
     }
 }
@@ -919,6 +974,10 @@ pub struct Figures {
     pub master_r: u64,
     /// What is left of the master's hold, in ms.
     pub hold_left_ms: u64,
+    /// The new-disk wait the master vouched (as a replica).
+    pub master_new_disk_wait_ms: u64,
+    /// This node's own new-disk wait (what it announces as a master).
+    pub new_disk_wait_ms: u64,
     /// The last promotion's outcome (0 none, 1 at once, 2 rest, 3 guard).
     pub last_promotion: u64,
     /// R was lowered to 0 and lock writes still wait for a replica to apply
@@ -935,6 +994,8 @@ pub fn figures(now: MonoMillis) -> Figures {
         current: CURRENT.load(Relaxed),
         master_r: VOUCHED_R.load(Relaxed),
         hold_left_ms: HOLD_UNTIL.load(Relaxed).saturating_sub(now),
+        master_new_disk_wait_ms: VOUCHED_WAIT.load(Relaxed),
+        new_disk_wait_ms: config_file::new_disk_wait(),
         last_promotion: u64::from(LAST_PROMOTION.load(Relaxed)),
         lowering: u64::from(lowering_waiting().is_some()),
     }
