@@ -535,7 +535,7 @@ mod tests {
         let cut = |vouch, since, now| promotion(2, Some(vouch), since, 60_000, now, Mutants::NONE);
         assert_eq!(cut(vouch, Some(1_000), 60_999), Promotion::AtOnce);
         assert_eq!(cut(vouch, Some(1_000), 61_000), Promotion::Guard);
-        // Cut off inside a hold: the guard, not the rest.
+        // A link down for less, inside a hold: the rest of the hold.
         assert_eq!(cut(vouch, Some(1), 500), Promotion::Rest(500));
     }
 
