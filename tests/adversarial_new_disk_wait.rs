@@ -195,3 +195,164 @@ fn a_sibling_promoted_meanwhile_grants_what_the_cut_off_replica_lacks() {
     replica_of(&mut n2.connection(), &r);
     assert_no_second_synced_holder(&mut rc, "L", 2, granted_a, 2000, "R");
 }
+
+/// What a start on a new disk waits by the configuration file as it is
+/// now: an explicit `restart-grace-ms` (0 left out, as the guard off), else
+/// the larger of `max-ttl-ms` and `longest-lease-ms`.
+fn wait_by_file(n: &Node) -> u64 {
+    let text = config_file_of(n);
+    let value = |name: &str| -> Option<i64> {
+        text.lines().rev().find_map(|l| {
+            let mut words = l.split_whitespace();
+            (words.next().map(|w| w.trim_matches('"')) == Some(name))
+                .then(|| words.next().and_then(|v| v.trim_matches('"').parse().ok()))
+                .flatten()
+        })
+    };
+    let longest = value("redlock.max-ttl-ms")
+        .unwrap_or(60_000)
+        .max(value("redlock.longest-lease-ms").unwrap_or(0));
+    match value("redlock.restart-grace-ms") {
+        Some(g) if g > 0 => g as u64,
+        _ => longest as u64,
+    }
+}
+
+/// The new-disk wait a master announces against what its configuration
+/// file gives a start on a new disk, through the run-time changes an
+/// operator and Sentinel make: a raise (written), a lowering (the longest
+/// lease kept as `longest-lease-ms`), Sentinel's `CONFIG REWRITE`, an
+/// operator's `CONFIG SET redlock.longest-lease-ms 0` then a rewrite (put
+/// back by the module), an explicit `restart-grace-ms` set and unset with
+/// rewrites. After each step the announced wait is at most what the file
+/// gives; at the end a real restart on a new disk (the configuration file
+/// kept) opens a window at least as long.
+#[test]
+fn the_announced_wait_never_exceeds_what_the_file_gives() {
+    let mut n = synced(1, 2_000).config_file().start();
+    let mut c = n.connection();
+    let check = |c: &mut redis::Connection, n: &Node, step: &str| {
+        let w = redlock_info(c, "sync_new_disk_wait_ms");
+        let file = wait_by_file(n);
+        eprintln!("{step}: announced {w} ms, the file gives {file} ms");
+        assert!(
+            w <= file,
+            "{step}: announced {w} ms > {file} ms by the file"
+        );
+        w
+    };
+    check(&mut c, &n, "start");
+    config_set(&mut c, "redlock.max-ttl-ms", "5000");
+    check(&mut c, &n, "raised to 5000");
+    config_set(&mut c, "redlock.max-ttl-ms", "1000");
+    check(&mut c, &n, "lowered to 1000");
+    let rewrite = |c: &mut redis::Connection| {
+        let _: () = redis::cmd("CONFIG").arg("REWRITE").query(c).unwrap();
+    };
+    rewrite(&mut c);
+    check(&mut c, &n, "Sentinel's rewrite");
+    config_set(&mut c, "redlock.longest-lease-ms", "0");
+    rewrite(&mut c);
+    check(&mut c, &n, "longest-lease-ms 0 set and rewritten");
+    config_set(&mut c, "redlock.restart-grace-ms", "3000");
+    rewrite(&mut c);
+    check(&mut c, &n, "restart-grace-ms 3000 rewritten");
+    config_set(&mut c, "redlock.restart-grace-ms", "-1");
+    rewrite(&mut c);
+    config_set(&mut c, "redlock.max-ttl-ms", "4000");
+    rewrite(&mut c);
+    let w = check(
+        &mut c,
+        &n,
+        "restart-grace-ms -1, max-ttl-ms 4000, rewritten",
+    );
+    drop(c);
+    n.kill();
+    wipe_dir(&n);
+    n.restart();
+    let mut c = n.connection();
+    let window = redlock_info(&mut c, "grace_window_ms");
+    eprintln!("restarted on a new disk: window {window} ms, announced {w} ms");
+    assert!(window >= w, "window {window} ms < announced {w} ms");
+}
+
+/// The cron-based link-down time with a replica busy in a script (no cron
+/// tick, no read of its master's end until the script ends), the pause of
+/// finding D's first test by another road: M (`max-ttl-ms` 2000, W 2000)
+/// → R, current. R runs a 4 s read-only script; M dies meanwhile, comes
+/// back on a new disk, S syncs, M grants L (2 s) with S and dies. R,
+/// promoted once the script ended, counts its link down from the tick
+/// before the script (4 s > W): the guard.
+#[test]
+fn a_replica_busy_in_a_script_through_its_masters_end_counts_the_script() {
+    let mut m = synced(1, 2_000)
+        .config("redlock.restart-grace-ms", "0")
+        .start();
+    let r = start_replica(&m, synced(1, 2_000).config("busy-reply-threshold", "60000"));
+    let mut mm = m.connection();
+    assert!(first_synced_grant(
+        &mut mm,
+        "warm",
+        "x",
+        1000,
+        1,
+        Instant::now() + Duration::from_secs(10)
+    )
+    .is_some());
+    let mut rc = r.connection();
+    wait_until(Duration::from_secs(10), "R current", || {
+        redlock_info(&mut rc, "sync_current") == 1
+    });
+    assert_eq!(redlock_info(&mut rc, "sync_master_new_disk_wait_ms"), 2_000);
+    drop(mm);
+    let busy = {
+        let mut bc = r.connection();
+        std::thread::spawn(move || {
+            // CPU time (`os.clock`, Valkey): `TIME` is frozen inside a script
+            // there; Redis 7.0 has no `os` but a live `TIME`.
+            let cpu = "local t0 = os.clock() while os.clock() - t0 < 4 do end return 1";
+            let wall = "local function ms() local t = redis.call('TIME') \
+                 return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) end \
+                 local t0 = ms() while ms() - t0 < 4000 do end return 1";
+            let ran: redis::RedisResult<i64> = redis::cmd("EVAL").arg(cpu).arg(0).query(&mut bc);
+            if ran.is_err() {
+                let ran: redis::RedisResult<i64> =
+                    redis::cmd("EVAL").arg(wall).arg(0).query(&mut bc);
+                assert_eq!(ran, Ok(1));
+            }
+        })
+    };
+    std::thread::sleep(Duration::from_millis(200));
+    m.kill();
+    wipe_dir(&m);
+    m.restart();
+    let mut mm = m.connection();
+    config_set(&mut mm, "redlock.restart-grace-ms", "-1");
+    let s = start_replica(&m, synced(1, 2_000));
+    let granted_a = first_synced_grant(
+        &mut mm,
+        "L",
+        "owner-a",
+        2000,
+        1,
+        Instant::now() + Duration::from_secs(3),
+    );
+    eprintln!(
+        "M (new disk) granted L with S: {:?}",
+        granted_a.map(|g| g.elapsed())
+    );
+    drop(mm);
+    m.kill();
+    busy.join().unwrap();
+    let Some(granted_a) = granted_a else {
+        return;
+    };
+    let mut rc = r.connection();
+    promote(&mut rc);
+    eprintln!(
+        "R promoted: last promotion {} (1 at once, 2 rest, 3 guard)",
+        redlock_info(&mut rc, "sync_last_promotion")
+    );
+    replica_of(&mut s.connection(), &r);
+    assert_no_second_synced_holder(&mut rc, "L", 1, granted_a, 2000, "R");
+}
