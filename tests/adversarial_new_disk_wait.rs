@@ -11,7 +11,6 @@
 //!   replica while it still holds its vouch is a life of that master that
 //!   lost its disk") misses another replica of the same master promoted
 //!   meanwhile: its life grants at once, with replicas of its own.
-//!
 //! - `a_master_moved_to_another_port_with_its_disk_grants_at_once`: a
 //!   master restarted on another port with its disk (its replica set is in
 //!   a file named for the port: lost, "like one whose files are lost", but
@@ -24,6 +23,7 @@
 //!   the replica set in it, and nothing refuses lock writes.
 //!
 //! Checked sound (they pass): `a_replica_busy_in_a_script_through_its_masters_end_…`,
+//! `a_slow_command_queued_during_a_busy_script_…`,
 //! `the_announced_wait_never_exceeds_what_the_file_gives`.
 
 mod common;
@@ -296,6 +296,23 @@ fn the_announced_wait_never_exceeds_what_the_file_gives() {
 /// before the script (4 s > W): the guard.
 #[test]
 fn a_replica_busy_in_a_script_through_its_masters_end_counts_the_script() {
+    busy_replica(false);
+}
+
+/// The same, with one more client: a command of 300 ms (`DEBUG SLEEP 0.3`)
+/// sent during the script, to let a second cron tick run after the script
+/// before the end of M's connection is read (the rule keeps the tick before
+/// the last one). It does not: the replica reads the end and frees its
+/// master at once after the script (log: "Connection with master lost"
+/// 0.3 s before the slow command's effect), the link counts as down from
+/// the tick before the script, and R keeps the guard (Redis 7.0, Valkey
+/// 8.1).
+#[test]
+fn a_slow_command_queued_during_a_busy_script_still_counts_the_script() {
+    busy_replica(true);
+}
+
+fn busy_replica(sleeper: bool) {
     let mut m = synced(1, 2_000)
         .config("redlock.restart-grace-ms", "0")
         .start();
@@ -316,6 +333,8 @@ fn a_replica_busy_in_a_script_through_its_masters_end_counts_the_script() {
     });
     assert_eq!(redlock_info(&mut rc, "sync_master_new_disk_wait_ms"), 2_000);
     drop(mm);
+    // Connected before the script: a connection made during it waits.
+    let sleeper_con = sleeper.then(|| r.connection());
     let busy = {
         let mut bc = r.connection();
         std::thread::spawn(move || {
@@ -334,6 +353,13 @@ fn a_replica_busy_in_a_script_through_its_masters_end_counts_the_script() {
         })
     };
     std::thread::sleep(Duration::from_millis(200));
+    let slow = sleeper_con.map(|mut sc| {
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(300));
+            let _: redis::RedisResult<()> =
+                redis::cmd("DEBUG").arg("SLEEP").arg("0.3").query(&mut sc);
+        })
+    });
     m.kill();
     wipe_dir(&m);
     m.restart();
@@ -355,6 +381,9 @@ fn a_replica_busy_in_a_script_through_its_masters_end_counts_the_script() {
     drop(mm);
     m.kill();
     busy.join().unwrap();
+    if let Some(slow) = slow {
+        slow.join().unwrap();
+    }
     let Some(granted_a) = granted_a else {
         return;
     };
