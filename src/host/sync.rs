@@ -180,6 +180,16 @@ fn save(ctx: Option<&Context>, file: &SyncFile) -> bool {
     }
 }
 
+/// After a failed write: writes the file again (the whole state, so the
+/// replica set is back on disk when it succeeds); whether it is written.
+/// Lock writes retry it, so that they resume once the disk does.
+fn save_again(ctx: &Context) -> bool {
+    let copy = state().clone();
+    let saved = save(Some(ctx), &copy);
+    RECORD_FAILED.store(!saved, Relaxed);
+    saved
+}
+
 /// Reads the file at load. A replica forgets the replica set (it is not a
 /// master; its next life as one starts empty).
 pub fn on_load(ctx: &Context, now: MonoMillis) {
@@ -367,8 +377,7 @@ pub fn check(ctx: &Context, stated: u64) -> Result<(), CommandError> {
         // The counts are kept by the replica events (and the scan at load,
         // for a MODULE LOAD into a running master): reading INFO here would
         // cost every lock write more than the rest of it.
-        let _ = ctx;
-        if RECORD_FAILED.load(Relaxed) {
+        if RECORD_FAILED.load(Relaxed) && !save_again(ctx) {
             return Err(CommandError::SyncRecord(format!(
                 "{} could not be written",
                 PATH.get()
@@ -549,7 +558,11 @@ unsafe fn announce(ctx: *mut raw::RedisModuleCtx, key: *mut raw::RedisModuleStri
             st.seen_next = Some(offset + 1);
             let copy = st.clone();
             drop(st);
-            save(None, &copy);
+            // A failed write removed the file, and the replica set with it:
+            // lock writes are refused until it is written again, as when
+            // the set grows (a restart would forget the replicas, and a
+            // durable one is exempt from the guard).
+            RECORD_FAILED.store(!save(None, &copy), Relaxed);
         }
     }
     // A vouch for R above 0 is marked on disk before it can reach a replica,
