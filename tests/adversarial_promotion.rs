@@ -139,14 +139,6 @@ fn master_restarted_without_files_is_not_the_teacher_of_its_replica() {
     assert_no_second_holder(&mut rc, "L", granted_a, 3000, "R");
 }
 
-fn replica_of(con: &mut redis::Connection, master: &Node) {
-    let _: () = redis::cmd("REPLICAOF")
-        .arg("127.0.0.1")
-        .arg(master.port())
-        .query(con)
-        .unwrap();
-}
-
 /// Finding B: the teacher survives a life as master (switchovers back and
 /// forth, no disk lost).
 ///
@@ -334,54 +326,6 @@ fn replica_of_a_replica_promoted_directly_after_master_and_its_replica_are_lost(
     assert_no_second_holder(&mut yc, "L", granted_a, 5000, "Y");
 }
 
-/// `REDLOCK.ACQUIRE key owner ttl SYNC r` then `WAIT r 2000` on the same
-/// connection: the reply (or error) and the acknowledgements.
-fn acquire_synced(
-    con: &mut redis::Connection,
-    key: &str,
-    owner: &str,
-    ttl: u64,
-    r: u64,
-) -> redis::RedisResult<(Option<i64>, i64)> {
-    redis::pipe()
-        .cmd("REDLOCK.ACQUIRE")
-        .arg(key)
-        .arg(owner)
-        .arg(ttl)
-        .arg("SYNC")
-        .arg(r)
-        .cmd("WAIT")
-        .arg(r)
-        .arg(2_000)
-        .query(con)
-}
-
-/// ACQUIRE … SYNC 1 + WAIT 1 until granted with one acknowledgement
-/// (`GRACE`/`NOSYNC` meanwhile) or `until`.
-fn first_synced_grant(
-    con: &mut redis::Connection,
-    key: &str,
-    owner: &str,
-    ttl: u64,
-    until: Instant,
-) -> Option<Instant> {
-    loop {
-        match acquire_synced(con, key, owner, ttl, 1) {
-            Ok((Some(_), acks)) if acks >= 1 => return Some(Instant::now()),
-            Ok((Some(_), acks)) => panic!("granted without its acknowledgement ({acks})"),
-            Ok((None, _)) => panic!("held by someone"),
-            Err(e) => {
-                let text = e.to_string();
-                assert!(text.contains("GRACE") || text.contains("NOSYNC"), "{e}")
-            }
-        }
-        if Instant::now() >= until {
-            return None;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
 /// Finding D: the cut-off rule of the replica-sync promotion
 /// (`core/sync_rule.rs::promotion`) measured the link's down time against
 /// the longest lease the *replica* knows, assuming a master that lost its
@@ -451,6 +395,7 @@ fn master_on_a_new_disk_waits_less(mutants: &str) {
         "warm",
         "x",
         5000,
+        1,
         Instant::now() + Duration::from_secs(10)
     )
     .is_some());
@@ -478,6 +423,7 @@ fn master_on_a_new_disk_waits_less(mutants: &str) {
         "L",
         "owner-a",
         2000,
+        1,
         Instant::now() + Duration::from_secs(8),
     );
     eprintln!(
@@ -501,7 +447,7 @@ fn master_on_a_new_disk_waits_less(mutants: &str) {
     let mut sc = s.connection();
     replica_of(&mut sc, &r);
     let until = granted_a + Duration::from_millis(3_000);
-    match first_synced_grant(&mut rc, "L", "owner-b", 1000, until) {
+    match first_synced_grant(&mut rc, "L", "owner-b", 1000, 1, until) {
         None => eprintln!("R did not grant L within 3 s of the 2 s lease"),
         Some(granted_b) => {
             let gap = granted_b - granted_a;
@@ -668,6 +614,7 @@ fn replica_cut_off(silent: bool, mutants: &str) {
         "warm",
         "x",
         5000,
+        1,
         Instant::now() + Duration::from_secs(10)
     )
     .is_some());
@@ -707,6 +654,7 @@ fn replica_cut_off(silent: bool, mutants: &str) {
         "L",
         "owner-a",
         2000,
+        1,
         Instant::now() + Duration::from_secs(8),
     );
     eprintln!(
@@ -728,7 +676,7 @@ fn replica_cut_off(silent: bool, mutants: &str) {
     let mut sc = s.connection();
     replica_of(&mut sc, &r);
     let until = granted_a + Duration::from_millis(3_000);
-    match first_synced_grant(&mut rc, "L", "owner-b", 1000, until) {
+    match first_synced_grant(&mut rc, "L", "owner-b", 1000, 1, until) {
         None => eprintln!("R did not grant L within 3 s of the 2 s lease"),
         Some(granted_b) => {
             let gap = granted_b - granted_a;
@@ -1006,6 +954,7 @@ fn replica_of_a_replica_is_not_vouched_by_forwarded_announcements() {
         "warm",
         "x",
         2000,
+        1,
         Instant::now() + Duration::from_secs(10)
     )
     .is_some());

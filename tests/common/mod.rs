@@ -511,3 +511,68 @@ pub fn promote_untaught(s: &Node, m0: &mut Node) -> redis::Connection {
     assert_eq!(redlock_info(&mut sc, "taught_by_master"), 0);
     sc
 }
+
+/// `REDLOCK.ACQUIRE key owner ttl SYNC r` then `WAIT r 2000` on the same
+/// connection: the reply (or error) and the acknowledgements.
+pub fn acquire_synced(
+    con: &mut redis::Connection,
+    key: &str,
+    owner: &str,
+    ttl: u64,
+    r: u64,
+) -> redis::RedisResult<(Option<i64>, i64)> {
+    redis::pipe()
+        .cmd("REDLOCK.ACQUIRE")
+        .arg(key)
+        .arg(owner)
+        .arg(ttl)
+        .arg("SYNC")
+        .arg(r)
+        .cmd("WAIT")
+        .arg(r)
+        .arg(2_000)
+        .query(con)
+}
+
+/// ACQUIRE … SYNC r + WAIT r until granted with r acknowledgements
+/// (`GRACE`/`NOSYNC`/`TOOMANYREPLICAS` meanwhile) or `until`. The time is
+/// read before the request that was granted (the lease began no earlier).
+pub fn first_synced_grant(
+    con: &mut redis::Connection,
+    key: &str,
+    owner: &str,
+    ttl: u64,
+    r: u64,
+    until: Instant,
+) -> Option<Instant> {
+    loop {
+        let asked = Instant::now();
+        if asked >= until {
+            return None;
+        }
+        match acquire_synced(con, key, owner, ttl, r) {
+            Ok((Some(_), acks)) if acks >= r as i64 => return Some(asked),
+            Ok((Some(_), acks)) => panic!("granted without its acknowledgements ({acks})"),
+            Ok((None, _)) => panic!("held by someone"),
+            Err(e) => {
+                let text = e.to_string();
+                assert!(
+                    text.contains("GRACE")
+                        || text.contains("NOSYNC")
+                        || text.contains("TOOMANYREPLICAS"),
+                    "{e}"
+                )
+            }
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// `REPLICAOF` `master` on the node of `con` (Sentinel repointing it).
+pub fn replica_of(con: &mut redis::Connection, master: &Node) {
+    let _: () = redis::cmd("REPLICAOF")
+        .arg("127.0.0.1")
+        .arg(master.port())
+        .query(con)
+        .unwrap();
+}
