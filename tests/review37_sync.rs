@@ -55,18 +55,7 @@ fn relied_grant(con: &mut redis::Connection, key: &str, owner: &str, ttl: u64) -
     if r == 0 {
         return acquire_result(con, key, owner, ttl).ok().flatten();
     }
-    let reply: redis::RedisResult<(Option<i64>, i64)> = redis::pipe()
-        .cmd("REDLOCK.ACQUIRE")
-        .arg(key)
-        .arg(owner)
-        .arg(ttl)
-        .arg("SYNC")
-        .arg(r)
-        .cmd("WAIT")
-        .arg(r)
-        .arg(2_000)
-        .query(con);
-    match reply {
+    match acquire_synced(con, key, owner, ttl, r) {
         Ok((Some(token), acks)) if acks as u64 >= r => Some(token),
         _ => None,
     }

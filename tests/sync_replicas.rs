@@ -46,28 +46,16 @@ fn replica_of(master: &Node, r: u64) -> Node {
     replica
 }
 
-/// `REDLOCK.ACQUIRE key owner ttl SYNC r`, then `WAIT r 2000` on the same
-/// connection: the token and the acknowledgements.
-fn acquire_synced(
+/// [`acquire_synced`] (tests/common) that must be answered: the token and
+/// the acknowledgements.
+fn acquire_synced_ok(
     con: &mut redis::Connection,
     key: &str,
     owner: &str,
     ttl: u64,
     r: u64,
 ) -> (Option<i64>, i64) {
-    let (token, acks): (Option<i64>, i64) = redis::pipe()
-        .cmd("REDLOCK.ACQUIRE")
-        .arg(key)
-        .arg(owner)
-        .arg(ttl)
-        .arg("SYNC")
-        .arg(r)
-        .cmd("WAIT")
-        .arg(r)
-        .arg(2_000)
-        .query(con)
-        .unwrap();
-    (token, acks)
+    acquire_synced(con, key, owner, ttl, r).unwrap()
 }
 
 /// Waits until the replica applied a fresh announcement of its master.
@@ -121,7 +109,7 @@ fn a_write_must_state_the_nodes_r_and_is_refused_with_it() {
         assert!(err.contains("send SYNC 1"), "{err}");
     }
     assert_eq!(inspect(&mut c, "k"), None);
-    let (token, acks) = acquire_synced(&mut c, "k", "me", 5_000, 1);
+    let (token, acks) = acquire_synced_ok(&mut c, "k", "me", 5_000, 1);
     assert_eq!((token, acks), (Some(1), 1));
     // EXTEND and FENCE state it too; RELEASE needs nothing.
     let extended: i64 = redis::cmd("REDLOCK.EXTEND")
@@ -153,7 +141,10 @@ fn a_master_counts_every_replica_of_its_life_across_restarts() {
     let mut c = m.connection();
     let mut a = replica_of(&m, 1);
     wait_current(&mut a.connection());
-    assert_eq!(acquire_synced(&mut c, "k", "one", 5_000, 1), (Some(1), 1));
+    assert_eq!(
+        acquire_synced_ok(&mut c, "k", "one", 5_000, 1),
+        (Some(1), 1)
+    );
     let b = replica_of(&m, 1);
     let err = error_of(
         &mut c,
@@ -229,7 +220,7 @@ fn a_master_counts_every_replica_of_its_life_across_restarts() {
         .query(&mut c)
         .unwrap();
     assert_eq!(forgot, 1);
-    let (token, acks) = acquire_synced(&mut c, "k2", "me", 5_000, 1);
+    let (token, acks) = acquire_synced_ok(&mut c, "k2", "me", 5_000, 1);
     assert_eq!(acks, 1);
     assert!(token.is_some());
 }
@@ -240,7 +231,7 @@ fn fewer_replicas_online_than_r_refuses_before_granting() {
     let mut c = m.connection();
     let a = replica_of(&m, 2);
     let mut b = replica_of(&m, 2);
-    assert_eq!(acquire_synced(&mut c, "k", "me", 5_000, 2), (Some(1), 2));
+    assert_eq!(acquire_synced_ok(&mut c, "k", "me", 5_000, 2), (Some(1), 2));
     b.kill();
     wait_until(Duration::from_secs(10), "b offline", || {
         let err = error_of(
@@ -295,7 +286,7 @@ fn a_replica_the_check_vouches_for_grants_at_once_when_promoted() {
     let mut r = replica.connection();
     wait_current(&mut r);
     assert_eq!(
-        acquire_synced(&mut c, "held", "alice", 30_000, 1),
+        acquire_synced_ok(&mut c, "held", "alice", 30_000, 1),
         (Some(1), 1)
     );
     promote(&mut r);
@@ -314,10 +305,13 @@ fn a_replica_the_check_vouches_for_grants_at_once_when_promoted() {
         redlock_info(&mut r, "sync_replicas_online") == 1
     });
     assert_eq!(
-        acquire_synced(&mut r, "fresh", "bob", 1_000, 1),
+        acquire_synced_ok(&mut r, "fresh", "bob", 1_000, 1),
         (Some(1), 1)
     );
-    assert_eq!(acquire_synced(&mut r, "held", "bob", 1_000, 1), (None, 1));
+    assert_eq!(
+        acquire_synced_ok(&mut r, "held", "bob", 1_000, 1),
+        (None, 1)
+    );
     let extended: i64 = redis::cmd("REDLOCK.EXTEND")
         .arg("held")
         .arg("alice")
@@ -618,7 +612,10 @@ fn a_replica_added_while_r_is_raised() {
     let b = replica_of(&m, 2);
     let mut rb = b.connection();
     wait_current(&mut rb);
-    assert_eq!(acquire_synced(&mut c, "k", "me", 30_000, 2), (Some(1), 2));
+    assert_eq!(
+        acquire_synced_ok(&mut c, "k", "me", 30_000, 2),
+        (Some(1), 2)
+    );
     // a still says R 1 while its master says 2: promoted, the guard.
     wait_until(Duration::from_secs(10), "the R 2 announcement at a", || {
         redlock_info(&mut ra, "sync_master_replicas") == 2
@@ -655,7 +652,10 @@ fn a_replica_that_left_and_came_back() {
         "a fresh announcement after the return",
         || redlock_info(&mut r, "sync_fresh") > fresh,
     );
-    assert_eq!(acquire_synced(&mut c, "k", "me", 30_000, 1), (Some(1), 1));
+    assert_eq!(
+        acquire_synced_ok(&mut c, "k", "me", 30_000, 1),
+        (Some(1), 1)
+    );
     promote(&mut r);
     assert_eq!(redlock_info(&mut r, "sync_last_promotion"), 1);
     assert!(inspect(&mut r, "k").is_some_and(|v| v.held));
