@@ -147,7 +147,9 @@ fn sync_check(call: &Call, stated: u64) -> Result<(), CommandError> {
         // SAFETY: ctx and key belong to the command invocation in progress.
         unsafe { sync::announce_if_due(call.raw(), key) };
     }
-    Ok(())
+    // The announcement's write of the replica set may have failed: then
+    // this write is refused too, not only the next one.
+    sync::check_recorded()
 }
 
 /// `REDLOCK.ACQUIRE key owner ttl-ms [FLOOR n] [SYNC r]`

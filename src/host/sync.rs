@@ -105,6 +105,14 @@ static STATE: Mutex<SyncFile> = Mutex::new(SyncFile {
 /// The replica set could not be written: lock writes are refused (a restart
 /// would forget replicas).
 static RECORD_FAILED: AtomicBool = AtomicBool::new(false);
+/// When the file was last written again after a failure ([`save_again`]).
+static LAST_RETRY: AtomicU64 = AtomicU64::new(0);
+/// How often a failed file is written again at most (by lock writes and the
+/// cron): each try is an fsync on the main thread.
+const RETRY_EVERY_MS: u64 = 100;
+/// Until when lock writes wait because this start found the replica set
+/// lost ([`on_load`]; 0: not lost).
+static SET_LOST_UNTIL: AtomicU64 = AtomicU64::new(0);
 /// Replicas of this master's life (with those online now that have no
 /// listening port, see [`listens`]), and online now (from the last scan).
 static KNOWN: AtomicUsize = AtomicUsize::new(0);
@@ -181,13 +189,43 @@ fn save(ctx: Option<&Context>, file: &SyncFile) -> bool {
 }
 
 /// After a failed write: writes the file again (the whole state, so the
-/// replica set is back on disk when it succeeds); whether it is written.
-/// Lock writes retry it, so that they resume once the disk does.
-fn save_again(ctx: &Context) -> bool {
+/// replica set is back on disk when it succeeds), at most every
+/// [`RETRY_EVERY_MS`]; whether the file is written. Lock writes and the cron
+/// retry it, so that lock writes resume once the disk does, and an idle
+/// master's file is back within a tick of it (a restart before that would
+/// find it missing: [`on_load`]).
+fn save_again(ctx: Option<&Context>, now: MonoMillis) -> bool {
+    if !RECORD_FAILED.load(Relaxed) {
+        return true;
+    }
+    let last = LAST_RETRY.load(Relaxed);
+    if last != 0 && now < last.saturating_add(RETRY_EVERY_MS) {
+        return false;
+    }
+    LAST_RETRY.store(now.max(1), Relaxed);
     let copy = state().clone();
-    let saved = save(Some(ctx), &copy);
+    let saved = save(ctx, &copy);
     RECORD_FAILED.store(!saved, Relaxed);
     saved
+}
+
+/// The refusal of a lock write while the file is not written.
+fn record_failed() -> CommandError {
+    CommandError::SyncRecord(format!(
+        "{} could not be written",
+        PATH.get()
+            .map(|p| p.display().to_string())
+            .unwrap_or_default()
+    ))
+}
+
+/// After the announcement a lock write sent ([`announce_if_due`]): the
+/// write is refused when that announcement's write of the file failed.
+pub fn check_recorded() -> Result<(), CommandError> {
+    if config::sync_replicas() > 0 && RECORD_FAILED.load(Relaxed) {
+        return Err(record_failed());
+    }
+    Ok(())
 }
 
 /// Reads the file at load. A replica forgets the replica set (it is not a
@@ -199,10 +237,9 @@ pub fn on_load(ctx: &Context, now: MonoMillis) {
     let text = std::fs::read_to_string(&path).or_else(|_| {
         std::fs::read_to_string(std::env::current_dir().unwrap_or_default().join(FILE))
     });
-    let file = text
-        .ok()
-        .and_then(|text| SyncFile::parse(&text))
-        .unwrap_or_default();
+    let parsed = text.ok().and_then(|text| SyncFile::parse(&text));
+    let lost = parsed.is_none();
+    let file = parsed.unwrap_or_default();
     let _ = PATH.set(path);
     let vouched_path = instance_file(ctx, VOUCHED_FILE);
     // Unreadable (but present): as if a vouch went out.
@@ -213,6 +250,21 @@ pub fn on_load(ctx: &Context, now: MonoMillis) {
     VOUCHED_OUT.store(vouched, Relaxed);
     let _ = VOUCHED_PATH.set(vouched_path);
     let replica = ctx.get_flags().contains(ContextFlags::SLAVE);
+    // The file is gone (a failed write removed it, and the restart came
+    // before it was written again) while a vouch went out: a replica cut
+    // off from this master may still count as current and be promoted at
+    // once, and this start does not know it. Lock writes wait this node's
+    // new-disk wait, as a start on a new disk does: by then such a replica's
+    // link has been down that long, and the cut-off keeps its guard
+    // (`sync_rule::promotion`).
+    if lost && vouched && !replica {
+        let wait = config_file::new_disk_wait();
+        SET_LOST_UNTIL.store(now.saturating_add(wait).max(1), Relaxed);
+        ctx.log_warning(&format!(
+            "{} is missing after a vouch went out: its replica set is lost; lock writes wait {wait} ms, as after a new disk",
+            PATH.get().map(|p| p.display().to_string()).unwrap_or_default()
+        ));
+    }
     {
         let mut st = state();
         *st = file;
@@ -366,6 +418,20 @@ fn replica_lines() -> Vec<(String, bool, u64)> {
 /// refused with the node's R when it differs, and while the master has had
 /// more replicas than R or has fewer online.
 pub fn check(ctx: &Context, stated: u64) -> Result<(), CommandError> {
+    let lost_until = SET_LOST_UNTIL.load(Relaxed);
+    if lost_until != 0 {
+        let now = mono_now();
+        if now < lost_until {
+            return Err(CommandError::SyncRecord(format!(
+                "{} was missing at this start after a vouch went out (its replica set is lost): lock writes wait {} ms more, as after a new disk",
+                PATH.get()
+                    .map(|p| p.display().to_string())
+                    .unwrap_or_default(),
+                lost_until - now
+            )));
+        }
+        SET_LOST_UNTIL.store(0, Relaxed);
+    }
     let r = config::sync_replicas();
     if r == 0 && stated == 0 {
         if ZERO_PENDING.load(Relaxed) {
@@ -377,13 +443,8 @@ pub fn check(ctx: &Context, stated: u64) -> Result<(), CommandError> {
         // The counts are kept by the replica events (and the scan at load,
         // for a MODULE LOAD into a running master): reading INFO here would
         // cost every lock write more than the rest of it.
-        if RECORD_FAILED.load(Relaxed) && !save_again(ctx) {
-            return Err(CommandError::SyncRecord(format!(
-                "{} could not be written",
-                PATH.get()
-                    .map(|p| p.display().to_string())
-                    .unwrap_or_default()
-            )));
+        if RECORD_FAILED.load(Relaxed) && !save_again(Some(ctx), mono_now()) {
+            return Err(record_failed());
         }
     }
     check_write(r, stated, KNOWN.load(Relaxed), ONLINE.load(Relaxed)).map_err(|refusal| {
@@ -797,6 +858,9 @@ pub fn on_master_link(up: bool, now: MonoMillis) {
 /// since a tick may run right after a pause, before the closed connection
 /// of a master that ended meanwhile is read.
 pub fn on_cron(now: MonoMillis) {
+    if RECORD_FAILED.load(Relaxed) {
+        save_again(None, now);
+    }
     if LINK_UP.load(Relaxed) {
         let previous = LINK_LAST_TICK.swap(now.max(1), Relaxed);
         if previous != 0 {
