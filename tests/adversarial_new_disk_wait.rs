@@ -32,39 +32,6 @@ use std::time::{Duration, Instant};
 
 use common::*;
 
-/// A node of a group with `sync-replicas r`, its restart guard at its
-/// default (as long as the longest lease), `max-ttl-ms` as given.
-fn synced(r: u64, ttl: u64) -> redlock_testkit::NodeBuilder {
-    Node::builder()
-        .config("redlock.sync-replicas", &r.to_string())
-        .config("redlock.restart-grace-ms", "-1")
-        .config("redlock.max-ttl-ms", &ttl.to_string())
-}
-
-/// The second holder, if any: `con`'s node granting `key` (SYNC r) less
-/// than `lease_ms` after `granted_a`.
-fn assert_no_second_synced_holder(
-    con: &mut redis::Connection,
-    key: &str,
-    r: u64,
-    granted_a: Instant,
-    lease_ms: u64,
-    who: &str,
-) {
-    let until = granted_a + Duration::from_millis(lease_ms + 1_000);
-    match first_synced_grant(con, key, "owner-b", 1000, r, until) {
-        None => eprintln!("{who} did not grant {key} within the {lease_ms} ms lease + 1 s"),
-        Some(granted_b) => {
-            let gap = granted_b - granted_a;
-            eprintln!("{who} granted {key} {gap:?} after the {lease_ms} ms lease began");
-            assert!(
-                gap >= Duration::from_millis(lease_ms),
-                "two holders: {who} granted {key} {gap:?} after a {lease_ms} ms lease began"
-            );
-        }
-    }
-}
-
 /// Condition 3's argument (docs/replica-sync.md, `sync_rule::promotion`)
 /// says the one way a master grants without a replica that still holds its
 /// vouch is a life of that master that lost its disk, which starts after

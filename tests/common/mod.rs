@@ -535,7 +535,7 @@ pub fn acquire_synced(
 }
 
 /// ACQUIRE … SYNC r + WAIT r until granted with r acknowledgements
-/// (`GRACE`/`NOSYNC`/`TOOMANYREPLICAS` meanwhile) or `until`. The time is
+/// (refused meanwhile: see below) or `until`. The time is
 /// read before the request that was granted (the lease began no earlier).
 pub fn first_synced_grant(
     con: &mut redis::Connection,
@@ -556,10 +556,15 @@ pub fn first_synced_grant(
             Ok((None, _)) => panic!("held by someone"),
             Err(e) => {
                 let text = e.to_string();
+                // Refusals that pass: the guard's window, the sync check,
+                // and the sync-state file not written yet (a write after a
+                // failure is tried at most every 100 ms) or lost at a start.
                 assert!(
                     text.contains("GRACE")
                         || text.contains("NOSYNC")
-                        || text.contains("TOOMANYREPLICAS"),
+                        || text.contains("TOOMANYREPLICAS")
+                        || text.contains("could not be written")
+                        || text.contains("was missing at this start"),
                     "{e}"
                 )
             }
@@ -575,4 +580,71 @@ pub fn replica_of(con: &mut redis::Connection, master: &Node) {
         .arg(master.port())
         .query(con)
         .unwrap();
+}
+
+/// The second holder, if any: `con`'s node granting `key` (SYNC r) less
+/// than `lease_ms` after `granted_a`.
+pub fn assert_no_second_synced_holder(
+    con: &mut redis::Connection,
+    key: &str,
+    r: u64,
+    granted_a: Instant,
+    lease_ms: u64,
+    who: &str,
+) {
+    let until = granted_a + Duration::from_millis(lease_ms + 1_000);
+    match first_synced_grant(con, key, "owner-b", 1000, r, until) {
+        None => eprintln!("{who} did not grant {key} within the {lease_ms} ms lease + 1 s"),
+        Some(granted_b) => {
+            let gap = granted_b - granted_a;
+            eprintln!("{who} granted {key} {gap:?} after the {lease_ms} ms lease began");
+            assert!(
+                gap >= Duration::from_millis(lease_ms),
+                "two holders: {who} granted {key} {gap:?} after a {lease_ms} ms lease began"
+            );
+        }
+    }
+}
+
+/// The next writes of `n`'s file fail (once a write under way, its `.tmp`
+/// present, has ended).
+pub fn block_writes(n: &Node) {
+    wait_until(Duration::from_secs(5), "a write under way to end", || {
+        std::fs::create_dir(blocker(n)).is_ok()
+    });
+}
+
+pub fn blocker(n: &Node) -> std::path::PathBuf {
+    n.dir().join(format!("redlock-sync-state-{}.tmp", n.port()))
+}
+
+pub fn durable(b: redlock_testkit::NodeBuilder) -> redlock_testkit::NodeBuilder {
+    b.config("appendonly", "yes")
+        .config("appendfsync", "always")
+}
+
+pub fn file_names(n: &Node, r: &Node) -> bool {
+    std::fs::read_to_string(state_file(n))
+        .unwrap_or_default()
+        .contains(&r.port().to_string())
+}
+
+pub fn kill_replicas(mm: &mut redis::Connection) {
+    let _: i64 = redis::cmd("CLIENT")
+        .arg("KILL")
+        .arg("TYPE")
+        .arg("replica")
+        .query(mm)
+        .unwrap();
+}
+
+pub fn state_file(n: &Node) -> std::path::PathBuf {
+    n.dir().join(format!("redlock-sync-state-{}", n.port()))
+}
+
+pub fn synced(r: u64, ttl: u64) -> redlock_testkit::NodeBuilder {
+    Node::builder()
+        .config("redlock.sync-replicas", &r.to_string())
+        .config("redlock.restart-grace-ms", "-1")
+        .config("redlock.max-ttl-ms", &ttl.to_string())
 }
